@@ -1,0 +1,575 @@
+"""Deploys the reference protocol (``contracts_abi/``) on a local chain and seeds it.
+
+Owns the devnet description (the dict written to ``.devdata/devnet.json``): anvil's
+well-known dev accounts for deployer, executor, seller and fee recipient, deterministic
+payer keys funded with USDC and kVCM but no ETH, carbon classes and marketplace listings
+built from real projects of ``carbon-projects.json``. Dev chains only: every key used
+here is public.
+
+Units: USDC amounts are atomic (6 decimals), kVCM amounts atomic (18 decimals), credit
+amounts are credit units (1 unit = 1 kg CO2e, 1000 units = 1 tonne), prices are atomic
+units of the paying token per tonne.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from eth_typing import ChecksumAddress
+from eth_utils import keccak
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.contract import Contract
+from web3.types import TxParams, TxReceipt
+
+from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
+
+log = logging.getLogger(__name__)
+
+ABI_DIR: Final = Path(__file__).resolve().parents[2] / "contracts_abi"
+
+# anvil's default accounts 0-3 (mnemonic "test test ... junk"): public dev keys.
+DEPLOYER_KEY: Final = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+EXECUTOR_KEY: Final = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+SELLER_KEY: Final = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a"
+FEE_RECIPIENT_KEY: Final = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6"
+
+PAYER_COUNT: Final = 3
+PAYER_USDC: Final = 10_000 * 10**USDC_DECIMALS
+PAYER_KVCM: Final = 100_000 * 10**KVCM_DECIMALS
+POOL_USDC: Final = 500_000 * 10**USDC_DECIMALS
+POOL_KVCM: Final = 1_000_000 * 10**KVCM_DECIMALS
+CLASS_DEPOSIT_UNITS: Final = 5_000 * UNITS_PER_TONNE
+LISTING_LIFETIME_S: Final = 30 * 24 * 3600
+
+BASE_MAINNET_CHAIN_ID: Final = 8453
+PRIORITY_FEE_WEI: Final = 1_000_000
+GAS_MARGIN_BPS: Final = 2_000
+RECEIPT_TIMEOUT_S: Final = 60.0
+
+# Registries whose credits retire in whole tonnes only and need consumption metadata.
+WHOLE_TONNE_REGISTRIES: Final = frozenset({"PUR"})
+
+SETTLEMENT_FEES: Final = {
+    "classFeeBps": 100,
+    "classFeeFloorUsdc": 10_000,
+    "listingFeeBps": 500,
+    "listingFeeFloorUsdc": 50_000,
+}
+
+_SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+@dataclass(frozen=True)
+class ClassSpec:
+    """A carbon class to create and the rule that picks its credits.
+
+    Attributes:
+        symbol: class symbol, e.g. ``"NBO"``.
+        name: human-readable class name.
+        price_kvcm_per_tonne: kVCM atomic units (18 decimals) per tonne.
+        min_retirement_units: smallest redeemable amount, credit units (kg).
+        categories: marketplace categories whose projects qualify.
+        registries: registry codes that qualify (empty: any except whole-tonne ones).
+        count: how many credits the class gets.
+    """
+
+    symbol: str
+    name: str
+    price_kvcm_per_tonne: int
+    min_retirement_units: int
+    categories: frozenset[str]
+    registries: frozenset[str] = frozenset()
+    count: int = 3
+
+
+CLASS_SPECS: Final[tuple[ClassSpec, ...]] = (
+    ClassSpec(
+        "NBO",
+        "Nature-based offsets",
+        24 * 10**KVCM_DECIMALS,
+        1,
+        frozenset({"Forestry", "Blue Carbon", "Other Nature Based"}),
+    ),
+    ClassSpec("RE", "Renewable energy", 4 * 10**KVCM_DECIMALS, 1, frozenset({"Renewable Energy"})),
+    ClassSpec(
+        "IND",
+        "Industrial and efficiency",
+        8 * 10**KVCM_DECIMALS,
+        1,
+        frozenset({"Industrial Processing", "Energy Efficiency", "Other"}),
+    ),
+    ClassSpec(
+        "CDR",
+        "Durable carbon removal (Puro.earth)",
+        300 * 10**KVCM_DECIMALS,
+        UNITS_PER_TONNE,
+        frozenset({"Other"}),
+        registries=frozenset({"PUR"}),
+        count=1,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ListingSpec:
+    """A seller listing, placed on the ``index``-th credit of class ``symbol``.
+
+    Attributes:
+        symbol: class whose credit list the credit is taken from.
+        index: position in that class's credits.
+        unit_price: USDC atomic units (6 decimals) per tonne.
+        tonnes: amount listed, whole tonnes.
+        min_fill: smallest fill, credit units (kg).
+    """
+
+    symbol: str
+    index: int
+    unit_price: int
+    tonnes: int
+    min_fill: int = UNITS_PER_TONNE
+
+
+LISTING_SPECS: Final[tuple[ListingSpec, ...]] = (
+    ListingSpec("NBO", 0, 12_500_000, 1_000),
+    ListingSpec("IND", 0, 18_000_000, 500, min_fill=100),
+    ListingSpec("RE", 0, 7_250_000, 2_000),
+    ListingSpec("CDR", 0, 150_000_000, 200),
+    ListingSpec("NBO", 1, 30_000_000, 800),
+)
+
+
+@dataclass(frozen=True)
+class CreditPick:
+    """A credit chosen from the projects file.
+
+    Attributes:
+        project_id: project key, e.g. ``"VCS-10"`` (the on-chain ``projectId``).
+        vintage: latest listed vintage year.
+        registry: registry code, e.g. ``"VCS"``.
+        name: project name.
+        category: marketplace category.
+        country: project country ("" when the source did not say).
+    """
+
+    project_id: str
+    vintage: int
+    registry: str
+    name: str
+    category: str
+    country: str
+
+
+class DeployError(RuntimeError):
+    """A deployment or seeding step failed (reverted, timed out, or bad input data)."""
+
+
+def payer_key(index: int) -> str:
+    """Deterministic devnet payer key: ``keccak256(f"relayer-devnet payer {index}")``.
+
+    Args:
+        index: payer number, from 0.
+
+    Returns:
+        The private key as 0x-prefixed hex.
+
+    Raises:
+        DeployError: the hash is not a valid secp256k1 scalar (practically never).
+    """
+    raw = keccak(text=f"relayer-devnet payer {index}")
+    if not 0 < int.from_bytes(raw, "big") < _SECP256K1_N:
+        raise DeployError(f"payer seed {index} is not a valid secp256k1 key")
+    return "0x" + raw.hex()
+
+
+def pick_credits(projects: Sequence[dict[str, Any]]) -> dict[str, list[CreditPick]]:
+    """Choose credits per class from real projects, deterministically.
+
+    Walks the projects in file order; a project qualifies for a class when its category and
+    registry match the class spec and it lists at least one vintage. Within a class a
+    registry not used yet is preferred, so each class mixes registries where the data allows.
+    Each project is used once; its latest vintage is the credit's vintage.
+
+    Args:
+        projects: records of ``carbon-projects.json`` (``key``, ``registry``, ``name``,
+            ``category``, ``vintages`` of four-digit strings, ...).
+
+    Returns:
+        Class symbol -> chosen credits, in the order of :data:`CLASS_SPECS`.
+
+    Raises:
+        DeployError: a class could not be filled.
+    """
+    used: set[str] = set()
+    picks: dict[str, list[CreditPick]] = {}
+    for spec in CLASS_SPECS:
+        candidates = [p for p in projects if _qualifies(p, spec) and p["key"] not in used]
+        chosen: list[dict[str, Any]] = []
+        registries: set[str] = set()
+        for prefer_new in (True, False):
+            for p in candidates:
+                if len(chosen) == spec.count:
+                    break
+                if p in chosen or (prefer_new and p["registry"] in registries):
+                    continue
+                chosen.append(p)
+                registries.add(p["registry"])
+        if len(chosen) < spec.count:
+            raise DeployError(f"only {len(chosen)} projects qualify for class {spec.symbol}")
+        used.update(p["key"] for p in chosen)
+        picks[spec.symbol] = [
+            CreditPick(
+                project_id=p["key"],
+                vintage=max(int(v) for v in p["vintages"]),
+                registry=p["registry"],
+                name=p["name"],
+                category=p["category"],
+                country=p.get("country") or "",
+            )
+            for p in chosen
+        ]
+    return picks
+
+
+def _qualifies(project: dict[str, Any], spec: ClassSpec) -> bool:
+    if project.get("category") not in spec.categories or not project.get("vintages"):
+        return False
+    if spec.registries:
+        return project.get("registry") in spec.registries
+    return project.get("registry") not in WHOLE_TONNE_REGISTRIES
+
+
+def load_artifact(name: str) -> tuple[list[dict[str, Any]], str]:
+    """ABI and creation bytecode of a compiled contract in ``contracts_abi/``.
+
+    Args:
+        name: contract name, e.g. ``"UsdcEip3009"``.
+
+    Returns:
+        ``(abi, bytecode)`` with the bytecode as 0x hex.
+    """
+    data = json.loads((ABI_DIR / f"{name}.json").read_text())
+    return cast(list[dict[str, Any]], data["abi"]), cast(str, data["bytecode"])
+
+
+@dataclass
+class _Sender:
+    """Signs transactions locally with per-account nonces; sends a phase of independent
+    transactions, then waits for all their receipts (each must have status 1)."""
+
+    w3: Web3
+    chain_id: int
+    nonces: dict[str, int] = field(default_factory=dict)
+    pending: list[tuple[str, HexBytes]] = field(default_factory=list)
+    max_fee: int = 0
+    sent: int = 0
+
+    def refresh_fees(self) -> None:
+        base_fee = int(self.w3.eth.get_block("latest").get("baseFeePerGas", 0))
+        self.max_fee = 2 * base_fee + PRIORITY_FEE_WEI
+
+    def send(self, what: str, account: LocalAccount, call: Any) -> None:
+        """Sign and broadcast ``call`` (a contract function or constructor) from ``account``."""
+        if not self.max_fee:
+            self.refresh_fees()
+        addr = account.address
+        if addr not in self.nonces:
+            self.nonces[addr] = self.w3.eth.get_transaction_count(addr, "pending")
+        params: TxParams = {
+            "from": addr,
+            "nonce": self.nonces[addr],
+            "chainId": self.chain_id,
+            "maxFeePerGas": self.max_fee,
+            "maxPriorityFeePerGas": PRIORITY_FEE_WEI,
+        }
+        try:
+            gas = int(call.estimate_gas(params))
+        except Exception as exc:
+            raise DeployError(f"{what}: gas estimation failed: {exc}") from exc
+        params["gas"] = gas + gas * GAS_MARGIN_BPS // 10_000
+        tx = call.build_transaction(params)
+        signed = account.sign_transaction(cast(dict[str, Any], tx))
+        tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+        self.nonces[addr] += 1
+        self.sent += 1
+        self.pending.append((what, tx_hash))
+
+    def flush(self) -> list[TxReceipt]:
+        """Wait for every pending transaction; raise if one reverted or timed out."""
+        receipts: list[TxReceipt] = []
+        for what, tx_hash in self.pending:
+            try:
+                receipt = self.w3.eth.wait_for_transaction_receipt(
+                    tx_hash, timeout=RECEIPT_TIMEOUT_S, poll_latency=0.05
+                )
+            except Exception as exc:
+                raise DeployError(f"{what}: no receipt for {tx_hash.to_0x_hex()}: {exc}") from exc
+            if receipt["status"] != 1:
+                raise DeployError(f"{what}: transaction {tx_hash.to_0x_hex()} reverted")
+            receipts.append(receipt)
+        self.pending.clear()
+        self.refresh_fees()
+        return receipts
+
+
+def _account_info(account: LocalAccount) -> dict[str, str]:
+    return {"address": account.address, "privateKey": "0x" + bytes(account.key).hex()}
+
+
+def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[str, Any]:
+    """Deploy the reference protocol on a dev chain and seed it with supply and payers.
+
+    Deploys USDC (EIP-3009; domain name ``"USD Coin"`` on 8453, else ``"USDC"``), kVCM,
+    CarbonCredits, CarbonClasses, UsdcKvcmPool, Marketplace and RetirementSettlement with
+    anvil's account 0; registers one registry per registry code used (PUR: whole tonnes
+    and consumption metadata) and one credit per chosen project (see :func:`pick_credits`);
+    creates the classes of :data:`CLASS_SPECS` and deposits 5,000 t (5,000,000 units) of
+    each credit; adds 500,000 USDC / 1,000,000 kVCM of pool liquidity; places the seller's
+    listings of :data:`LISTING_SPECS` (expiring 30 days after the latest block); sets
+    settlement fees (class 100 bps, floor 0.01 USDC; listing 500 bps, floor 0.05 USDC)
+    and registers the executor; funds :data:`PAYER_COUNT` payers with 10,000 USDC and
+    100,000 kVCM each and no ETH.
+
+    Args:
+        rpc_url: HTTP JSON-RPC endpoint of an anvil node whose default accounts hold ETH.
+        chain_id: the node's chain id (84532 Base Sepolia or 8453 Base, simulated).
+        projects_file: path of ``carbon-projects.json``.
+
+    Returns:
+        The devnet description (JSON-serialisable): ``chainId``, ``rpcUrl``,
+        ``deployBlock``, ``contracts`` (name -> checksummed address), ``deployer``,
+        ``executor``, ``seller``, ``feeRecipient`` and ``payers`` (``address``,
+        ``privateKey``), ``credits``, ``carbonClasses``, ``listings`` and ``fees``.
+        Token amounts too large for a JSON number are decimal strings of atomic units.
+
+    Raises:
+        DeployError: the node reports another chain id, a transaction reverted or timed
+            out, or the projects file cannot fill the classes.
+    """
+    started = time.monotonic()
+    w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+    node_chain_id = w3.eth.chain_id
+    if node_chain_id != chain_id:
+        raise DeployError(f"node at {rpc_url} has chain id {node_chain_id}, expected {chain_id}")
+
+    deployer: LocalAccount = Account.from_key(DEPLOYER_KEY)
+    executor: LocalAccount = Account.from_key(EXECUTOR_KEY)
+    seller: LocalAccount = Account.from_key(SELLER_KEY)
+    fee_recipient: LocalAccount = Account.from_key(FEE_RECIPIENT_KEY)
+    payers: list[LocalAccount] = [Account.from_key(payer_key(i)) for i in range(PAYER_COUNT)]
+
+    picks = pick_credits(json.loads(projects_file.read_text()))
+    tx = _Sender(w3, chain_id)
+
+    # --- contracts -----------------------------------------------------------------------
+    def deploy(name: str, *args: Any) -> Callable[[TxReceipt], Contract]:
+        abi, bytecode = load_artifact(name)
+        tx.send(f"deploy {name}", deployer, w3.eth.contract(abi=abi, bytecode=bytecode).constructor(*args))
+
+        def bind(receipt: TxReceipt) -> Contract:
+            address = receipt["contractAddress"]
+            if address is None:
+                raise DeployError(f"deploy {name}: receipt has no contract address")
+            return w3.eth.contract(address=address, abi=abi)
+
+        return bind
+
+    usdc_domain = "USD Coin" if chain_id == BASE_MAINNET_CHAIN_ID else "USDC"
+    binders = [
+        deploy("UsdcEip3009", usdc_domain),
+        deploy("KlimaVcm"),
+        deploy("CarbonCredits"),
+    ]
+    receipts = tx.flush()
+    deploy_block = int(receipts[0]["blockNumber"])
+    usdc, kvcm, credits = (bind(r) for bind, r in zip(binders, receipts, strict=True))
+    binders = [
+        deploy("CarbonClasses", kvcm.address, credits.address, fee_recipient.address),
+        deploy("UsdcKvcmPool", usdc.address, kvcm.address),
+        deploy("Marketplace", usdc.address),
+    ]
+    classes, pool, market = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))
+    binders = [
+        deploy(
+            "RetirementSettlement",
+            usdc.address,
+            kvcm.address,
+            credits.address,
+            classes.address,
+            market.address,
+            pool.address,
+            fee_recipient.address,
+            SETTLEMENT_FEES,
+        )
+    ]
+    (settlement,) = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))
+    contracts: dict[str, ChecksumAddress] = {
+        "usdc": usdc.address,
+        "kvcm": kvcm.address,
+        "carbonCredits": credits.address,
+        "carbonClasses": classes.address,
+        "pool": pool.address,
+        "marketplace": market.address,
+        "settlement": settlement.address,
+    }
+    log.info("deployed %d contracts from block %d", len(contracts), deploy_block)
+
+    # --- configuration, registries, payers, pool funding (independent) -------------------
+    all_picks = [c for spec in CLASS_SPECS for c in picks[spec.symbol]]
+    for code in sorted({c.registry for c in all_picks}):
+        whole = code in WHOLE_TONNE_REGISTRIES
+        tx.send(f"addRegistry {code}", deployer, credits.functions.addRegistry(code, whole, whole))
+    for spec in CLASS_SPECS:
+        tx.send(
+            f"createClass {spec.symbol}",
+            deployer,
+            classes.functions.createClass(
+                spec.symbol, spec.name, spec.price_kvcm_per_tonne, spec.min_retirement_units
+            ),
+        )
+    tx.send("setExecutor", deployer, settlement.functions.setExecutor(executor.address, True))
+    for payer in payers:
+        tx.send("mint USDC to payer", deployer, usdc.functions.mint(payer.address, PAYER_USDC))
+        tx.send("mint kVCM to payer", deployer, kvcm.functions.mint(payer.address, PAYER_KVCM))
+    tx.send("mint pool USDC", deployer, usdc.functions.mint(deployer.address, POOL_USDC))
+    tx.send("mint pool kVCM", deployer, kvcm.functions.mint(deployer.address, POOL_KVCM))
+    tx.send("approve pool USDC", deployer, usdc.functions.approve(pool.address, POOL_USDC))
+    tx.send("approve pool kVCM", deployer, kvcm.functions.approve(pool.address, POOL_KVCM))
+    tx.send("approve classes", deployer, credits.functions.setApprovalForAll(classes.address, True))
+    tx.send("approve marketplace", seller, credits.functions.setApprovalForAll(market.address, True))
+    tx.flush()
+
+    # --- credits (token ids are sequential from 1, class ids too) ------------------------
+    credit_rows: list[dict[str, Any]] = []
+    token_ids: dict[str, list[int]] = {}
+    for pick in all_picks:
+        tx.send(
+            f"registerCredit {pick.project_id}",
+            deployer,
+            credits.functions.registerCredit(pick.project_id, pick.vintage, pick.registry),
+        )
+    tx.flush()
+    next_id = 1
+    for spec in CLASS_SPECS:
+        token_ids[spec.symbol] = []
+        for pick in picks[spec.symbol]:
+            token_ids[spec.symbol].append(next_id)
+            credit_rows.append(
+                {
+                    "tokenId": next_id,
+                    "projectId": pick.project_id,
+                    "vintage": pick.vintage,
+                    "registry": pick.registry,
+                    "name": pick.name,
+                    "category": pick.category,
+                    "country": pick.country,
+                    "carbonClass": spec.symbol,
+                }
+            )
+            next_id += 1
+    if int(credits.functions.creditCount().call()) != len(credit_rows):
+        raise DeployError("credit count on chain does not match the registered credits")
+
+    # --- class deposits, seller inventory, pool liquidity --------------------------------
+    for class_id, spec in enumerate(CLASS_SPECS, start=1):
+        for token_id in token_ids[spec.symbol]:
+            tx.send(
+                f"class {spec.symbol} registerCredit {token_id}",
+                deployer,
+                classes.functions.registerCredit(class_id, token_id),
+            )
+            tx.send(
+                f"mint credit {token_id}",
+                deployer,
+                credits.functions.mint(deployer.address, token_id, CLASS_DEPOSIT_UNITS),
+            )
+    listing_tokens = [token_ids[ls.symbol][ls.index] for ls in LISTING_SPECS]
+    for ls, token_id in zip(LISTING_SPECS, listing_tokens, strict=True):
+        tx.send(
+            f"mint credit {token_id} to seller",
+            deployer,
+            credits.functions.mint(seller.address, token_id, ls.tonnes * UNITS_PER_TONNE),
+        )
+    tx.send("addLiquidity", deployer, pool.functions.addLiquidity(POOL_USDC, POOL_KVCM))
+    tx.flush()
+
+    expiration = int(w3.eth.get_block("latest")["timestamp"]) + LISTING_LIFETIME_S
+    for class_id, spec in enumerate(CLASS_SPECS, start=1):
+        for token_id in token_ids[spec.symbol]:
+            tx.send(
+                f"deposit {token_id} into {spec.symbol}",
+                deployer,
+                classes.functions.deposit(class_id, token_id, CLASS_DEPOSIT_UNITS),
+            )
+    listing_rows: list[dict[str, Any]] = []
+    for listing_id, (ls, token_id) in enumerate(zip(LISTING_SPECS, listing_tokens, strict=True), start=1):
+        amount = ls.tonnes * UNITS_PER_TONNE
+        tx.send(
+            f"createListing {listing_id}",
+            seller,
+            market.functions.createListing(
+                credits.address, token_id, amount, ls.unit_price, ls.min_fill, expiration
+            ),
+        )
+        listing_rows.append(
+            {
+                "listingId": listing_id,
+                "tokenId": token_id,
+                "seller": seller.address,
+                "unitPrice": str(ls.unit_price),
+                "amount": amount,
+                "minFill": ls.min_fill,
+                "expiration": expiration,
+            }
+        )
+    tx.flush()
+    if int(market.functions.listingCount().call()) != len(listing_rows):
+        raise DeployError("listing count on chain does not match the created listings")
+
+    for payer in payers:
+        if w3.eth.get_balance(payer.address) != 0:
+            raise DeployError(f"payer {payer.address} holds ETH; payers must be gasless")
+
+    class_rows = [
+        {
+            "classId": class_id,
+            "symbol": spec.symbol,
+            "name": spec.name,
+            "priceKvcmPerTonne": str(spec.price_kvcm_per_tonne),
+            "minRetirementUnits": spec.min_retirement_units,
+            "tokenIds": token_ids[spec.symbol],
+        }
+        for class_id, spec in enumerate(CLASS_SPECS, start=1)
+    ]
+    log.info(
+        "seeded %d credits, %d classes, %d listings, %d payers in %d transactions (%.1f s)",
+        len(credit_rows),
+        len(class_rows),
+        len(listing_rows),
+        len(payers),
+        tx.sent,
+        time.monotonic() - started,
+    )
+    return {
+        "chainId": chain_id,
+        "rpcUrl": rpc_url,
+        "deployBlock": deploy_block,
+        "contracts": contracts,
+        "deployer": _account_info(deployer),
+        "executor": _account_info(executor),
+        "seller": _account_info(seller),
+        "feeRecipient": _account_info(fee_recipient),
+        "payers": [_account_info(p) for p in payers],
+        "fees": dict(SETTLEMENT_FEES),
+        "credits": credit_rows,
+        "carbonClasses": class_rows,
+        "listings": listing_rows,
+    }

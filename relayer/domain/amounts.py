@@ -1,0 +1,77 @@
+"""Exact amount parsing and formatting. Money and credits are ints of atomic units at every
+boundary; ``Decimal`` is used only inside these functions.
+
+Credit units: 1 unit = 1 kg CO2e, 1000 units = 1 tonne (spec, Limits 1: minimum 0.001 t).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Final
+
+from relayer.domain.errors import Rejection
+
+UNITS_PER_TONNE: Final = 1000
+USDC_DECIMALS: Final = 6
+KVCM_DECIMALS: Final = 18
+
+_DECIMAL_RE: Final = re.compile(r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,18})?$")
+
+
+def parse_tonnes(text: str) -> int:
+    """Parse a decimal tonne string into credit units (kg).
+
+    Args:
+        text: e.g. ``"1"``, ``"0.5"``, ``"12.345"``; no sign, exponent or separators.
+
+    Returns:
+        Credit units (int, 1000 per tonne).
+
+    Raises:
+        Rejection: ``schema_validation`` when not a plain decimal;
+            ``amount_below_increment`` when below 0.001 t or not a multiple of 0.001 t.
+    """
+    if not _DECIMAL_RE.match(text):
+        raise Rejection(
+            "schema_validation",
+            'amount must be a decimal tonne string such as "1.5"',
+            issues=[{"path": ["amount"], "keys": [], "message": "not a decimal tonne string"}],
+        )
+    units = Decimal(text) * UNITS_PER_TONNE
+    if units < 1 or units != units.to_integral_value():
+        raise Rejection(
+            "amount_below_increment",
+            "amount must be a positive multiple of 0.001 tonne (1 kg)",
+            minimum="0.001",
+            increment="0.001",
+        )
+    return int(units)
+
+
+def format_units(atomic: int, decimals: int) -> str:
+    """Exact decimal string of ``atomic`` units of a token with ``decimals``, trailing zeros
+    trimmed (``1_500_000, 6 -> "1.5"``; ``0 -> "0"``)."""
+    sign = "-" if atomic < 0 else ""
+    whole, frac = divmod(abs(atomic), 10**decimals)
+    frac_text = str(frac).rjust(decimals, "0").rstrip("0") if decimals else ""
+    return f"{sign}{whole}.{frac_text}" if frac_text else f"{sign}{whole}"
+
+
+def format_tonnes(units: int) -> str:
+    """Credit units (kg) as a tonne string (``1500 -> "1.5"``)."""
+    return format_units(units, 3)
+
+
+def parse_units(text: str, decimals: int) -> int:
+    """Inverse of :func:`format_units` for a non-negative decimal string; exact.
+
+    Raises:
+        ValueError: not a plain decimal or more fractional digits than ``decimals``.
+    """
+    if not _DECIMAL_RE.match(text):
+        raise ValueError(f"not a decimal amount: {text!r}")
+    value = Decimal(text) * (10**decimals)
+    if value != value.to_integral_value():
+        raise ValueError(f"more than {decimals} decimals: {text!r}")
+    return int(value)

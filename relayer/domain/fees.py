@@ -1,0 +1,144 @@
+"""Fee, price and gas-allowance math, mirroring RetirementSettlement._quote on-chain to the
+atomic unit. Spec: x402-retirement-endpoint.md, Limits 5-7.
+
+Rounding rules (each tested at its edge):
+- class cost in kVCM = ceil(priceKvcmPerTonne * units / 1000)       (seller's favour)
+- listing cost in USDC = ceil(unitPrice * units / 1000)               (seller's favour)
+- pool input for an exact output = floor(rIn*out*10000 / ((rOut-out)*9970)) + 1 (Uniswap V2)
+- fee = max(floor, ceil(cost * bps / 10000)); kVCM floor = ceil(floorUsdc * rKvcm / rUsdc)
+- gas allowance = ceil(gasLimit * maxFeePerGas * ethPriceUsdc / 1e18) (+ margin, rounded up)
+- suggested max input = ceil(total * (10000 + slippageBps) / 10000) for a class, exact for a listing
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from relayer.domain.errors import Rejection
+
+BPS: Final = 10_000
+POOL_FEE_BPS: Final = 30
+UNITS_PER_TONNE: Final = 1000
+WEI_PER_ETH: Final = 10**18
+
+
+def ceil_div(a: int, b: int) -> int:
+    """Ceiling of a / b for a >= 0, b > 0."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True, slots=True)
+class FeeSchedule:
+    """Protocol fee parameters as read from the settlement contract (USDC atomic floors)."""
+
+    class_fee_bps: int
+    class_fee_floor_usdc: int
+    listing_fee_bps: int
+    listing_fee_floor_usdc: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReserves:
+    """USDC/kVCM pool reserves in atomic units."""
+
+    usdc: int
+    kvcm: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """A priced retirement in input-token atomic units; ``total = cost + fee``."""
+
+    cost: int
+    fee: int
+
+    @property
+    def total(self) -> int:
+        return self.cost + self.fee
+
+
+def protocol_fee(cost: int, bps: int, floor: int) -> int:
+    """max(floor, ceil(cost * bps / 10000)), atomic units of the input token."""
+    return max(floor, ceil_div(cost * bps, BPS))
+
+
+def class_cost_kvcm(price_kvcm_per_tonne: int, units: int) -> int:
+    """kVCM atomic units for ``units`` credit units at a class price, rounded up."""
+    return ceil_div(price_kvcm_per_tonne * units, UNITS_PER_TONNE)
+
+
+def listing_cost_usdc(unit_price_usdc_per_tonne: int, units: int) -> int:
+    """USDC atomic units for ``units`` credit units of a listing, rounded up."""
+    return ceil_div(unit_price_usdc_per_tonne * units, UNITS_PER_TONNE)
+
+
+def pool_amount_in(amount_out: int, reserve_in: int, reserve_out: int) -> int:
+    """Input needed for an exact ``amount_out`` from the constant-product pool.
+
+    Raises:
+        Rejection: ``insufficient_liquidity`` when the pool cannot pay ``amount_out``.
+    """
+    if amount_out >= reserve_out:
+        raise Rejection("insufficient_liquidity", "the USDC/kVCM pool cannot fill this amount")
+    return (reserve_in * amount_out * BPS) // ((reserve_out - amount_out) * (BPS - POOL_FEE_BPS)) + 1
+
+
+def usdc_to_kvcm_spot(usdc: int, reserves: PoolReserves) -> int:
+    """USDC atomic units as kVCM atomic units at the pool's spot price, rounded up."""
+    return ceil_div(usdc * reserves.kvcm, reserves.usdc)
+
+
+def quote_class(
+    price_kvcm_per_tonne: int, units: int, pays_usdc: bool, reserves: PoolReserves, fees: FeeSchedule
+) -> Quote:
+    """Cost and fee of a carbon-class retirement in the input token (USDC or kVCM)."""
+    kvcm_cost = class_cost_kvcm(price_kvcm_per_tonne, units)
+    if pays_usdc:
+        cost = pool_amount_in(kvcm_cost, reserves.usdc, reserves.kvcm)
+        return Quote(cost, protocol_fee(cost, fees.class_fee_bps, fees.class_fee_floor_usdc))
+    floor = usdc_to_kvcm_spot(fees.class_fee_floor_usdc, reserves)
+    return Quote(kvcm_cost, protocol_fee(kvcm_cost, fees.class_fee_bps, floor))
+
+
+def quote_listing(unit_price_usdc_per_tonne: int, units: int, fees: FeeSchedule) -> Quote:
+    """Cost and fee of a listing fill in USDC (5 % with a 0.05 USDC minimum by default)."""
+    cost = listing_cost_usdc(unit_price_usdc_per_tonne, units)
+    return Quote(cost, protocol_fee(cost, fees.listing_fee_bps, fees.listing_fee_floor_usdc))
+
+
+def with_slippage(total: int, slippage_bps: int) -> int:
+    """Suggested maximum input: ceil(total * (1 + slippage)), atomic units."""
+    return ceil_div(total * (BPS + slippage_bps), BPS)
+
+
+def gas_cost_in_usdc(gas_limit: int, max_fee_per_gas_wei: int, eth_price_usdc: int) -> int:
+    """Worst-case executor spend ``gas_limit * maxFeePerGas`` (wei) in USDC atomic units,
+    rounded up. ``eth_price_usdc`` is the USDC atomic price of one ETH."""
+    return ceil_div(gas_limit * max_fee_per_gas_wei * eth_price_usdc, WEI_PER_ETH)
+
+
+def gas_allowance(
+    gas_limit: int,
+    max_fee_per_gas_wei: int,
+    eth_price_usdc: int,
+    margin_bps: int,
+    pays_usdc: bool,
+    reserves: PoolReserves,
+) -> int:
+    """Gas allowance to ask the payer to sign, in input-token atomic units (with margin)."""
+    usdc = with_slippage(gas_cost_in_usdc(gas_limit, max_fee_per_gas_wei, eth_price_usdc), margin_bps)
+    return usdc if pays_usdc else usdc_to_kvcm_spot(usdc, reserves)
+
+
+def max_fee_covered(
+    allowance: int, gas_limit: int, eth_price_usdc: int, pays_usdc: bool, reserves: PoolReserves
+) -> int:
+    """The highest maxFeePerGas (wei) at which ``gas_limit`` gas stays within ``allowance``.
+
+    The executor caps its transaction's maxFeePerGas at this value, so it can never pay
+    more gas than the signed allowance covers (converted at the configured ETH price and,
+    for kVCM, the pool's spot price, both rounded against the executor).
+    """
+    usdc = allowance if pays_usdc else (allowance * reserves.usdc) // reserves.kvcm
+    return (usdc * WEI_PER_ETH) // (gas_limit * eth_price_usdc)

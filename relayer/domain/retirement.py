@@ -1,0 +1,146 @@
+"""The retirement as the settlement contract sees it, and its binding to an authorization.
+
+The USDC EIP-3009 nonce a payer signs is
+``keccak256(abi.encode(hashRetirement(r), salt))`` with ``hashRetirement`` the EIP-712-style
+struct hash of RetirementSettlement.sol, so the signature binds credit, amount, attribution
+and gas allowance (spec: Authentication, "nonce equals keccak256 of the retirement plus
+salt"). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from eth_abi.abi import encode
+from eth_utils.crypto import keccak
+
+SOURCE_CARBON_CLASS: Final = 0
+SOURCE_LISTING: Final = 1
+
+DETAILS_TYPE: Final = (
+    "RetirementDetails(address retiringAddress,address beneficiaryAddress,string beneficiaryString,"
+    "string retiringEntityString,string retirementMessage,string beneficiaryLocation,"
+    "string consumptionCountryCode,string consumptionPeriodStart,string consumptionPeriodEnd)"
+)
+RETIREMENT_TYPE: Final = (
+    "Retirement(uint8 source,uint256 sourceId,address creditToken,uint256 tokenId,uint256 amount,"
+    "address inputToken,uint256 gasAllowance,RetirementDetails details)" + DETAILS_TYPE
+)
+DETAILS_TYPEHASH: Final = keccak(text=DETAILS_TYPE)
+RETIREMENT_TYPEHASH: Final = keccak(text=RETIREMENT_TYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class RetirementDetails:
+    """Attribution and consumption metadata (the contract's 9-field struct).
+
+    Addresses are checksummed hex strings; consumption periods are ISO dates (YYYY-MM-DD)
+    or empty.
+    """
+
+    retiring_address: str
+    beneficiary_address: str
+    beneficiary_string: str = ""
+    retiring_entity_string: str = ""
+    retirement_message: str = ""
+    beneficiary_location: str = ""
+    consumption_country_code: str = ""
+    consumption_period_start: str = ""
+    consumption_period_end: str = ""
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return (
+            self.retiring_address,
+            self.beneficiary_address,
+            self.beneficiary_string,
+            self.retiring_entity_string,
+            self.retirement_message,
+            self.beneficiary_location,
+            self.consumption_country_code,
+            self.consumption_period_start,
+            self.consumption_period_end,
+        )
+
+    def struct_hash(self) -> bytes:
+        return keccak(
+            encode(
+                ["bytes32", "address", "address"] + ["bytes32"] * 7,
+                [
+                    DETAILS_TYPEHASH,
+                    self.retiring_address,
+                    self.beneficiary_address,
+                    *(keccak(text=s) for s in self.as_tuple()[2:]),
+                ],
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Retirement:
+    """One retirement: source (class or listing), credit, amount and who pays how.
+
+    ``amount`` is in credit units (1000 a tonne); ``gas_allowance`` in input-token atomic
+    units (0 on the caller-paid path).
+    """
+
+    source: int
+    source_id: int
+    credit_token: str
+    token_id: int
+    amount: int
+    input_token: str
+    gas_allowance: int
+    details: RetirementDetails
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """ABI tuple for the contract call."""
+        return (
+            self.source,
+            self.source_id,
+            self.credit_token,
+            self.token_id,
+            self.amount,
+            self.input_token,
+            self.gas_allowance,
+            self.details.as_tuple(),
+        )
+
+    def struct_hash(self) -> bytes:
+        """hashRetirement(r) of RetirementSettlement.sol (32 bytes)."""
+        return keccak(
+            encode(
+                [
+                    "bytes32",
+                    "uint8",
+                    "uint256",
+                    "address",
+                    "uint256",
+                    "uint256",
+                    "address",
+                    "uint256",
+                    "bytes32",
+                ],
+                [
+                    RETIREMENT_TYPEHASH,
+                    self.source,
+                    self.source_id,
+                    self.credit_token,
+                    self.token_id,
+                    self.amount,
+                    self.input_token,
+                    self.gas_allowance,
+                    self.details.struct_hash(),
+                ],
+            )
+        )
+
+
+def authorization_nonce(retirement: Retirement, salt: bytes) -> bytes:
+    """The EIP-3009 nonce bound to ``retirement``: keccak256(abi.encode(hash, salt)).
+
+    Args:
+        retirement: the retirement as it will be submitted.
+        salt: 32 random bytes chosen by prepare-auth, posted back unchanged.
+    """
+    return keccak(encode(["bytes32", "bytes32"], [retirement.struct_hash(), salt]))

@@ -1,0 +1,165 @@
+"""Strict request models of the x402 retirement endpoint and their error mapping.
+
+Unknown keys at the top level or inside ``details``/``authPayload`` are errors
+(``schema_validation`` with ``issues[].path`` and ``issues[].keys``). Numbers that carry
+money are decimal strings of atomic units; ``amount`` is a decimal tonne string.
+Spec: x402-retirement-endpoint.md, Resources and Rules.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated, Any, Final
+
+from eth_utils.address import to_checksum_address
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from relayer.domain.errors import Rejection
+
+ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
+
+
+def _checksum(value: str) -> str:
+    return str(to_checksum_address(value))
+
+
+Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"), AfterValidator(_checksum)]
+Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$"), AfterValidator(str.lower)]
+Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$")]
+Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
+ShortText = Annotated[str, StringConstraints(max_length=200)]
+LongText = Annotated[str, StringConstraints(max_length=1000)]
+IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
+CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class Details(_Strict):
+    """Attribution and consumption metadata (spec: `details`)."""
+
+    retiringAddress: Address | None = None
+    beneficiaryAddress: Address | None = None
+    beneficiaryIsPayer: bool | None = None
+    beneficiaryString: ShortText = ""
+    retiringEntityString: ShortText = ""
+    retirementMessage: LongText = ""
+    beneficiaryLocation: ShortText = ""
+    consumptionCountryCode: CountryCode | None = None
+    consumptionPeriodStart: IsoDate | None = None
+    consumptionPeriodEnd: IsoDate | None = None
+
+
+class AuthPayload(_Strict):
+    """A signed authorization: EIP-3009 (USDC, ``nonce`` bytes32 hex) or EIP-2612 permit
+    (kVCM, ``nonce`` the token's permit nonce as a decimal string, ``validBefore`` the
+    deadline). Signature as ``signature`` (65 bytes hex) or ``v``/``r``/``s``."""
+
+    from_: Address = Field(alias="from")
+    to: Address
+    value: Atomic
+    validAfter: Atomic = "0"
+    validBefore: Atomic
+    nonce: str = Field(max_length=80)
+    signature: Signature | None = None
+    v: int | None = Field(default=None, ge=0, le=28)
+    r: Bytes32 | None = None
+    s: Bytes32 | None = None
+
+    def signature_bytes(self) -> bytes | None:
+        """65-byte r||s||v, or None when no signature was given."""
+        if self.signature is not None:
+            return bytes.fromhex(self.signature[2:])
+        if self.v is not None and self.r is not None and self.s is not None:
+            return bytes.fromhex(self.r[2:]) + bytes.fromhex(self.s[2:]) + bytes([self.v])
+        return None
+
+
+class ActionRequest(_Strict):
+    """Every field an action may take; which are required depends on the action."""
+
+    action: str | None = None
+    chainId: int | None = None
+    inputToken: str | None = Field(default=None, max_length=64)
+    amount: str | None = Field(default=None, max_length=40)
+    carbonClass: str | None = Field(default=None, max_length=64)
+    creditToken: Address | None = None
+    tokenId: int | None = Field(default=None, ge=0)
+    credit: str | None = Field(default=None, max_length=80)
+    vintage: int | None = Field(default=None, ge=1900, le=2200)
+    listingId: int | None = Field(default=None, ge=0)
+    from_: Address | None = Field(default=None, alias="from")
+    txHash: Bytes32 | None = None
+    index: int | None = Field(default=None, ge=0)
+    salt: Bytes32 | None = None
+    gasAllowance: Atomic | None = None
+    authPayload: AuthPayload | None = None
+    details: Details | None = None
+    # discover filters
+    source: str | None = Field(default=None, max_length=32)
+    project: str | None = Field(default=None, max_length=80)
+    country: str | None = Field(default=None, max_length=80)
+    category: str | None = Field(default=None, max_length=80)
+    maxUsdcPricePerTonne: str | None = Field(default=None, max_length=40)
+
+
+def nest_query(query: dict[str, str]) -> dict[str, Any]:
+    """Turn GET query parameters into the POST body shape: ``details.x=1`` -> ``{details: {x: 1}}``.
+
+    Raises:
+        Rejection: ``schema_validation`` on a key nested deeper than one level.
+    """
+    out: dict[str, Any] = {}
+    for key, value in query.items():
+        head, dot, tail = key.partition(".")
+        if not dot:
+            out[key] = value
+            continue
+        if "." in tail or not isinstance(out.setdefault(head, {}), dict):
+            raise Rejection(
+                "schema_validation", issues=[{"path": [head], "keys": [key], "message": "bad key"}]
+            )
+        out[head][tail] = value
+    return out
+
+
+def parse_request(body: dict[str, Any]) -> ActionRequest:
+    """Validate a request body strictly.
+
+    Raises:
+        Rejection: ``schema_validation`` with ``issues[]`` of ``{path, keys, message}``;
+            unrecognized keys are grouped per object in ``keys``.
+    """
+    try:
+        return ActionRequest.model_validate(body)
+    except ValidationError as exc:
+        raise Rejection("schema_validation", issues=validation_issues(exc)) from None
+
+
+def validation_issues(exc: ValidationError) -> list[dict[str, Any]]:
+    """pydantic errors as the spec's ``issues[]``: unknown keys grouped under their parent
+    ``path`` in ``keys``; other errors one issue each with an empty ``keys``."""
+    unknown: dict[tuple[str | int, ...], list[str]] = defaultdict(list)
+    issues: list[dict[str, Any]] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        if err["type"] == "extra_forbidden":
+            unknown[loc[:-1]].append(str(loc[-1]))
+        else:
+            issues.append({"path": list(loc), "keys": [], "message": err["msg"]})
+    for path, keys in unknown.items():
+        issues.insert(0, {"path": list(path), "keys": sorted(keys), "message": "unrecognized keys"})
+    return issues
+
+
+def require(request: ActionRequest, *names: str) -> None:
+    """Raise ``schema_validation`` naming every missing required field."""
+    missing = [n for n in names if getattr(request, "from_" if n == "from" else n) is None]
+    if missing:
+        raise Rejection(
+            "schema_validation",
+            f"missing required field(s): {', '.join(missing)}",
+            issues=[{"path": [n], "keys": [], "message": "required"} for n in missing],
+        )

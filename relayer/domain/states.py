@@ -1,0 +1,58 @@
+"""The relay job state machine: one enum and one table of allowed transitions. The store
+mirrors it in SQL (``UPDATE ... WHERE state = ANY($n)``) so two workers cannot both move a job.
+
+accepted -> simulated -> signed -> submitted -> mined -> confirmed -> indexed (settled)
+accepted/simulated -> rejected (nothing signed: the identical request may be retried)
+submitted -> submitted (same-nonce fee bump); mined/confirmed -> submitted (reorg)
+signed/submitted/mined -> reverted (receipt status 0); signed -> mined when the receipt
+is seen before the broadcast was recorded (a crash between send and commit)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+
+class JobState(StrEnum):
+    ACCEPTED = "accepted"
+    SIMULATED = "simulated"
+    SIGNED = "signed"
+    SUBMITTED = "submitted"
+    MINED = "mined"
+    CONFIRMED = "confirmed"
+    INDEXED = "indexed"
+    REJECTED = "rejected"
+    REVERTED = "reverted"
+
+
+S = JobState
+TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = MappingProxyType(
+    {
+        S.ACCEPTED: frozenset({S.SIMULATED, S.REJECTED}),
+        S.SIMULATED: frozenset({S.SIGNED, S.REJECTED}),
+        S.SIGNED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED}),
+        S.SUBMITTED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED}),
+        S.MINED: frozenset({S.CONFIRMED, S.SUBMITTED, S.REVERTED}),
+        S.CONFIRMED: frozenset({S.INDEXED, S.SUBMITTED}),
+        S.INDEXED: frozenset(),
+        S.REJECTED: frozenset({S.ACCEPTED}),
+        S.REVERTED: frozenset(),
+    }
+)
+
+TERMINAL: Final = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Once a transaction is signed the salt is spent for good (ARCHITECTURE: exactly-once rule).
+UNSIGNED: Final = frozenset({S.ACCEPTED, S.SIMULATED, S.REJECTED})
+
+
+def sources_of(target: JobState) -> tuple[JobState, ...]:
+    """States from which ``target`` may be entered (for the SQL guard), sorted by name."""
+    return tuple(sorted((s for s, nxt in TRANSITIONS.items() if target in nxt), key=str))
+
+
+def can_move(current: JobState, target: JobState) -> bool:
+    """Whether the table allows ``current -> target``."""
+    return target in TRANSITIONS[current]

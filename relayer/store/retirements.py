@@ -1,0 +1,153 @@
+"""Indexed retirements and the indexer's cursor (block number and hash)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedRetirement:
+    """One RetirementSettled event as stored. Money in input-token atomic units; amount in
+    credit units (1000 a tonne); ``block_timestamp`` in unix seconds."""
+
+    chain_id: int
+    tx_hash: bytes
+    retirement_index: int
+    block_number: int
+    block_hash: bytes
+    log_index: int
+    block_timestamp: int
+    payer: str
+    beneficiary: str
+    input_token: str
+    value: int
+    fee: int
+    retirement_cost: int
+    refunded: int
+    gas_allowance: int
+    source: int
+    source_id: int
+    credit_token: str
+    token_id: int
+    amount_units: int
+    project_id: str
+    vintage: int
+    registry: str
+    details: dict[str, Any]
+
+
+_COLUMNS = (
+    "chain_id, tx_hash, retirement_index, block_number, block_hash, log_index, block_timestamp, payer, "
+    "beneficiary, input_token, value, fee, retirement_cost, refunded, gas_allowance, source, source_id, "
+    "credit_token, token_id, amount_units, project_id, vintage, registry, details"
+)
+
+
+def _from_row(row: asyncpg.Record) -> IndexedRetirement:
+    values = dict(row)
+    for key in (
+        "value",
+        "fee",
+        "retirement_cost",
+        "refunded",
+        "gas_allowance",
+        "source_id",
+        "token_id",
+        "amount_units",
+    ):
+        values[key] = int(values[key])
+    values["tx_hash"] = bytes(values["tx_hash"])
+    values["block_hash"] = bytes(values["block_hash"])
+    values["details"] = json.loads(values["details"])
+    return IndexedRetirement(**values)
+
+
+class RetirementStore:
+    """Repository of indexed retirements and the indexer cursor."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def cursor(self, chain_id: int, name: str) -> tuple[int, bytes | None] | None:
+        row = await self._pool.fetchrow(
+            "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1 AND name = $2",
+            chain_id,
+            name,
+        )
+        if row is None:
+            return None
+        return int(row["block_number"]), None if row["block_hash"] is None else bytes(row["block_hash"])
+
+    async def save(
+        self,
+        chain_id: int,
+        name: str,
+        block_number: int,
+        block_hash: bytes | None,
+        retirements: Sequence[IndexedRetirement],
+    ) -> None:
+        """Insert retirements (idempotent) and advance the cursor in one transaction."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            if retirements:
+                await conn.executemany(
+                    f"INSERT INTO retirements ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
+                    "$11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24::jsonb) "
+                    "ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING",
+                    [
+                        (
+                            r.chain_id,
+                            r.tx_hash,
+                            r.retirement_index,
+                            r.block_number,
+                            r.block_hash,
+                            r.log_index,
+                            r.block_timestamp,
+                            r.payer,
+                            r.beneficiary,
+                            r.input_token,
+                            r.value,
+                            r.fee,
+                            r.retirement_cost,
+                            r.refunded,
+                            r.gas_allowance,
+                            r.source,
+                            r.source_id,
+                            r.credit_token,
+                            r.token_id,
+                            r.amount_units,
+                            r.project_id,
+                            r.vintage,
+                            r.registry,
+                            json.dumps(r.details),
+                        )
+                        for r in retirements
+                    ],
+                )
+            await conn.execute(
+                "INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) "
+                "VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number, "
+                "block_hash = EXCLUDED.block_hash, updated_at = now()",
+                chain_id,
+                name,
+                block_number,
+                block_hash,
+            )
+
+    async def by_transaction(
+        self, chain_id: int, tx_hash: bytes, index: int | None = None
+    ) -> list[IndexedRetirement]:
+        """Retirements of one transaction (optionally one index), by index."""
+        rows = await self._pool.fetch(
+            f"SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2 "
+            "AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index",
+            chain_id,
+            tx_hash,
+            index,
+        )
+        return [_from_row(r) for r in rows]
