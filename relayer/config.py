@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     gas_allowance_margin_bps: int = Field(
         default=5_000, ge=0, description="Headroom on the quoted gas allowance (basis points)."
     )
+    gas_budget_class: int = Field(default=450_000, gt=0, description="Gas priced into a class allowance.")
+    gas_budget_listing: int = Field(default=350_000, gt=0, description="Gas priced into a listing allowance.")
     block_poll_interval_s: float = Field(default=0.25, gt=0)
 
     # --- relay -------------------------------------------------------------------------

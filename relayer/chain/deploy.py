@@ -24,11 +24,10 @@ from typing import Any, Final, cast
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_typing import ChecksumAddress
-from eth_utils import keccak
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
-from web3.types import TxParams, TxReceipt
+from web3.types import Nonce, TxParams, TxReceipt, Wei
 
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
 
@@ -50,6 +49,11 @@ POOL_KVCM: Final = 1_000_000 * 10**KVCM_DECIMALS
 CLASS_DEPOSIT_UNITS: Final = 5_000 * UNITS_PER_TONNE
 LISTING_LIFETIME_S: Final = 30 * 24 * 3600
 
+# Latest vintage a seeded credit may carry. Some registries (ICR) list ex-ante vintages far
+# into the future (to 2071); the data snapshot is from April 2026, so later vintages cannot
+# have been issued. Projects with no vintage up to this year are skipped.
+MAX_VINTAGE: Final = 2025
+
 BASE_MAINNET_CHAIN_ID: Final = 8453
 PRIORITY_FEE_WEI: Final = 1_000_000
 GAS_MARGIN_BPS: Final = 2_000
@@ -65,6 +69,7 @@ SETTLEMENT_FEES: Final = {
     "listingFeeFloorUsdc": 50_000,
 }
 
+_FEES_ABI_ORDER: Final = ("classFeeBps", "classFeeFloorUsdc", "listingFeeBps", "listingFeeFloorUsdc")
 _SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
@@ -153,7 +158,7 @@ class CreditPick:
 
     Attributes:
         project_id: project key, e.g. ``"VCS-10"`` (the on-chain ``projectId``).
-        vintage: latest listed vintage year.
+        vintage: latest listed vintage year not after :data:`MAX_VINTAGE`.
         registry: registry code, e.g. ``"VCS"``.
         name: project name.
         category: marketplace category.
@@ -184,7 +189,7 @@ def payer_key(index: int) -> str:
     Raises:
         DeployError: the hash is not a valid secp256k1 scalar (practically never).
     """
-    raw = keccak(text=f"relayer-devnet payer {index}")
+    raw = bytes(Web3.keccak(text=f"relayer-devnet payer {index}"))
     if not 0 < int.from_bytes(raw, "big") < _SECP256K1_N:
         raise DeployError(f"payer seed {index} is not a valid secp256k1 key")
     return "0x" + raw.hex()
@@ -194,9 +199,10 @@ def pick_credits(projects: Sequence[dict[str, Any]]) -> dict[str, list[CreditPic
     """Choose credits per class from real projects, deterministically.
 
     Walks the projects in file order; a project qualifies for a class when its category and
-    registry match the class spec and it lists at least one vintage. Within a class a
+    registry match the class spec and it lists a vintage up to :data:`MAX_VINTAGE`. Within a class a
     registry not used yet is preferred, so each class mixes registries where the data allows.
-    Each project is used once; its latest vintage is the credit's vintage.
+    Each project is used once; its latest vintage up to :data:`MAX_VINTAGE` is the credit's
+    vintage.
 
     Args:
         projects: records of ``carbon-projects.json`` (``key``, ``registry``, ``name``,
@@ -228,7 +234,7 @@ def pick_credits(projects: Sequence[dict[str, Any]]) -> dict[str, list[CreditPic
         picks[spec.symbol] = [
             CreditPick(
                 project_id=p["key"],
-                vintage=max(int(v) for v in p["vintages"]),
+                vintage=_latest_vintage(p),
                 registry=p["registry"],
                 name=p["name"],
                 category=p["category"],
@@ -239,8 +245,14 @@ def pick_credits(projects: Sequence[dict[str, Any]]) -> dict[str, list[CreditPic
     return picks
 
 
+def _latest_vintage(project: dict[str, Any]) -> int:
+    """Latest vintage year of ``project`` not after :data:`MAX_VINTAGE`; 0 when none."""
+    years = [int(v) for v in project.get("vintages") or () if str(v).isdigit()]
+    return max((y for y in years if y <= MAX_VINTAGE), default=0)
+
+
 def _qualifies(project: dict[str, Any], spec: ClassSpec) -> bool:
-    if project.get("category") not in spec.categories or not project.get("vintages"):
+    if project.get("category") not in spec.categories or not _latest_vintage(project):
         return False
     if spec.registries:
         return project.get("registry") in spec.registries
@@ -285,10 +297,10 @@ class _Sender:
             self.nonces[addr] = self.w3.eth.get_transaction_count(addr, "pending")
         params: TxParams = {
             "from": addr,
-            "nonce": self.nonces[addr],
+            "nonce": Nonce(self.nonces[addr]),
             "chainId": self.chain_id,
-            "maxFeePerGas": self.max_fee,
-            "maxPriorityFeePerGas": PRIORITY_FEE_WEI,
+            "maxFeePerGas": Wei(self.max_fee),
+            "maxPriorityFeePerGas": Wei(PRIORITY_FEE_WEI),
         }
         try:
             gas = int(call.estimate_gas(params))
@@ -347,7 +359,12 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         The devnet description (JSON-serialisable): ``chainId``, ``rpcUrl``,
         ``deployBlock``, ``contracts`` (name -> checksummed address), ``deployer``,
         ``executor``, ``seller``, ``feeRecipient`` and ``payers`` (``address``,
-        ``privateKey``), ``credits``, ``carbonClasses``, ``listings`` and ``fees``.
+        ``privateKey``), ``fees`` (the settlement's fee schedule), ``credits``
+        (``tokenId``, ``projectId``, ``vintage``, ``registry``, ``name``, ``category``,
+        ``country``, ``carbonClass``), ``carbonClasses`` (``classId``, ``symbol``, ``name``,
+        ``priceKvcmPerTonne``, ``minRetirementUnits``, ``tokenIds``) and ``listings``
+        (``listingId``, ``tokenId``, ``seller``, ``unitPrice``, ``amount``, ``minFill``,
+        ``expiration``).
         Token amounts too large for a JSON number are decimal strings of atomic units.
 
     Raises:
@@ -407,7 +424,8 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
             market.address,
             pool.address,
             fee_recipient.address,
-            SETTLEMENT_FEES,
+            # web3 8 mangles a dict for a struct argument: pass the tuple in ABI order.
+            tuple(SETTLEMENT_FEES[k] for k in _FEES_ABI_ORDER),
         )
     ]
     (settlement,) = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))

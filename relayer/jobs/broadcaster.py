@@ -1,0 +1,125 @@
+"""The broadcaster: holds the executor lease, allocates nonces from the lane in Postgres,
+signs claimed jobs (raw bytes committed before broadcast) and sends them. After a restart
+it re-sends the same bytes of every signed or submitted job; it never signs a second,
+different transaction for a job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from relayer.chain.client import ChainClient, ChainUnavailable
+from relayer.chain.signer import ExecutorSigner
+from relayer.metrics import Metrics
+from relayer.store.jobs import Job, JobStore, SignedTx
+from relayer.store.lease import ExecutorLease
+from relayer.store.notify import JobNotifications
+
+log = logging.getLogger(__name__)
+
+BATCH: Final = 32
+IDLE_WAIT_S: Final = 1.0
+LEASE_RETRY_S: Final = 5.0
+
+
+class Broadcaster:
+    """Signs and sends simulated jobs for one executor key."""
+
+    def __init__(
+        self,
+        chain: ChainClient,
+        jobs: JobStore,
+        signer: ExecutorSigner,
+        lease: ExecutorLease,
+        notifications: JobNotifications,
+        metrics: Metrics,
+    ) -> None:
+        self.chain = chain
+        self.jobs = jobs
+        self.signer = signer
+        self.lease = lease
+        self.notifications = notifications
+        self.metrics = metrics
+
+    def _sign(self, job: Job, nonce: int) -> SignedTx:
+        assert job.gas_limit is not None and job.max_fee_per_gas is not None
+        tip = job.max_priority_fee_per_gas or 0
+        raw, tx_hash = self.signer.sign(
+            to=job.settlement,
+            data=job.call_data,
+            nonce=nonce,
+            gas=job.gas_limit,
+            max_fee_per_gas=job.max_fee_per_gas,
+            max_priority_fee_per_gas=tip,
+        )
+        return SignedTx(job.id, tx_hash, raw, nonce, job.gas_limit, job.max_fee_per_gas, tip)
+
+    async def _send(self, txs: list[SignedTx]) -> None:
+        sent: list[SignedTx] = []
+        for tx in txs:
+            try:
+                result = await self.chain.send_raw(tx.raw)
+            except ChainUnavailable as exc:
+                self.metrics.rpc_errors.labels("broadcaster").inc()
+                log.warning("broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": str(exc)})
+                continue
+            self.metrics.broadcasts.labels(result).inc()
+            sent.append(tx)
+        for job in await self.jobs.mark_broadcast(sent):
+            self.metrics.job_transitions.labels("submitted").inc()
+            self.metrics.observe_stage(
+                "accepted_to_submitted", job.timestamps["accepted_at"], job.timestamps["submitted_at"]
+            )
+            log.info("submitted", extra={"job_id": job.id, "tx_hash": "0x" + (job.tx_hash or b"").hex()})
+
+    async def start_lane(self) -> None:
+        """Reconcile the nonce lane with the chain and re-send unsettled transactions."""
+        pending = await self.chain.pending_nonce(self.signer.address)
+        nxt = await self.jobs.reconcile_nonce(self.chain.chain_id, self.signer.address, pending)
+        unsettled = await self.jobs.unsettled_transactions(self.chain.chain_id, self.signer.address)
+        log.info(
+            "executor lane ready",
+            extra={"executor": self.signer.address, "next_nonce": nxt, "resending": len(unsettled)},
+        )
+        await self._send(unsettled)
+
+    async def step(self) -> int:
+        """Sign and send one batch of simulated jobs; returns how many were signed."""
+        signed = await self.jobs.sign_simulated(self.chain.chain_id, self.signer.address, BATCH, self._sign)
+        for _ in signed:
+            self.metrics.job_transitions.labels("signed").inc()
+        await self._send(signed)
+        return len(signed)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if await self.lease.try_acquire():
+                break
+            log.info("executor lease held elsewhere; standing by", extra={"executor": self.signer.address})
+            await _sleep_or_stop(stop, LEASE_RETRY_S)
+        while not stop.is_set():
+            try:
+                await self.start_lane()
+                break
+            except ChainUnavailable:
+                self.metrics.rpc_errors.labels("broadcaster").inc()
+                await _sleep_or_stop(stop, IDLE_WAIT_S)
+        while not stop.is_set():
+            self.notifications.any_change.clear()
+            try:
+                if await self.step():
+                    continue
+            except ChainUnavailable:
+                self.metrics.rpc_errors.labels("broadcaster").inc()
+            except Exception:
+                log.exception("broadcaster step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
+        await self.lease.release()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

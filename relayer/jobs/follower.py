@@ -1,0 +1,163 @@
+"""The chain follower: one loop per new head that (1) reads the receipts of new blocks once
+per block and moves the jobs they settle to mined or reverted, (2) confirms jobs buried under
+the configured depth, and (3) indexes RetirementSettled events of confirmed blocks into
+Postgres (cursor = block number and hash) and marks their jobs indexed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from relayer.chain.client import ChainClient, ChainUnavailable, SettledLog
+from relayer.domain.states import JobState
+from relayer.metrics import Metrics
+from relayer.store.jobs import JobStore
+from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+log = logging.getLogger(__name__)
+
+CURSOR: Final = "retirements"
+MAX_RECEIPT_BLOCKS: Final = 64
+MAX_LOG_RANGE: Final = 2_000
+
+_DETAIL_KEYS: Final = (
+    "retiringAddress",
+    "beneficiaryAddress",
+    "beneficiaryString",
+    "retiringEntityString",
+    "retirementMessage",
+    "beneficiaryLocation",
+    "consumptionCountryCode",
+    "consumptionPeriodStart",
+    "consumptionPeriodEnd",
+)
+
+
+class ChainFollower:
+    """Receipts, confirmations and the retirement index for one chain."""
+
+    def __init__(
+        self,
+        chain: ChainClient,
+        jobs: JobStore,
+        retirements: RetirementStore,
+        metrics: Metrics,
+        confirmations: int,
+        start_block: int,
+        poll_interval_s: float,
+    ) -> None:
+        self.chain = chain
+        self.jobs = jobs
+        self.retirements = retirements
+        self.metrics = metrics
+        self.confirmations = confirmations
+        self.start_block = start_block
+        self.poll_interval_s = poll_interval_s
+        self._scanned: int | None = None
+
+    async def _indexed_up_to(self) -> int:
+        cursor = await self.retirements.cursor(self.chain.chain_id, CURSOR)
+        return self.start_block - 1 if cursor is None else cursor[0]
+
+    async def step(self) -> None:
+        """One pass: receipts of new blocks, confirmations, indexing (all bounded)."""
+        head = await self.chain.head()
+        indexed = await self._indexed_up_to()
+        if self._scanned is None:
+            self._scanned = indexed
+        if head > self._scanned:
+            pending = await self.jobs.pending_hashes(self.chain.chain_id)
+            last = min(head, self._scanned + MAX_RECEIPT_BLOCKS)
+            if pending:
+                for number in range(self._scanned + 1, last + 1):
+                    await self._receipts(number, pending)
+            self._scanned = last
+        safe = min(head - self.confirmations + 1, self._scanned)
+        for job in await self.jobs.mined_up_to(self.chain.chain_id, safe):
+            self.metrics.job_transitions.labels("confirmed").inc()
+            log.info("confirmed", extra={"job_id": job.id})
+        if safe > indexed:
+            await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
+
+    async def _receipts(self, number: int, pending: dict[bytes, int]) -> None:
+        for receipt in await self.chain.block_receipts(number):
+            job_id = pending.get(receipt.tx_hash)
+            if job_id is None:
+                continue
+            target = JobState.MINED if receipt.status == 1 else JobState.REVERTED
+            job = await self.jobs.move(
+                job_id, target, block_number=receipt.block_number, block_hash=receipt.block_hash
+            )
+            if job is not None:
+                self.metrics.job_transitions.labels(target.value).inc()
+                self.metrics.observe_stage(
+                    "submitted_to_mined",
+                    job.timestamps["submitted_at"] or job.timestamps["signed_at"],
+                    job.timestamps["mined_at"] or job.timestamps["submitted_at"],
+                )
+                log.info(target.value, extra={"job_id": job_id, "block": receipt.block_number})
+
+    async def _index(self, from_block: int, to_block: int) -> None:
+        logs = await self.chain.settled_logs(from_block, to_block)
+        stamps = await self.chain.block_timestamps({entry.block_number for entry in logs}) if logs else {}
+        rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
+        to_hash = await self.chain.block_hash(to_block)
+        await self.retirements.save(self.chain.chain_id, CURSOR, to_block, to_hash, rows)
+        self.metrics.indexed_block.set(to_block)
+        for job in await self.jobs.index_jobs(self.chain.chain_id, sorted({r.tx_hash for r in rows})):
+            self.metrics.job_transitions.labels("indexed").inc()
+            self.metrics.observe_stage(
+                "mined_to_indexed", job.timestamps["mined_at"], job.timestamps["indexed_at"]
+            )
+            log.info("indexed", extra={"job_id": job.id})
+
+    async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:
+        r = entry.retirement
+        credit = await self.chain.credit(int(r["tokenId"]))
+        details = dict(zip(_DETAIL_KEYS, _details_tuple(r["details"]), strict=True))
+        return IndexedRetirement(
+            chain_id=self.chain.chain_id,
+            tx_hash=entry.tx_hash,
+            retirement_index=entry.retirement_index,
+            block_number=entry.block_number,
+            block_hash=entry.block_hash,
+            log_index=entry.log_index,
+            block_timestamp=timestamp,
+            payer=entry.payer,
+            beneficiary=entry.beneficiary,
+            input_token=str(r["inputToken"]),
+            value=entry.value,
+            fee=entry.fee,
+            retirement_cost=entry.retirement_cost,
+            refunded=entry.refunded,
+            gas_allowance=int(r["gasAllowance"]),
+            source=int(r["source"]),
+            source_id=int(r["sourceId"]),
+            credit_token=str(r["creditToken"]),
+            token_id=int(r["tokenId"]),
+            amount_units=int(r["amount"]),
+            project_id=credit.project_id,
+            vintage=credit.vintage,
+            registry=credit.registry,
+            details=details,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.step()
+            except ChainUnavailable:
+                self.metrics.rpc_errors.labels("follower").inc()
+            except Exception:
+                log.exception("follower step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+
+
+def _details_tuple(value: object) -> tuple[object, ...]:
+    if isinstance(value, dict):
+        return tuple(value[k] for k in _DETAIL_KEYS)
+    assert isinstance(value, (tuple, list))
+    return tuple(value)

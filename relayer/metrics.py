@@ -1,0 +1,70 @@
+"""Prometheus metrics on a dedicated registry. Labels only from bounded sets (action, error
+code, state, stage), never addresses or hashes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from relayer.domain.states import JobState
+
+STAGE_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+
+
+class Metrics:
+    """All metrics of one daemon process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.jobs_by_state = Gauge(
+            "relayer_relay_jobs", "Relay jobs by state (from Postgres).", ["state"], registry=self.registry
+        )
+        for state in JobState:
+            self.jobs_by_state.labels(state.value)
+        self.job_transitions = Counter(
+            "relayer_relay_job_transitions_total",
+            "Relay job state changes made here.",
+            ["state"],
+            registry=self.registry,
+        )
+        self.stage_seconds = Histogram(
+            "relayer_relay_stage_duration_seconds",
+            "Time a relay job spent per stage (accepted->submitted, submitted->mined, mined->indexed).",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "relayer_http_requests_total",
+            "HTTP requests by action and outcome code.",
+            ["action", "code"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "relayer_http_request_duration_seconds",
+            "HTTP request duration by action.",
+            ["action"],
+            registry=self.registry,
+        )
+        self.rpc_errors = Counter(
+            "relayer_rpc_errors_total",
+            "Chain RPC failures seen by workers.",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.indexed_block = Gauge(
+            "relayer_indexer_block",
+            "Last block the retirement indexer has processed.",
+            registry=self.registry,
+        )
+        self.broadcasts = Counter(
+            "relayer_broadcasts_total",
+            "Raw transactions sent, by result (sent, known, stale).",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def observe_stage(self, stage: str, start: float | None, end: float | None) -> None:
+        if start is not None and end is not None and end >= start:
+            self.stage_seconds.labels(stage).observe(end - start)

@@ -1,0 +1,372 @@
+"""Supply resolution and live quotes (spec: discover, quote, prepare-auth; Limits 1-5).
+
+Reads come from the chain layer; every rule and every rounding is the domain's. Raises
+:class:`~relayer.domain.errors.Rejection` with the spec's resolution and amount codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Final
+
+from relayer.chain.client import ChainClient, ClassInfo, CreditInfo, ListingInfo
+from relayer.config import Settings
+from relayer.domain import fees
+from relayer.domain.amounts import KVCM_DECIMALS, USDC_DECIMALS, format_tonnes, format_units, parse_tonnes
+from relayer.domain.errors import Rejection
+from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
+from relayer.domain.schemas import ActionRequest, require
+
+SUPPORTED_CHAINS: Final = (8453, 84532)
+CONSUMPTION_FIELDS: Final = (
+    "beneficiaryLocation",
+    "consumptionCountryCode",
+    "consumptionPeriodStart",
+    "consumptionPeriodEnd",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    key: str  # "usdc" | "kvcm"
+    symbol: str
+    address: str
+    decimals: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A resolved, priced retirement route. Amounts: ``units`` in credit units; ``quote``
+    in input-token atomic units."""
+
+    source: int
+    source_id: int
+    carbon_class: ClassInfo | None
+    listing: ListingInfo | None
+    credit: CreditInfo
+    credit_token: str
+    token: Token
+    units: int
+    quote: fees.Quote
+    suggested_max_input: int
+
+
+class Catalog:
+    """Discovery, resolution and quoting against live chain state."""
+
+    def __init__(self, chain: ChainClient, settings: Settings) -> None:
+        self.chain = chain
+        self.settings = settings
+        self.tokens = {
+            "usdc": Token("usdc", "USDC", chain.addresses["usdc"], USDC_DECIMALS),
+            "kvcm": Token("kvcm", "kVCM", chain.addresses["kvcm"], KVCM_DECIMALS),
+        }
+
+    # ------------------------------------------------------------------ parameters
+
+    def check_chain(self, chain_id: int | None) -> None:
+        """Raises ``unsupported_chain_id`` unless ``chain_id`` is None or this daemon's chain."""
+        if chain_id is not None and (chain_id not in SUPPORTED_CHAINS or chain_id != self.chain.chain_id):
+            raise Rejection("unsupported_chain_id", supported=[self.chain.chain_id])
+
+    def token(self, text: str | None) -> Token:
+        """Resolve ``inputToken`` (symbol or address; default USDC).
+
+        Raises:
+            Rejection: ``unsupported_input_token``.
+        """
+        if text is None:
+            return self.tokens["usdc"]
+        lowered = text.lower()
+        for token in self.tokens.values():
+            if lowered in (token.symbol.lower(), token.address.lower()):
+                return token
+        raise Rejection(
+            "unsupported_input_token", supported=[t.symbol for t in self.tokens.values()], inputToken=text
+        )
+
+    # ------------------------------------------------------------------ discover
+
+    async def discover(self, req: ActionRequest, now: int) -> dict[str, Any]:
+        """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply)."""
+        self.check_chain(req.chainId)
+        classes, listings, reserves, fee_schedule = await asyncio.gather(
+            self.chain.classes(), self.chain.listings(), self.chain.reserves(), self.chain.fee_schedule()
+        )
+        token_ids = {t for c in classes for t, _ in c.credits} | {li.token_id for li in listings}
+        credits = dict(
+            zip(
+                sorted(token_ids),
+                await asyncio.gather(*(self.chain.credit(t) for t in sorted(token_ids))),
+                strict=True,
+            )
+        )
+        out_classes = []
+        if req.source in (None, "carbonClass", "carbonClasses"):
+            for c in classes:
+                if req.carbonClass and req.carbonClass.lower() not in (c.symbol.lower(), str(c.class_id)):
+                    continue
+                per_tonne = fees.pool_amount_in(
+                    fees.class_cost_kvcm(c.price_kvcm_per_tonne, 1000), reserves.usdc, reserves.kvcm
+                )
+                detailed = [
+                    self._credit_view(credits[t], a)
+                    for t, a in c.credits
+                    if self._credit_matches(credits[t], req)
+                ]
+                if not detailed and _has_credit_filter(req):
+                    continue
+                out_classes.append(
+                    {
+                        "carbonClassId": c.symbol,
+                        "classId": c.class_id,
+                        "name": c.name,
+                        "priceKvcmPerTonne": str(c.price_kvcm_per_tonne),
+                        "priceKvcmPerTonneFormatted": format_units(c.price_kvcm_per_tonne, KVCM_DECIMALS),
+                        "priceUsdcPerTonne": str(per_tonne),
+                        "priceUsdcPerTonneFormatted": format_units(per_tonne, USDC_DECIMALS),
+                        "minRetirementTonnesFormatted": format_tonnes(c.min_retirement_units),
+                        "inputTokens": ["USDC", "kVCM"],
+                        "creditsDetailed": detailed,
+                    }
+                )
+        out_listings = []
+        if req.source in (None, "listing", "marketplace", "marketplaceListings"):
+            for li in listings:
+                if not li.active or li.left_to_sell == 0 or li.expiration <= now:
+                    continue
+                if req.listingId is not None and li.listing_id != req.listingId:
+                    continue
+                if not self._credit_matches(credits[li.token_id], req):
+                    continue
+                out_listings.append(self.listing_view(li, credits[li.token_id]))
+        return {
+            "chainId": self.chain.chain_id,
+            "carbonClasses": out_classes,
+            "marketplaceListings": out_listings,
+            "marketplaceEnabled": True,
+            "supportedInputTokens": [
+                {"symbol": t.symbol, "address": t.address, "decimals": t.decimals}
+                for t in self.tokens.values()
+            ],
+            "protocolFee": {
+                "classFeeBps": fee_schedule.class_fee_bps,
+                "classFeeFloorUsdc": str(fee_schedule.class_fee_floor_usdc),
+                "listingFeeBps": fee_schedule.listing_fee_bps,
+                "listingFeeFloorUsdc": str(fee_schedule.listing_fee_floor_usdc),
+            },
+        }
+
+    def _credit_view(self, credit: CreditInfo, available: int) -> dict[str, Any]:
+        return {
+            "tokenAddress": self.chain.addresses["carbonCredits"],
+            "tokenId": str(credit.token_id),
+            "credit": f"{credit.project_id}-{credit.vintage}",
+            "registry": credit.registry,
+            "vintage": str(credit.vintage),
+            "projectId": credit.project_id,
+            "liquidityFormatted": format_tonnes(available),
+            "wholeTonnesOnly": credit.whole_tonnes_only,
+            "requiresConsumptionMetadata": credit.requires_consumption_metadata,
+        }
+
+    def listing_view(self, li: ListingInfo, credit: CreditInfo) -> dict[str, Any]:
+        return {
+            "listingId": str(li.listing_id),
+            "seller": li.seller,
+            "creditToken": li.credit_token,
+            "tokenId": str(li.token_id),
+            "credit": f"{credit.project_id}-{credit.vintage}",
+            "projectId": credit.project_id,
+            "vintage": str(credit.vintage),
+            "registry": credit.registry,
+            "priceUsdcPerTonne": str(li.unit_price),
+            "priceUsdcPerTonneFormatted": format_units(li.unit_price, USDC_DECIMALS),
+            "leftToSell": format_tonnes(li.left_to_sell),
+            "minFill": format_tonnes(li.min_fill),
+            "expiration": li.expiration,
+            "source": "marketplace",
+        }
+
+    @staticmethod
+    def _credit_matches(credit: CreditInfo, req: ActionRequest) -> bool:
+        if req.tokenId is not None and credit.token_id != req.tokenId:
+            return False
+        if req.vintage is not None and credit.vintage != req.vintage:
+            return False
+        if req.project is not None and credit.project_id.lower() != req.project.lower():
+            return False
+        if req.credit is not None:
+            want = req.credit.lower()
+            return want in (credit.project_id.lower(), f"{credit.project_id}-{credit.vintage}".lower())
+        return True
+
+    # ------------------------------------------------------------------ resolution
+
+    async def resolve(self, req: ActionRequest, now: int) -> Route:
+        """Resolve and price the retirement a request describes (spec: quote).
+
+        Raises:
+            Rejection: schema_validation, unsupported_chain_id, unsupported_input_token,
+                no_candidates, credit_not_found, vintage_not_found, listing_not_found,
+                listing_expired, marketplace_requires_usdc, insufficient_liquidity,
+                amount_not_whole_tonnes, amount_below_increment, below_min_fill,
+                insufficient_listing_supply.
+        """
+        self.check_chain(req.chainId)
+        if (req.carbonClass is None) == (req.listingId is None):
+            raise Rejection(
+                "schema_validation",
+                "give exactly one of carbonClass or listingId",
+                issues=[
+                    {
+                        "path": ["carbonClass"],
+                        "keys": ["carbonClass", "listingId"],
+                        "message": "exactly one of carbonClass or listingId",
+                    }
+                ],
+            )
+        require(req, "amount")
+        assert req.amount is not None
+        units = parse_tonnes(req.amount)
+        token = self.token(req.inputToken)
+        if req.creditToken is not None and req.creditToken != self.chain.addresses["carbonCredits"]:
+            raise Rejection("credit_not_found", f"unknown credit token {req.creditToken}")
+        if req.listingId is not None:
+            return await self._resolve_listing(req.listingId, units, token, now)
+        assert req.carbonClass is not None
+        return await self._resolve_class(req, req.carbonClass, units, token)
+
+    async def _resolve_listing(self, listing_id: int, units: int, token: Token, now: int) -> Route:
+        if token.key != "usdc":
+            raise Rejection("marketplace_requires_usdc", supported=["USDC"])
+        listing = await self.chain.listing(listing_id)
+        if listing is None or not listing.active:
+            raise Rejection("listing_not_found", listingId=str(listing_id))
+        if listing.expiration <= now:
+            raise Rejection("listing_expired", listingId=str(listing_id), expiration=listing.expiration)
+        credit = await self.chain.credit(listing.token_id)
+        if units > listing.left_to_sell:
+            raise Rejection("insufficient_listing_supply", leftToSell=format_tonnes(listing.left_to_sell))
+        if units < listing.min_fill and units != listing.left_to_sell:
+            raise Rejection("below_min_fill", minFill=format_tonnes(listing.min_fill))
+        _check_whole_tonnes(credit, units)
+        quote = fees.quote_listing(listing.unit_price, units, await self.chain.fee_schedule())
+        return Route(
+            SOURCE_LISTING,
+            listing_id,
+            None,
+            listing,
+            credit,
+            listing.credit_token,
+            token,
+            units,
+            quote,
+            quote.total,
+        )
+
+    async def _resolve_class(self, req: ActionRequest, wanted: str, units: int, token: Token) -> Route:
+        classes = await self.chain.classes()
+        chosen = next((c for c in classes if wanted.lower() in (c.symbol.lower(), str(c.class_id))), None)
+        if chosen is None:
+            raise Rejection(
+                "no_candidates", f"no carbon class {wanted!r}", carbonClasses=[c.symbol for c in classes]
+            )
+        credits = await asyncio.gather(*(self.chain.credit(t) for t, _ in chosen.credits))
+        pairs = [(cr, avail) for cr, (_, avail) in zip(credits, chosen.credits, strict=True)]
+        if req.credit is not None or req.tokenId is not None:
+            pairs = [p for p in pairs if self._credit_matches(p[0], req.model_copy(update={"vintage": None}))]
+            if not pairs:
+                raise Rejection("credit_not_found", carbonClass=chosen.symbol)
+        if req.vintage is not None:
+            vintages = sorted({str(cr.vintage) for cr, _ in pairs})
+            pairs = [p for p in pairs if p[0].vintage == req.vintage]
+            if not pairs:
+                raise Rejection("vintage_not_found", availableVintages=vintages)
+        pairs = [p for p in pairs if p[1] > 0]
+        if not pairs:
+            raise Rejection("no_candidates", carbonClass=chosen.symbol)
+        if units < chosen.min_retirement_units:
+            raise Rejection("amount_below_increment", minimum=format_tonnes(chosen.min_retirement_units))
+        fitting = [p for p in pairs if p[1] >= units]
+        if not fitting:
+            raise Rejection("insufficient_liquidity", available=format_tonnes(max(a for _, a in pairs)))
+        whole_ok = [p for p in fitting if not p[0].whole_tonnes_only or units % 1000 == 0]
+        if not whole_ok:
+            _check_whole_tonnes(fitting[0][0], units)
+        credit = whole_ok[0][0]
+        reserves, fee_schedule = await asyncio.gather(self.chain.reserves(), self.chain.fee_schedule())
+        quote = fees.quote_class(
+            chosen.price_kvcm_per_tonne, units, token.key == "usdc", reserves, fee_schedule
+        )
+        suggested = fees.with_slippage(quote.total, self.settings.class_slippage_bps)
+        return Route(
+            SOURCE_CARBON_CLASS,
+            chosen.class_id,
+            chosen,
+            None,
+            credit,
+            self.chain.addresses["carbonCredits"],
+            token,
+            units,
+            quote,
+            suggested,
+        )
+
+    def quote_body(self, route: Route) -> dict[str, Any]:
+        """The quote response (money as atomic strings plus ``…Formatted`` decimals)."""
+        d = route.token.decimals
+        credit = route.credit
+        source = (
+            {"carbonClass": route.carbon_class.symbol}
+            if route.carbon_class
+            else {"listingId": str(route.source_id)}
+        )
+        tonnes = format_tonnes(route.units)
+        return {
+            "chainId": self.chain.chain_id,
+            **source,
+            "inputToken": {"symbol": route.token.symbol, "address": route.token.address, "decimals": d},
+            "amount": tonnes,
+            "tonnesFormatted": tonnes,
+            "quote": {
+                "retirementCost": str(route.quote.cost),
+                "fee": str(route.quote.fee),
+                "total": str(route.quote.total),
+            },
+            "retirementPriceFormatted": format_units(route.quote.cost, d),
+            "feeFormatted": format_units(route.quote.fee, d),
+            "totalFormatted": format_units(route.quote.total, d),
+            "suggestedMaxInput": str(route.suggested_max_input),
+            "suggestedMaxInputFormatted": format_units(route.suggested_max_input, d),
+            "humanSummary": (
+                f"Retire {tonnes} t of {credit.project_id} (vintage {credit.vintage}, {credit.registry}) "
+                f"for {format_units(route.quote.total, d)} {route.token.symbol} including a "
+                f"{format_units(route.quote.fee, d)} {route.token.symbol} protocol fee."
+            ),
+            "resolvedCredit": {
+                "creditToken": route.credit_token,
+                "tokenId": str(credit.token_id),
+                "projectId": credit.project_id,
+                "vintage": str(credit.vintage),
+                "registry": credit.registry,
+            },
+            "alternatives": [],
+        }
+
+
+def _has_credit_filter(req: ActionRequest) -> bool:
+    return any(v is not None for v in (req.tokenId, req.vintage, req.project, req.credit))
+
+
+def _check_whole_tonnes(credit: CreditInfo, units: int) -> None:
+    if credit.whole_tonnes_only and units % 1000:
+        raise Rejection("amount_not_whole_tonnes", registry=credit.registry, increment="1")
+
+
+def missing_registry_details(credit: CreditInfo, details: dict[str, Any]) -> list[str]:
+    """Consumption fields a whole-tonne registry needs that ``details`` lacks (spec rule 5)."""
+    if not credit.requires_consumption_metadata:
+        return []
+    return [f for f in CONSUMPTION_FIELDS if not details.get(f)]
