@@ -51,6 +51,7 @@ _START_ATTEMPTS: Final = 3
 _MAX_SOCKET_PATH: Final = 100  # sun_path is 108 bytes; ".s.PGSQL.65535" is appended
 
 _REQUIRED_BINARIES: Final = ("initdb", "pg_ctl", "postgres")
+_DEBIAN_PG_ROOT = Path("/usr/lib/postgresql")  # holds <major>/bin; a variable so tests can move it
 _RUN_AS_CANDIDATES: Final = ("postgres", "nobody")
 _NAME_PATTERN: Final = re.compile(r"[a-z_][a-z0-9_]*")
 _SCRATCH_HEX_CHARS: Final = 16
@@ -397,9 +398,8 @@ def _find_bindir() -> Path:
             ).stdout.strip()
             if out:
                 candidates.append(Path(out))
-    debian = Path("/usr/lib/postgresql")
-    if debian.is_dir():
-        versions = [p for p in debian.iterdir() if p.name.isdigit()]
+    if _DEBIAN_PG_ROOT.is_dir():
+        versions = [p for p in _DEBIAN_PG_ROOT.iterdir() if p.name.isdigit()]
         candidates.extend(p / "bin" for p in sorted(versions, key=lambda p: int(p.name), reverse=True))
     on_path = shutil.which("initdb")
     if on_path:

@@ -6,6 +6,7 @@ Postgres (cursor = block number and hash) and marks their jobs indexed."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 import contextlib
 import logging
 from typing import Final
@@ -157,7 +158,7 @@ class ChainFollower:
 
 
 def _details_tuple(value: object) -> tuple[object, ...]:
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return tuple(value[k] for k in _DETAIL_KEYS)
     assert isinstance(value, (tuple, list))
     return tuple(value)

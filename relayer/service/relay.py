@@ -26,7 +26,7 @@ from relayer.domain import eip712, fees
 from relayer.domain.amounts import format_tonnes, format_units
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
-from relayer.domain.schemas import ActionRequest, require
+from relayer.domain.schemas import ActionRequest, Details, require
 from relayer.domain.states import JobState
 from relayer.service.catalog import Catalog, Route, missing_registry_details
 from relayer.store.jobs import Job, JobStore, NewJob, SaltReused
@@ -257,6 +257,63 @@ class Relay:
                 "function": "retireWithAuthorization" if scheme == "eip3009" else "retireWithPermit",
                 "retirementHash": "0x" + retirement.struct_hash().hex(),
                 "salt": "0x" + salt.hex(),
+            },
+        }
+
+    # ------------------------------------------------------------------ prepare/retire
+
+    async def prepare_retire(self, req: ActionRequest, now: int) -> dict[str, Any]:
+        """Unsigned ``[approve, retire]`` batch for a caller that pays its own gas
+        (spec: prepare/retire). The beneficiary defaults to ``from``.
+
+        Raises:
+            Rejection: the quote codes, registry_details_required, schema_validation.
+        """
+        require(req, "from")
+        assert req.from_ is not None
+        payer = req.from_
+        route = await self.catalog.resolve(req, now)
+        if req.details is None or not (req.details.beneficiaryAddress or req.details.beneficiaryIsPayer):
+            req = req.model_copy(
+                update={"details": (req.details or Details()).model_copy(update={"beneficiaryIsPayer": True})}
+            )
+        details = self._details(req, payer, route)
+        retirement = self._retirement(route, details, 0)
+        settlement = self.chain.addresses["settlement"]
+        max_input = route.suggested_max_input
+        approve = self.chain.encode(route.token.key, "approve", settlement, max_input)
+        retire = self.chain.encode("settlement", "retire", retirement.as_tuple(), max_input)
+        chain_id = self.chain.chain_id
+        d = route.token.decimals
+        return {
+            "chainId": chain_id,
+            "chain": "base" if chain_id == 8453 else "base-sepolia",
+            "to": settlement,
+            "data": "0x" + retire.hex(),
+            "transactions": [
+                {
+                    "step": "approve",
+                    "to": route.token.address,
+                    "value": "0",
+                    "data": "0x" + approve.hex(),
+                    "chainId": chain_id,
+                },
+                {
+                    "step": "prepareRetire",
+                    "to": settlement,
+                    "value": "0",
+                    "data": "0x" + retire.hex(),
+                    "chainId": chain_id,
+                },
+            ],
+            "quote": self.catalog.quote_body(route),
+            "approvalRequired": True,
+            "approvalInstructions": {
+                "token": route.token.address,
+                "spender": settlement,
+                "amount": str(max_input),
+                "amountFormatted": format_units(max_input, d),
+                "note": "Approve the settlement contract for the maximum input; unused input is refunded.",
             },
         }
 

@@ -1,0 +1,194 @@
+"""HTTP surface of the x402 retirement endpoint (aiohttp): routes, strict parsing, the
+spec's JSON error envelope, ``/metrics``, ``/healthz``, ``/readyz``. The only module that
+knows HTTP; every error body comes from the error registry."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from relayer.domain.errors import Rejection
+from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
+from relayer.metrics import Metrics
+from relayer.service.catalog import Catalog
+from relayer.service.relay import Relay
+
+log = logging.getLogger(__name__)
+
+API_VERSION: Final = "1.0.0"
+CATALOG: Final = web.AppKey("catalog", Catalog)
+RELAY: Final = web.AppKey("relay", Relay)
+METRICS: Final = web.AppKey("metrics", Metrics)
+READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(body), status=status, content_type="application/json")
+
+
+def error_response(rej: Rejection) -> web.Response:
+    return _json(rej.body(), rej.spec.http_status)
+
+
+@web.middleware
+async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request id, error envelope for every failure, no internals leaked."""
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    try:
+        response = await handler(request)
+    except Rejection as rej:
+        response = error_response(rej)
+    except web.HTTPRequestEntityTooLarge:
+        response = error_response(
+            Rejection(
+                "schema_validation",
+                "request body too large",
+                issues=[{"path": [], "keys": [], "message": "body too large"}],
+            )
+        )
+    except web.HTTPNotFound:
+        response = error_response(Rejection("not_found", path=request.path))
+    except web.HTTPMethodNotAllowed:
+        response = error_response(
+            Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
+        )
+    except Exception:
+        log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
+        response = error_response(Rejection("internal_error", requestId=request_id))
+    response.headers["x-request-id"] = request_id
+    return response
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        raw = await request.read()
+        data = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise Rejection("invalid_json") from None
+    if not isinstance(data, dict):
+        raise Rejection("invalid_json", "one JSON object is expected")
+    return data
+
+
+async def _dispatch(request: web.Request, action: str | None, body: dict[str, Any]) -> web.Response:
+    metrics = request.app[METRICS]
+    label = action if action in ACTIONS else "unknown"
+    started = time.perf_counter()
+    code = "ok"
+    try:
+        if action not in ACTIONS:
+            raise Rejection("unknown_action", supported=list(ACTIONS), action=action)
+        req = parse_request(body)
+        response = await _run(request.app, action, req)
+        if response.status >= 400:
+            code = json.loads(response.text or "{}").get("error", "error")
+        return response
+    except Rejection as rej:
+        code = rej.code
+        raise
+    finally:
+        metrics.requests.labels(label, code).inc()
+        metrics.request_seconds.labels(label).observe(time.perf_counter() - started)
+
+
+async def _run(app: web.Application, action: str, req: ActionRequest) -> web.Response:
+    now = int(time.time())
+    catalog, relay = app[CATALOG], app[RELAY]
+    if action == "discover":
+        return _json(await catalog.discover(req, now))
+    if action == "quote":
+        return _json(catalog.quote_body(await catalog.resolve(req, now)))
+    if action == "prepare-auth":
+        return _json(await relay.prepare_auth(req, now))
+    if action == "prepare/retire":
+        return _json(await relay.prepare_retire(req, now))
+    if action == "certificate":
+        return _json(await relay.certificate(req))
+    outcome = await relay.retire(req, now)
+    return _json(outcome.body, outcome.status)
+
+
+async def post_api(request: web.Request) -> web.Response:
+    body = await _body(request)
+    action = body.pop("action", None)
+    return await _dispatch(request, action if isinstance(action, str) else None, body)
+
+
+async def get_action(request: web.Request) -> web.Response:
+    action = request.match_info["action"]
+    query = dict(request.query)
+    if len(query) != len(request.query):
+        raise Rejection(
+            "schema_validation",
+            "repeated query parameters",
+            issues=[{"path": [], "keys": sorted(set(request.query)), "message": "repeated"}],
+        )
+    return await _dispatch(request, action, nest_query(query))
+
+
+async def post_action(request: web.Request) -> web.Response:
+    body = await _body(request)
+    action = request.match_info["action"]
+    if body.get("action", action) != action:
+        raise Rejection("unknown_action", "action in path and body differ", supported=list(ACTIONS))
+    body.pop("action", None)
+    return await _dispatch(request, action, body)
+
+
+async def index(request: web.Request) -> web.Response:
+    relay = request.app[RELAY]
+    return _json(
+        {
+            "name": "x402 carbon retirement endpoint",
+            "apiVersion": API_VERSION,
+            "x402FacilitatorVersion": 2,
+            "chainId": relay.chain.chain_id,
+            "settlement": relay.chain.addresses["settlement"],
+            "actions": [
+                {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
+                for a in ACTIONS
+            ],
+        }
+    )
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready = await request.app[READY]()
+    return _json({"status": "ready" if ready else "not_ready"}, 200 if ready else 503)
+
+
+async def not_found(request: web.Request) -> web.Response:
+    raise Rejection("not_found", path=request.path)
+
+
+def build_app(max_body_bytes: int) -> web.Application:
+    """The aiohttp application (state keys filled in by the composition root)."""
+    app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
+    app.router.add_get("/", index)
+    app.router.add_get("/api", index)
+    app.router.add_post("/api", post_api)
+    app.router.add_get("/api/{action:.+}", get_action)
+    app.router.add_post("/api/{action:.+}", post_action)
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    return app
