@@ -1,0 +1,104 @@
+"""Shared fixtures: a real Postgres (RELAYER_DATABASE_URL, else a private throwaway cluster)
+with a scratch database per session, a real anvil with the reference protocol deployed, and
+the whole daemon served over HTTP on loopback — the same code paths production uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from relayer import devdb, devnet
+from relayer.app import Runtime, make_web_app, open_runtime
+from relayer.chain.deploy import deploy_and_seed
+from relayer.config import Settings
+from relayer.store.db import migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECTS = ROOT.parent / "shared" / "data" / "carbon-projects.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def admin_database_url() -> str:
+    """A Postgres server to make scratch databases on."""
+    return devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_database_url: str) -> Iterator[str]:
+    """A fresh, migrated scratch database for the session."""
+    dsn = devdb.create_scratch_database(admin_database_url)
+    migrate(dsn)
+    yield dsn
+    devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+
+
+@pytest.fixture(scope="session")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A private anvil with the protocol deployed and seeded (the devnet description)."""
+    state = tmp_path_factory.mktemp("anvil")
+    port = free_port()
+    proc = devnet.start_anvil(state, port, 84532)
+    try:
+        info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
+        (state / "devnet.json").write_text(json.dumps(info))
+        info["deploymentFile"] = str(state / "devnet.json")
+        yield info
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@dataclass
+class Daemon:
+    """The running daemon: its HTTP base, runtime objects and the devnet it drives."""
+
+    base_url: str
+    api: str
+    runtime: Runtime
+    chain: dict[str, Any]
+    session: aiohttp.ClientSession
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(self.api, json=body) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
+        async with self.session.get(f"{self.base_url}{path}", params=params) as r:
+            return r.status, await r.json(content_type=None)
+
+
+@pytest.fixture(scope="session")
+async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daemon]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    settings = Settings(
+        rpc_url=chain["rpcUrl"],
+        chain_id=chain["chainId"],
+        deployment_file=Path(chain["deploymentFile"]),
+        http_port=port,
+        public_base_url=base,
+        settle_wait_s=30,
+        block_poll_interval_s=0.05,
+    )
+    async with open_runtime(settings, database_url, workers=True) as rt:
+        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            yield Daemon(base, f"{base}/api", rt, chain, session)
+        await runner.cleanup()

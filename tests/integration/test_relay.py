@@ -1,0 +1,190 @@
+"""The gasless relay end to end: real anvil, real Postgres, the daemon over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+
+from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.integration
+
+
+def sign(typed: dict[str, Any], key: str) -> str:
+    return "0x" + bytes(Account.sign_message(encode_typed_data(full_message=typed), key).signature).hex()
+
+
+async def challenge(d: Daemon, payer: dict[str, str], **fields: Any) -> dict[str, Any]:
+    """actions/retire without authPayload -> the 402 body."""
+    body = {"action": "actions/retire", "from": payer["address"],
+            "details": {"beneficiaryIsPayer": True, "beneficiaryString": "Test beneficiary"}, **fields}
+    status, data = await d.post(body)
+    assert status == 402, data
+    assert data["error"] == "payment_required"
+    assert data["x402FacilitatorVersion"] == 2
+    return data
+
+
+def signed_request(ch: dict[str, Any], key: str) -> dict[str, Any]:
+    body = copy.deepcopy(ch["actionsRetireRequest"])
+    body["authPayload"]["signature"] = sign(ch["typedData"], key)
+    return body
+
+
+async def balances(d: Daemon, token: str, *owners: str) -> list[int]:
+    chain = d.runtime.chain
+    return [await chain.token_balance(token, o) for o in owners]
+
+
+async def executor_state(d: Daemon) -> tuple[int, int]:
+    chain = d.runtime.chain
+    ex = d.chain["executor"]["address"]
+    return await chain.eth_balance(ex), await chain.pending_nonce(ex)
+
+
+async def test_usdc_class_retirement_settles_with_exact_accounting(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][0]
+    fee_to = daemon.chain["feeRecipient"]["address"]
+    executor = daemon.chain["executor"]["address"]
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="1.5", inputToken="USDC")
+    quote = ch["quote"]["quote"]
+    before = await balances(daemon, "usdc", payer["address"], fee_to, executor)
+    status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert status == 200, result
+    assert result["status"] == "settled"
+    [entry] = result["retirements"]
+    assert entry["amountInTonnes"] == "1.5"
+    assert entry["retirementId"] == f"84532-{result['transactionHash']}-0"
+    after = await balances(daemon, "usdc", payer["address"], fee_to, executor)
+    allowance = int(ch["gasAllowance"])
+    # The payer spends exactly cost + fee + the signed gas allowance; the rest is refunded.
+    assert before[0] - after[0] == int(quote["total"]) + allowance
+    assert after[1] - before[1] == int(quote["fee"])
+    assert after[2] - before[2] == allowance
+    assert await daemon.runtime.chain.eth_balance(payer["address"]) == 0
+    status, cert = await daemon.get("/api/certificate", txHash=result["transactionHash"])
+    assert status == 200 and cert["retirements"][0]["certificateUrl"].endswith("/certificate")
+
+
+async def test_usdc_listing_fill_settles(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][1]
+    listing = next(li for li in daemon.chain["listings"] if int(li["minFill"]) <= 1000)
+    seller = daemon.chain["seller"]["address"]
+    ch = await challenge(daemon, payer, listingId=str(listing["listingId"]), amount="1", inputToken="USDC")
+    assert int(ch["validBefore"]) - int(ch["typedData"]["message"]["validAfter"]) > 0
+    before = await balances(daemon, "usdc", seller)
+    status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert status == 200 and result["status"] == "settled", result
+    after = await balances(daemon, "usdc", seller)
+    assert after[0] - before[0] == int(ch["quote"]["quote"]["retirementCost"])
+    fee = int(ch["quote"]["quote"]["fee"])
+    assert fee == max(50_000, -(-int(ch["quote"]["quote"]["retirementCost"]) * 500 // 10_000))
+
+
+async def test_kvcm_class_retirement_settles(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][2]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="2", inputToken="kVCM")
+    assert ch["typedData"]["primaryType"] == "Permit"
+    before = await balances(daemon, "kvcm", payer["address"])
+    status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert status == 200 and result["status"] == "settled", result
+    after = await balances(daemon, "kvcm", payer["address"])
+    assert before[0] - after[0] == int(ch["quote"]["quote"]["total"]) + int(ch["gasAllowance"])
+
+
+async def test_identical_request_twice_and_concurrently_broadcasts_once(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][0]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="0.25", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    _, nonce_before = await executor_state(daemon)
+    results = await asyncio.gather(*(daemon.post(body) for _ in range(4)))
+    status, again = await daemon.post(body)
+    hashes = {r[1]["transactionHash"] for r in [*results, (status, again)]}
+    assert all(r[0] == 200 for r in results) and status == 200, results
+    assert len(hashes) == 1
+    _, nonce_after = await executor_state(daemon)
+    assert nonce_after - nonce_before == 1
+    rows = await daemon.runtime.jobs._pool.fetchval(  # one signed transaction for the job
+        "SELECT count(*) FROM relay_transactions t JOIN relay_jobs j ON j.id = t.job_id WHERE j.salt = $1",
+        bytes.fromhex(body["salt"][2:]),
+    )
+    assert rows == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: b.update(amount="2"),
+        lambda b: b["details"].update(beneficiaryIsPayer=False,
+                                      beneficiaryAddress="0x000000000000000000000000000000000000dEaD"),
+    ],
+    ids=["amount", "beneficiary"],
+)
+async def test_changed_retirement_gives_params_mismatch(daemon: Daemon, change: Any) -> None:
+    payer = daemon.chain["payers"][1]
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="1", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    change(body)
+    status, data = await daemon.post(body)
+    assert status == 400, data
+    assert data["error"] == "params_mismatch"
+    assert data["receivedNonce"] == ch["actionsRetireRequest"]["authPayload"]["nonce"]
+    assert data["expectedNonce"] != data["receivedNonce"]
+    assert "submitted" in data
+
+
+async def test_value_that_does_not_cover_gives_required_minimum(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][1]
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="1", inputToken="USDC")
+    required = int(ch["quote"]["quote"]["total"]) + int(ch["gasAllowance"])
+    ch["typedData"]["message"]["value"] = str(required - 1)
+    ch["actionsRetireRequest"]["authPayload"]["value"] = str(required - 1)
+    status, data = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert status == 400, data
+    assert data["error"] == "insufficient_authorized_value"
+    assert int(data["requiredMinimum"]) == required
+
+
+async def test_reverting_simulation_gives_contract_revert_and_costs_no_gas(daemon: Daemon) -> None:
+    unfunded = Account.create()
+    payer = {"address": unfunded.address, "privateKey": "0x" + bytes(unfunded.key).hex()}
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="1", inputToken="USDC")
+    before = await executor_state(daemon)
+    body = signed_request(ch, payer["privateKey"])
+    status, data = await daemon.post(body)
+    assert status == 422, data
+    assert data["error"] == "contract_revert"
+    assert data["decoded"]["errorName"] == "ERC20InsufficientBalance"
+    assert data["function"] == "retireWithAuthorization"
+    assert await executor_state(daemon) == before
+    # Nothing was signed, so the identical request stays retryable (and fails the same way).
+    status, again = await daemon.post(body)
+    assert (status, again["error"]) == (422, "contract_revert")
+
+
+async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daemon) -> None:
+    c = daemon.runtime.chain
+    details = RetirementDetails(
+        retiring_address=daemon.chain["payers"][0]["address"],
+        beneficiary_address="0x000000000000000000000000000000000000dEaD",
+        beneficiary_string="Ünïcode name ✓", retirement_message="m" * 300, beneficiary_location="Oslo",
+        consumption_country_code="NO", consumption_period_start="2025-01-01", consumption_period_end="2025-12-31",
+    )
+    r = Retirement(1, 7, c.addresses["carbonCredits"], 3, 12_345, c.addresses["usdc"], 999, details)
+    salt = bytes(range(32))
+    assert await c.chain_hash_retirement(r, salt) == authorization_nonce(r, salt)
+
+
+async def test_unsigned_relay_with_wrong_signer_is_rejected(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][0]
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="1", inputToken="USDC")
+    body = copy.deepcopy(ch["actionsRetireRequest"])
+    body["authPayload"]["signature"] = sign(ch["typedData"], daemon.chain["payers"][1]["privateKey"])
+    status, data = await daemon.post(body)
+    assert (status, data["error"]) == (400, "invalid_auth_payload")
