@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from relayer.domain.states import JobState
 
+STAGES: Final = ("accepted_to_submitted", "submitted_to_mined", "mined_to_indexed")
 STAGE_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 
 
@@ -35,6 +36,8 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
+        for stage in STAGES:
+            self.stage_seconds.labels(stage)
         self.requests = Counter(
             "relayer_http_requests_total",
             "HTTP requests by action and outcome code.",

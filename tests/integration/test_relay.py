@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -188,3 +189,19 @@ async def test_unsigned_relay_with_wrong_signer_is_rejected(daemon: Daemon) -> N
     body["authPayload"]["signature"] = sign(ch["typedData"], daemon.chain["payers"][1]["privateKey"])
     status, data = await daemon.post(body)
     assert (status, data["error"]) == (400, "invalid_auth_payload")
+
+
+async def test_metrics_expose_job_states_and_stage_histograms(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][2]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="0.5", inputToken="USDC")
+    status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert (status, result["status"]) == (200, "settled")
+    await asyncio.sleep(0.1)  # the follower observes mined->indexed right after answering
+    async with daemon.session.get(f"{daemon.base_url}/metrics") as r:
+        text = await r.text()
+    assert r.status == 200
+    assert re.search(r'^relayer_relay_jobs\{state="indexed"\} ', text, re.M)
+    for stage in ("accepted_to_submitted", "submitted_to_mined", "mined_to_indexed"):
+        count = re.search(rf'^relayer_relay_stage_duration_seconds_count\{{stage="{stage}"\}} (\S+)', text, re.M)
+        assert count is not None and float(count.group(1)) >= 1, stage
+    assert 'relayer_http_requests_total{action="actions/retire",code="payment_required"}' in text
