@@ -6,9 +6,9 @@ Postgres (cursor = block number and hash) and marks their jobs indexed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Final
 
 from relayer.chain.client import ChainClient, ChainUnavailable, SettledLog

@@ -11,8 +11,9 @@ pytestmark = pytest.mark.integration
 
 async def test_invalid_json_and_non_object(daemon: Daemon) -> None:
     for payload in (b"{not json", b"[1, 2]", b"action=discover"):
-        async with daemon.session.post(daemon.api, data=payload,
-                                       headers={"content-type": "application/json"}) as r:
+        async with daemon.session.post(
+            daemon.api, data=payload, headers={"content-type": "application/json"}
+        ) as r:
             body = await r.json()
         assert (r.status, body["error"], body["x402FacilitatorVersion"]) == (400, "invalid_json", 2)
 
@@ -27,8 +28,13 @@ async def test_unknown_action_lists_supported(daemon: Daemon) -> None:
 
 async def test_unknown_keys_are_schema_validation_with_paths(daemon: Daemon) -> None:
     status, body = await daemon.post(
-        {"action": "quote", "carbonClass": "NBO", "amount": "1", "colour": "green",
-         "details": {"beneficiaryIsPayer": True, "shoeSize": 44}}
+        {
+            "action": "quote",
+            "carbonClass": "NBO",
+            "amount": "1",
+            "colour": "green",
+            "details": {"beneficiaryIsPayer": True, "shoeSize": 44},
+        }
     )
     assert (status, body["error"]) == (400, "schema_validation")
     issues = {tuple(i["path"]): i["keys"] for i in body["issues"]}
@@ -67,19 +73,28 @@ async def test_quote_rules(daemon: Daemon) -> None:
 async def test_puro_relay_needs_registry_details(daemon: Daemon) -> None:
     puro = next(c for c in daemon.chain["credits"] if c["registry"] == "PUR")
     listing = next(li for li in daemon.chain["listings"] if li["tokenId"] == puro["tokenId"])
-    status, body = await daemon.post({
-        "action": "prepare-auth", "listingId": str(listing["listingId"]), "amount": "1",
-        "from": daemon.chain["payers"][0]["address"], "details": {"beneficiaryIsPayer": True},
-    })
+    status, body = await daemon.post(
+        {
+            "action": "prepare-auth",
+            "listingId": str(listing["listingId"]),
+            "amount": "1",
+            "from": daemon.chain["payers"][0]["address"],
+            "details": {"beneficiaryIsPayer": True},
+        }
+    )
     assert (status, body["error"]) == (400, "registry_details_required")
     assert "details.consumptionCountryCode" in body["fields"]
 
 
 async def test_relay_without_beneficiary_is_attribution_required(daemon: Daemon) -> None:
-    status, body = await daemon.post({
-        "action": "prepare-auth", "carbonClass": "NBO", "amount": "1",
-        "from": daemon.chain["payers"][0]["address"],
-    })
+    status, body = await daemon.post(
+        {
+            "action": "prepare-auth",
+            "carbonClass": "NBO",
+            "amount": "1",
+            "from": daemon.chain["payers"][0]["address"],
+        }
+    )
     assert (status, body["error"]) == (400, "attribution_required")
 
 
@@ -96,8 +111,9 @@ async def test_discover_lists_classes_and_listings(daemon: Daemon) -> None:
 
 
 async def test_prepare_retire_gives_approve_then_retire(daemon: Daemon) -> None:
-    status, body = await daemon.get("/api/prepare/retire", carbonClass="RE", amount="1",
-                                    **{"from": daemon.chain["payers"][0]["address"]})
+    status, body = await daemon.get(
+        "/api/prepare/retire", carbonClass="RE", amount="1", **{"from": daemon.chain["payers"][0]["address"]}
+    )
     assert status == 200, body
     assert [t["step"] for t in body["transactions"]] == ["approve", "prepareRetire"]
     assert body["approvalInstructions"]["spender"] == body["to"]

@@ -23,8 +23,12 @@ def sign(typed: dict[str, Any], key: str) -> str:
 
 async def challenge(d: Daemon, payer: dict[str, str], **fields: Any) -> dict[str, Any]:
     """actions/retire without authPayload -> the 402 body."""
-    body = {"action": "actions/retire", "from": payer["address"],
-            "details": {"beneficiaryIsPayer": True, "beneficiaryString": "Test beneficiary"}, **fields}
+    body = {
+        "action": "actions/retire",
+        "from": payer["address"],
+        "details": {"beneficiaryIsPayer": True, "beneficiaryString": "Test beneficiary"},
+        **fields,
+    }
     status, data = await d.post(body)
     assert status == 402, data
     assert data["error"] == "payment_required"
@@ -122,8 +126,9 @@ async def test_identical_request_twice_and_concurrently_broadcasts_once(daemon: 
     "change",
     [
         lambda b: b.update(amount="2"),
-        lambda b: b["details"].update(beneficiaryIsPayer=False,
-                                      beneficiaryAddress="0x000000000000000000000000000000000000dEaD"),
+        lambda b: b["details"].update(
+            beneficiaryIsPayer=False, beneficiaryAddress="0x000000000000000000000000000000000000dEaD"
+        ),
     ],
     ids=["amount", "beneficiary"],
 )
@@ -174,8 +179,12 @@ async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daem
     details = RetirementDetails(
         retiring_address=daemon.chain["payers"][0]["address"],
         beneficiary_address="0x000000000000000000000000000000000000dEaD",
-        beneficiary_string="Ünïcode name ✓", retirement_message="m" * 300, beneficiary_location="Oslo",
-        consumption_country_code="NO", consumption_period_start="2025-01-01", consumption_period_end="2025-12-31",
+        beneficiary_string="Ünïcode name ✓",
+        retirement_message="m" * 300,
+        beneficiary_location="Oslo",
+        consumption_country_code="NO",
+        consumption_period_start="2025-01-01",
+        consumption_period_end="2025-12-31",
     )
     r = Retirement(1, 7, c.addresses["carbonCredits"], 3, 12_345, c.addresses["usdc"], 999, details)
     salt = bytes(range(32))
@@ -202,6 +211,8 @@ async def test_metrics_expose_job_states_and_stage_histograms(daemon: Daemon) ->
     assert r.status == 200
     assert re.search(r'^relayer_relay_jobs\{state="indexed"\} ', text, re.M)
     for stage in ("accepted_to_submitted", "submitted_to_mined", "mined_to_indexed"):
-        count = re.search(rf'^relayer_relay_stage_duration_seconds_count\{{stage="{stage}"\}} (\S+)', text, re.M)
+        count = re.search(
+            rf'^relayer_relay_stage_duration_seconds_count\{{stage="{stage}"\}} (\S+)', text, re.M
+        )
         assert count is not None and float(count.group(1)) >= 1, stage
     assert 'relayer_http_requests_total{action="actions/retire",code="payment_required"}' in text
