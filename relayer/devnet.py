@@ -28,7 +28,7 @@ log = logging.getLogger("relayer.devnet")
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 ANVIL: Final = REPO_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
-DEFAULT_PROJECTS_FILE: Final = Path("/work/shared/data/carbon-projects.json")
+DEFAULT_PROJECTS_FILE: Final = REPO_ROOT / "data" / "carbon-projects.json"
 
 HOST: Final = "127.0.0.1"
 BASE_FEE_WEI: Final = 10_000_000

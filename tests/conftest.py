@@ -23,7 +23,7 @@ from relayer.config import Settings
 from relayer.store.db import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECTS = ROOT.parent / "shared" / "data" / "carbon-projects.json"
+PROJECTS = ROOT / "data" / "carbon-projects.json"
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ from relayer.chain.deploy import deploy_and_seed, load_artifact
 
 pytestmark = pytest.mark.integration
 
-PROJECTS_FILE = Path("/work/shared/data/carbon-projects.json")
+PROJECTS_FILE = devnet.DEFAULT_PROJECTS_FILE
 CHAIN_ID = 84532
 ANVIL_ACCOUNTS = {
     "deployer": 0,
