@@ -100,6 +100,26 @@ contract CarbonClasses is Ownable, ERC1155Holder {
         }
     }
 
+    /// @notice Every class with its registered credits and their liquidity, in one call.
+    function allClasses()
+        external
+        view
+        returns (CarbonClass[] memory infos, uint256[][] memory tokenIds, uint256[][] memory available)
+    {
+        uint256 n = _classes.length;
+        infos = _classes;
+        tokenIds = new uint256[][](n);
+        available = new uint256[][](n);
+        for (uint256 c = 0; c < n; ++c) {
+            uint256[] storage ids = _classCredits[c + 1];
+            tokenIds[c] = ids;
+            available[c] = new uint256[](ids.length);
+            for (uint256 i = 0; i < ids.length; ++i) {
+                available[c][i] = liquidity[c + 1][ids[i]];
+            }
+        }
+    }
+
     /// @notice kVCM atomic units for `amount` credit units, rounded up.
     function quoteRedeem(uint256 classId, uint256 amount) public view returns (uint256) {
         uint256 price = _classView(classId).priceKvcmPerTonne;

@@ -89,6 +89,18 @@ contract Marketplace is ERC1155Holder {
         return _listing(listingId);
     }
 
+    /// @notice Listings `first` .. `first + count - 1` (clipped to the existing ones), in one call.
+    function getListings(uint256 first, uint256 count) external view returns (Listing[] memory out) {
+        if (first == 0) first = 1;
+        uint256 last = first + count - 1;
+        if (last > listingCount) last = listingCount;
+        if (count == 0 || first > last) return new Listing[](0);
+        out = new Listing[](last - first + 1);
+        for (uint256 i = first; i <= last; ++i) {
+            out[i - first] = _listings[i];
+        }
+    }
+
     function fillCost(uint256 listingId, uint256 amount) public view returns (uint256) {
         return (_listing(listingId).unitPrice * amount + UNITS_PER_TONNE - 1) / UNITS_PER_TONNE;
     }

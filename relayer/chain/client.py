@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from eth_utils.address import to_checksum_address
 from web3 import AsyncWeb3
@@ -22,6 +24,8 @@ from relayer.domain.fees import FeeSchedule, PoolReserves
 from relayer.domain.retirement import Retirement
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+LISTING_PAGE: Final = 200
 
 CONTRACT_KEYS: Final = {
     "usdc": "UsdcEip3009",
@@ -126,14 +130,21 @@ class ChainClient:
     """Async access to the reference protocol on one chain."""
 
     def __init__(
-        self, rpc_url: str, chain_id: int, addresses: dict[str, str], timeout_s: float = 10.0
+        self,
+        rpc_url: str,
+        chain_id: int,
+        addresses: dict[str, str],
+        timeout_s: float = 10.0,
+        read_ttl_s: float = 1.0,
     ) -> None:
         self.chain_id = chain_id
         self.addresses = {k: str(to_checksum_address(v)) for k, v in addresses.items() if k in CONTRACT_KEYS}
         missing = set(CONTRACT_KEYS) - set(self.addresses)
         if missing:
             raise ValueError(f"deployment lacks contract addresses: {sorted(missing)}")
-        self.w3 = AsyncWeb3(AsyncHTTPProvider(rpc_url, request_kwargs={"timeout": timeout_s}))
+        # No default middleware: the validation middleware asks eth_chainId on every call,
+        # and the chain id is checked once in check() instead.
+        self.w3 = AsyncWeb3(AsyncHTTPProvider(rpc_url, request_kwargs={"timeout": timeout_s}), middleware=[])
         self.contracts = {
             key: self.w3.eth.contract(address=self.addresses[key], abi=abi(name))  # type: ignore[call-overload]
             for key, name in CONTRACT_KEYS.items()
@@ -141,6 +152,33 @@ class ChainClient:
         self._fees: FeeSchedule | None = None
         self._credits: dict[int, CreditInfo] = {}
         self._settled_event = self.contracts["settlement"].events.RetirementSettled()
+        # Reads of mutable state (classes, listings, reserves, base fee) are cached per head:
+        # an entry is good while the head is unchanged and for at most read_ttl_s seconds.
+        self.read_ttl_s = read_ttl_s
+        self._head: int | None = None
+        self._reads: dict[str, tuple[int | None, float, Any]] = {}
+
+    def observe_head(self, number: int) -> None:
+        """A new head was seen: drop every cached read of mutable state."""
+        if number != self._head:
+            self._head = number
+            self._reads.clear()
+
+    async def _cached(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
+        """Single-flight read cache: concurrent callers share one load per head and TTL."""
+        now = time.monotonic()
+        hit = self._reads.get(key)
+        if hit is not None and hit[0] == self._head and now - hit[1] < self.read_ttl_s:
+            shared: asyncio.Future[T] = hit[2]
+            return await asyncio.shield(shared)
+        task: asyncio.Future[T] = asyncio.ensure_future(load())
+        self._reads[key] = (self._head, now, task)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if self._reads.get(key, (None, 0.0, None))[2] is task:
+                del self._reads[key]
+            raise
 
     # ------------------------------------------------------------------ life cycle
 
@@ -180,8 +218,11 @@ class ChainClient:
         return self._fees
 
     async def reserves(self) -> PoolReserves:
-        usdc, kvcm = await self._call("pool", "getReserves")
-        return PoolReserves(int(usdc), int(kvcm))
+        async def load() -> PoolReserves:
+            usdc, kvcm = await self._call("pool", "getReserves")
+            return PoolReserves(int(usdc), int(kvcm))
+
+        return await self._cached("reserves", load)
 
     async def credit(self, token_id: int) -> CreditInfo:
         """Credit metadata (cached: it never changes)."""
@@ -195,11 +236,11 @@ class ChainClient:
         return cached
 
     async def classes(self) -> list[ClassInfo]:
-        count = int(await self._call("carbonClasses", "classCount"))
-        infos, credits = await asyncio.gather(
-            asyncio.gather(*(self._call("carbonClasses", "classInfo", i) for i in range(1, count + 1))),
-            asyncio.gather(*(self._call("carbonClasses", "classCredits", i) for i in range(1, count + 1))),
-        )
+        """All carbon classes with their credits' liquidity (cached per head)."""
+        return await self._cached("classes", self._load_classes)
+
+    async def _load_classes(self) -> list[ClassInfo]:
+        infos, token_ids, available = await self._call("carbonClasses", "allClasses")
         return [
             ClassInfo(
                 class_id=i + 1,
@@ -207,13 +248,16 @@ class ChainClient:
                 name=info[1],
                 price_kvcm_per_tonne=int(info[2]),
                 min_retirement_units=int(info[3]),
-                credits=tuple((int(t), int(a)) for t, a in zip(cred[0], cred[1], strict=True)),
+                credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
             )
-            for i, (info, cred) in enumerate(zip(infos, credits, strict=True))
+            for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
         ]
 
     async def listing(self, listing_id: int) -> ListingInfo | None:
-        """A listing, or None when no listing has this id."""
+        """A listing, or None when no listing has this id (cached per head)."""
+        return await self._cached(f"listing:{listing_id}", lambda: self._load_listing(listing_id))
+
+    async def _load_listing(self, listing_id: int) -> ListingInfo | None:
         try:
             raw = await self._call("marketplace", "getListing", listing_id)
         except ChainRevert as exc:
@@ -223,11 +267,16 @@ class ChainClient:
         return _listing(listing_id, raw)
 
     async def listings(self) -> list[ListingInfo]:
-        count = int(await self._call("marketplace", "listingCount"))
-        raws = await asyncio.gather(
-            *(self._call("marketplace", "getListing", i) for i in range(1, count + 1))
-        )
-        return [_listing(i + 1, raw) for i, raw in enumerate(raws)]
+        """All listings (cached per head)."""
+        return await self._cached("listings", self._load_listings)
+
+    async def _load_listings(self) -> list[ListingInfo]:
+        out: list[ListingInfo] = []
+        while True:  # bounded by listingCount: each page moves `first` forward or ends
+            page = await self._call("marketplace", "getListings", len(out) + 1, LISTING_PAGE)
+            out.extend(_listing(len(out) + i + 1, raw) for i, raw in enumerate(page))
+            if len(page) < LISTING_PAGE:
+                return out
 
     async def permit_nonce(self, owner: str) -> int:
         return int(await self._call("kvcm", "nonces", owner))
@@ -290,9 +339,13 @@ class ChainClient:
         return int(response["result"], 16)
 
     async def base_fee(self) -> int:
-        """Base fee per gas of the latest block (wei)."""
-        block = await self._rpc(self.w3.eth.get_block("latest"))
-        return int(block.get("baseFeePerGas", 0))
+        """Base fee per gas of the latest block (wei; cached per head)."""
+
+        async def load() -> int:
+            block = await self._rpc(self.w3.eth.get_block("latest"))
+            return int(block.get("baseFeePerGas", 0))
+
+        return await self._cached("base_fee", load)
 
     async def pending_nonce(self, address: str) -> int:
         return int(
@@ -324,7 +377,10 @@ class ChainClient:
         raise ChainUnavailable(f"broadcast refused: {message[:120]}")
 
     async def head(self) -> int:
-        return int(await self._rpc(self.w3.eth.block_number))
+        """Latest block number; a change drops the cached reads."""
+        number = int(await self._rpc(self.w3.eth.block_number))
+        self.observe_head(number)
+        return number
 
     async def block_hash(self, number: int) -> bytes:
         block = await self._rpc(self.w3.eth.get_block(number))
