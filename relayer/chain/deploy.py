@@ -29,11 +29,11 @@ from web3 import Web3
 from web3.contract import Contract
 from web3.types import Nonce, TxParams, TxReceipt, Wei
 
+from relayer.chain.abi import artifact
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
 
 log = logging.getLogger(__name__)
 
-ABI_DIR: Final = Path(__file__).resolve().parents[2] / "contracts_abi"
 
 # anvil's default accounts 0-3 (mnemonic "test test ... junk"): public dev keys.
 DEPLOYER_KEY: Final = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
@@ -268,7 +268,7 @@ def load_artifact(name: str) -> tuple[list[dict[str, Any]], str]:
     Returns:
         ``(abi, bytecode)`` with the bytecode as 0x hex.
     """
-    data = json.loads((ABI_DIR / f"{name}.json").read_text())
+    data = artifact(name)
     return cast(list[dict[str, Any]], data["abi"]), cast(str, data["bytecode"])
 
 

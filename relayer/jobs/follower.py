@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from relayer.chain.client import ChainClient, ChainUnavailable, SettledLog
+from relayer.domain.errors import Rejection
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.store.jobs import JobStore
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 CURSOR: Final = "retirements"
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
+STALE_ACCEPTED_S: Final = 120.0
+SWEEP_EVERY_S: Final = 15.0
 
 _DETAIL_KEYS: Final = (
     "retiringAddress",
@@ -145,9 +148,21 @@ class ChainFollower:
             details=details,
         )
 
+    async def sweep(self) -> None:
+        """Reject jobs a crashed process left in ``accepted`` (they signed nothing)."""
+        rej = Rejection("internal_error", "the relay was interrupted before signing; post the request again")
+        expired = await self.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"status": 500, **rej.body()})
+        if expired:
+            log.warning("rejected stale accepted jobs", extra={"count": expired})
+
     async def run(self, stop: asyncio.Event) -> None:
+        last_sweep = 0.0
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             try:
+                if loop.time() - last_sweep > SWEEP_EVERY_S:
+                    last_sweep = loop.time()
+                    await self.sweep()
                 await self.step()
             except ChainUnavailable:
                 self.metrics.rpc_errors.labels("follower").inc()

@@ -233,6 +233,18 @@ class JobStore:
         row = await self._pool.fetchrow(sql, *args)
         return None if row is None else Job.from_row(row)
 
+    async def expire_stale_accepted(self, older_than_s: float, error: dict[str, Any]) -> int:
+        """Reject jobs left in ``accepted`` (nothing signed) by a process that died mid-check,
+        so the identical request can take them up again. Returns how many."""
+        rows = await self._pool.fetch(
+            "WITH moved AS (UPDATE relay_jobs SET state = 'rejected', error = $2::jsonb, updated_at = now() "
+            "WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1) RETURNING id) "
+            f"SELECT moved.id, pg_notify('{NOTIFY_CHANNEL}', moved.id::text) FROM moved",
+            older_than_s,
+            json.dumps(error),
+        )
+        return len(rows)
+
     async def count_by_state(self) -> dict[str, int]:
         rows = await self._pool.fetch("SELECT state, count(*) AS n FROM relay_jobs GROUP BY state")
         return {r["state"]: int(r["n"]) for r in rows}

@@ -216,3 +216,36 @@ async def test_metrics_expose_job_states_and_stage_histograms(daemon: Daemon) ->
         )
         assert count is not None and float(count.group(1)) >= 1, stage
     assert 'relayer_http_requests_total{action="actions/retire",code="payment_required"}' in text
+
+
+async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemon) -> None:
+    from relayer.jobs.follower import STALE_ACCEPTED_S
+
+    relay = daemon.runtime.relay
+    payer = daemon.chain["payers"][0]
+    ch = await challenge(daemon, payer, carbonClass="IND", amount="0.2", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+
+    async def crash(*_args: Any) -> None:
+        raise RuntimeError("process died between reserving the salt and simulating")
+
+    real = relay._simulate
+    relay._simulate = crash  # type: ignore[method-assign]
+    try:
+        status, data = await daemon.post(body)
+    finally:
+        relay._simulate = real  # type: ignore[method-assign]
+    assert (status, data["error"]) == (500, "internal_error")
+    salt = bytes.fromhex(body["salt"][2:])
+    pool = daemon.runtime.jobs._pool
+    assert await pool.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt) == "accepted"
+    # Not yet stale: the sweep leaves it; once older than the threshold it is rejected.
+    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"error": "x"}) == 0
+    await pool.execute(
+        "UPDATE relay_jobs SET accepted_at = now() - make_interval(secs => $2) WHERE salt = $1",
+        salt,
+        STALE_ACCEPTED_S + 1,
+    )
+    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"error": "x"}) == 1
+    status, data = await daemon.post(body)
+    assert (status, data["status"]) == (200, "settled"), data
