@@ -111,11 +111,15 @@ def devnet_up() -> None:
 
 @devnet.command("down")
 def devnet_down() -> None:
-    """Stop exactly the anvil that `devnet up` started."""
+    """Stop exactly the anvil that `devnet up` started, and the private dev database cluster
+    under .devdata/ if the dev tooling started one (a server given by URL is never touched)."""
     from relayer import devnet as dn
+    from relayer.devdb import stop_private_cluster
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     click.echo("devnet stopped" if dn.down(ROOT) else "devnet was not running")
+    if stop_private_cluster(STATE_DIR):
+        click.echo("private database cluster stopped")
 
 
 @main.command()
