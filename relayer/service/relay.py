@@ -150,6 +150,33 @@ class Relay:
             "gasAllowance": str(retirement.gas_allowance),
         }
 
+    def _typed_data(
+        self, route: Route, payer: str, value: int, valid_after: int, valid_before: int, nonce: bytes | int
+    ) -> dict[str, Any]:
+        """EIP-712 typed data the payer signs: EIP-3009 ReceiveWithAuthorization (``nonce``
+        the bound 32-byte nonce) for USDC, EIP-2612 Permit (``nonce`` the permit nonce) for kVCM."""
+        settlement = self.chain.addresses["settlement"]
+        if isinstance(nonce, bytes):
+            return eip712.receive_with_authorization(
+                chain_id=self.chain.chain_id,
+                usdc=route.token.address,
+                payer=payer,
+                settlement=settlement,
+                value=value,
+                valid_after=valid_after,
+                valid_before=valid_before,
+                nonce=nonce,
+            )
+        return eip712.permit(
+            chain_id=self.chain.chain_id,
+            kvcm=route.token.address,
+            owner=payer,
+            spender=settlement,
+            value=value,
+            nonce=nonce,
+            deadline=valid_before,
+        )
+
     # ------------------------------------------------------------------ prepare-auth
 
     async def prepare_auth(self, req: ActionRequest, now: int) -> dict[str, Any]:
@@ -184,32 +211,15 @@ class Relay:
         settlement = self.chain.addresses["settlement"]
         salt = os.urandom(32)
         if route.token.key == "usdc":
-            nonce_bytes = authorization_nonce(retirement, salt)
-            typed = eip712.receive_with_authorization(
-                chain_id=self.chain.chain_id,
-                usdc=route.token.address,
-                payer=payer,
-                settlement=settlement,
-                value=value,
-                valid_after=0,
-                valid_before=valid_before,
-                nonce=nonce_bytes,
-            )
-            nonce = "0x" + nonce_bytes.hex()
+            bound = authorization_nonce(retirement, salt)
+            signed_nonce: bytes | int = bound
+            nonce = "0x" + bound.hex()
             scheme = "eip3009"
         else:
-            permit_nonce = await self.chain.permit_nonce(payer)
-            typed = eip712.permit(
-                chain_id=self.chain.chain_id,
-                kvcm=route.token.address,
-                owner=payer,
-                spender=settlement,
-                value=value,
-                nonce=permit_nonce,
-                deadline=valid_before,
-            )
-            nonce = str(permit_nonce)
+            signed_nonce = await self.chain.permit_nonce(payer)
+            nonce = str(signed_nonce)
             scheme = "eip2612"
+        typed = self._typed_data(route, payer, value, 0, valid_before, signed_nonce)
         request_details = (
             req.details.model_dump(exclude_none=True, exclude_defaults=True) if req.details else {}
         )
@@ -376,29 +386,12 @@ class Relay:
                     receivedNonce=received,
                     submitted=self._summary(route, retirement),
                 )
-            typed = eip712.receive_with_authorization(
-                chain_id=self.chain.chain_id,
-                usdc=route.token.address,
-                payer=payer,
-                settlement=settlement,
-                value=value,
-                valid_after=int(auth.validAfter),
-                valid_before=valid_before,
-                nonce=expected,
-            )
+            typed = self._typed_data(route, payer, value, int(auth.validAfter), valid_before, expected)
             auth_key = expected
         else:
             if not auth.nonce.isdigit():
                 raise Rejection("invalid_auth_payload", "kVCM needs an EIP-2612 permit nonce (decimal)")
-            typed = eip712.permit(
-                chain_id=self.chain.chain_id,
-                kvcm=route.token.address,
-                owner=payer,
-                spender=settlement,
-                value=value,
-                nonce=int(auth.nonce),
-                deadline=valid_before,
-            )
+            typed = self._typed_data(route, payer, value, int(auth.validAfter), valid_before, int(auth.nonce))
             auth_key = keccak(
                 encode(["address", "address", "uint256"], [route.token.address, payer, int(auth.nonce)])
             )
