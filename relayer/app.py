@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,9 @@ def make_web_app(rt: Runtime) -> web.Application:
 
 
 async def serve(settings: Settings, dsn: str, *, workers: bool, http: bool = True) -> None:
-    """Run the daemon until cancelled (SIGINT/SIGTERM)."""
+    """Run the daemon until SIGTERM/SIGINT (or cancellation); then stop accepting requests,
+    stop the workers and close every resource. Jobs are durable in Postgres, so an
+    interrupted relay resumes on the next start."""
     async with open_runtime(settings, dsn, workers=workers) as rt:
         runner: web.AppRunner | None = None
         if http:
@@ -180,8 +183,14 @@ async def serve(settings: Settings, dsn: str, *, workers: bool, http: bool = Tru
             await runner.setup()
             await web.TCPSite(runner, settings.http_host, settings.http_port).start()
             log.info("listening", extra={"host": settings.http_host, "port": settings.http_port})
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stopping.set)
         try:
-            await asyncio.Event().wait()
+            await stopping.wait()
+            log.info("stopping: finishing in-flight work")
         finally:
             if runner is not None:
                 await runner.cleanup()
