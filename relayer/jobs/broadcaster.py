@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 BATCH: Final = 32
 IDLE_WAIT_S: Final = 1.0
 LEASE_RETRY_S: Final = 5.0
+RESEND_UNSENT_AFTER_S: Final = 2.0
+RESEND_UNMINED_AFTER_S: Final = 30.0
 
 
 class Broadcaster:
@@ -86,11 +88,18 @@ class Broadcaster:
         await self._send(unsettled)
 
     async def step(self) -> int:
-        """Sign and send one batch of simulated jobs; returns how many were signed."""
+        """Sign and send one batch of simulated jobs, then re-send (same bytes) what a failed
+        send left signed or what has sat unmined too long; returns how many were signed."""
         signed = await self.jobs.sign_simulated(self.chain.chain_id, self.signer.address, BATCH, self._sign)
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
         await self._send(signed)
+        stale = await self.jobs.stale_transactions(
+            self.chain.chain_id, self.signer.address, RESEND_UNSENT_AFTER_S, RESEND_UNMINED_AFTER_S
+        )
+        if stale:
+            log.info("re-sending transactions", extra={"count": len(stale)})
+            await self._send(stale)
         return len(signed)
 
     async def run(self, stop: asyncio.Event) -> None:

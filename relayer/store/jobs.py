@@ -322,8 +322,7 @@ class JobStore:
             return []
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(
-                "UPDATE relay_transactions SET broadcast_at = coalesce(broadcast_at, now()) "
-                "WHERE tx_hash = ANY($1::bytea[])",
+                "UPDATE relay_transactions SET broadcast_at = now() WHERE tx_hash = ANY($1::bytea[])",
                 [t.tx_hash for t in txs],
             )
             rows = await conn.fetch(
@@ -343,6 +342,25 @@ class JobStore:
             "ORDER BY t.nonce",
             chain_id,
             executor,
+        )
+        return [_signed(r) for r in rows]
+
+    async def stale_transactions(
+        self, chain_id: int, executor: str, unsent_after_s: float, unmined_after_s: float
+    ) -> list[SignedTx]:
+        """Transactions to send again with the same bytes: signed but not recorded as
+        broadcast for ``unsent_after_s`` (a failed send), or submitted and unmined for
+        ``unmined_after_s`` seconds since the last send."""
+        rows = await self._pool.fetch(
+            "SELECT t.* FROM relay_jobs j JOIN relay_transactions t ON t.tx_hash = j.tx_hash "
+            "WHERE j.chain_id = $1 AND j.executor = $2 AND ("
+            "(j.state = 'signed' AND j.signed_at < now() - make_interval(secs => $3)) OR "
+            "(j.state = 'submitted' AND t.broadcast_at < now() - make_interval(secs => $4))) "
+            "ORDER BY t.nonce LIMIT 100",
+            chain_id,
+            executor,
+            unsent_after_s,
+            unmined_after_s,
         )
         return [_signed(r) for r in rows]
 

@@ -249,3 +249,55 @@ async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemo
     assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"error": "x"}) == 1
     status, data = await daemon.post(body)
     assert (status, data["status"]) == (200, "settled"), data
+
+
+async def test_failed_broadcast_is_resent_with_the_same_bytes(daemon: Daemon) -> None:
+    from relayer.chain.client import ChainUnavailable
+
+    chain = daemon.runtime.chain
+    payer = daemon.chain["payers"][1]
+    ch = await challenge(daemon, payer, carbonClass="IND", amount="0.3", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    real_send = chain.send_raw
+    sent: list[bytes] = []
+
+    async def flaky_send(raw: bytes) -> str:
+        sent.append(raw)
+        if len(sent) == 1:
+            raise ChainUnavailable("RPC unavailable: connection reset")
+        return await real_send(raw)
+
+    chain.send_raw = flaky_send  # type: ignore[method-assign]
+    try:
+        status, data = await daemon.post(body)
+    finally:
+        chain.send_raw = real_send  # type: ignore[method-assign]
+    assert (status, data["status"]) == (200, "settled"), data
+    assert len(sent) == 2 and sent[0] == sent[1]  # the same signed bytes, never a second transaction
+    rows = await daemon.runtime.jobs._pool.fetchval(
+        "SELECT count(*) FROM relay_transactions t JOIN relay_jobs j ON j.id = t.job_id WHERE j.salt = $1",
+        bytes.fromhex(body["salt"][2:]),
+    )
+    assert rows == 1
+
+
+async def test_database_loss_cannot_spend_an_authorization_twice(daemon: Daemon) -> None:
+    """With the job and salt rows gone, the chain's own EIP-3009 authorizationState refuses
+    the replay in simulation: nothing is broadcast and the executor pays nothing."""
+    payer = daemon.chain["payers"][2]
+    ch = await challenge(daemon, payer, carbonClass="IND", amount="0.1", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    status, first = await daemon.post(body)
+    assert (status, first["status"]) == (200, "settled")
+    pool = daemon.runtime.jobs._pool
+    salt = bytes.fromhex(body["salt"][2:])
+    async with pool.acquire() as conn, conn.transaction():
+        job_id = await conn.fetchval("SELECT id FROM relay_jobs WHERE salt = $1", salt)
+        await conn.execute("DELETE FROM spent_salts WHERE job_id = $1", job_id)
+        await conn.execute("DELETE FROM relay_transactions WHERE job_id = $1", job_id)
+        await conn.execute("DELETE FROM relay_jobs WHERE id = $1", job_id)
+    before = await executor_state(daemon)
+    status, replay = await daemon.post(body)
+    assert (status, replay["error"]) == (422, "contract_revert"), replay
+    assert replay["decoded"]["errorName"] == "AuthorizationAlreadyUsed"
+    assert await executor_state(daemon) == before
