@@ -365,11 +365,25 @@ class Relay:
         signature = auth.signature_bytes()
         if signature is None:
             raise Rejection("invalid_auth_payload", "authPayload needs signature or v/r/s")
+        salt = bytes.fromhex(req.salt[2:])
+        request_hash = keccak(text=json.dumps(req.model_dump(mode="json", by_alias=True), sort_keys=True))
+        # The identical request answers from its job, whatever live prices, supply or the
+        # clock say now: the same transaction hash, never a second broadcast.
+        existing = await self.jobs.find_by_salt(self.chain.chain_id, salt)
+        if existing is not None and existing.state is not JobState.REJECTED:
+            if existing.request_hash != request_hash:
+                raise Rejection(
+                    "params_mismatch",
+                    "this salt was already spent by another request",
+                    expectedNonce="0x" + existing.auth_key.hex(),
+                    receivedNonce=auth.nonce,
+                    submitted=existing.summary,
+                )
+            return await self.outcome(existing.id)
         route = await self.catalog.resolve(req, now)
         details = self._details(req, payer, route)
         signed_allowance = int(req.gasAllowance)
         retirement = self._retirement(route, details, signed_allowance)
-        salt = bytes.fromhex(req.salt[2:])
         value = int(auth.value)
         valid_before = int(auth.validBefore)
         settlement = self.chain.addresses["settlement"]
@@ -428,7 +442,6 @@ class Relay:
                 (payer, value, valid_before, *_vrs(signature)),
             )
         )
-        request_hash = keccak(text=json.dumps(req.model_dump(mode="json", by_alias=True), sort_keys=True))
         new = NewJob(
             chain_id=self.chain.chain_id,
             auth_key=auth_key,

@@ -202,6 +202,16 @@ class JobStore:
                 return Job.from_row(reopened), True
             return Job.from_row(existing), False
 
+    async def find_by_salt(self, chain_id: int, salt: bytes) -> Job | None:
+        """The job that spent ``salt``, if any."""
+        row = await self._pool.fetchrow(
+            "SELECT j.* FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id "
+            "WHERE s.chain_id = $1 AND s.salt = $2",
+            chain_id,
+            salt,
+        )
+        return None if row is None else Job.from_row(row)
+
     async def get(self, job_id: int) -> Job | None:
         row = await self._pool.fetchrow("SELECT * FROM relay_jobs WHERE id = $1", job_id)
         return None if row is None else Job.from_row(row)

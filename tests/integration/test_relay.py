@@ -301,3 +301,48 @@ async def test_database_loss_cannot_spend_an_authorization_twice(daemon: Daemon)
     assert (status, replay["error"]) == (422, "contract_revert"), replay
     assert replay["decoded"]["errorName"] == "AuthorizationAlreadyUsed"
     assert await executor_state(daemon) == before
+
+
+def set_class_price(chain: dict[str, Any], class_id: int, price: int) -> None:
+    """As the protocol owner, move a class price on-chain (sync web3, test-side only)."""
+    from web3 import Web3
+
+    from relayer.chain.abi import abi
+
+    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
+    owner = Account.from_key(chain["deployer"]["privateKey"])
+    classes = w3.eth.contract(address=chain["contracts"]["carbonClasses"], abi=abi("CarbonClasses"))
+    tx = classes.functions.setPrice(class_id, price).build_transaction(
+        {
+            "from": owner.address,
+            "nonce": w3.eth.get_transaction_count(owner.address),
+            "chainId": chain["chainId"],
+        }
+    )
+    receipt = w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction), timeout=30
+    )
+    assert receipt["status"] == 1
+
+
+async def test_identical_request_after_prices_moved_returns_the_same_transaction(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][1]
+    ch = await challenge(daemon, payer, carbonClass="IND", amount="0.4", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    status, first = await daemon.post(body)
+    assert (status, first["status"]) == (200, "settled")
+    ind = next(c for c in daemon.chain["carbonClasses"] if c["symbol"] == "IND")
+    price = int(ind["priceKvcmPerTonne"])
+    set_class_price(daemon.chain, ind["classId"], price * 3)
+    try:
+        await asyncio.sleep(0.2)  # let the follower see the new head (drops cached reads)
+        status, quote = await daemon.get("/api/quote", carbonClass="IND", amount="0.4")
+        assert int(quote["quote"]["total"]) > int(body["authPayload"]["value"])  # would no longer cover
+        status, again = await daemon.post(body)
+        assert (status, again["status"], again["transactionHash"]) == (
+            200,
+            "settled",
+            first["transactionHash"],
+        )
+    finally:
+        set_class_price(daemon.chain, ind["classId"], price)
