@@ -1,5 +1,5 @@
 """Exact amount parsing and formatting. Money and credits are ints of atomic units at every
-boundary; ``Decimal`` is used only inside these functions.
+boundary; parsing is exact string arithmetic (no float, no Decimal context rounding).
 
 Credit units: 1 unit = 1 kg CO2e, 1000 units = 1 tonne (spec, Limits 1: minimum 0.001 t).
 """
@@ -7,7 +7,6 @@ Credit units: 1 unit = 1 kg CO2e, 1000 units = 1 tonne (spec, Limits 1: minimum 
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Final
 
 from relayer.domain.errors import Rejection
@@ -16,14 +15,26 @@ UNITS_PER_TONNE: Final = 1000
 USDC_DECIMALS: Final = 6
 KVCM_DECIMALS: Final = 18
 
-_DECIMAL_RE: Final = re.compile(r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,18})?$")
+_TONNES_RE: Final = re.compile(r"(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,18}))?")
+_UNITS_RE: Final = re.compile(r"(0|[1-9][0-9]{0,77})(?:\.([0-9]{1,78}))?")
+
+
+def _scaled(match: re.Match[str], decimals: int) -> int | None:
+    """Integer value of the matched decimal times 10**decimals, or None when it has
+    non-zero digits beyond ``decimals`` places. Exact (string arithmetic, no Decimal context)."""
+    whole: str = match.group(1)
+    frac: str = match.group(2) or ""
+    if frac[decimals:].strip("0"):
+        return None
+    scale: int = 10**decimals
+    return int(whole) * scale + int(frac[:decimals].ljust(decimals, "0") or "0")
 
 
 def parse_tonnes(text: str) -> int:
     """Parse a decimal tonne string into credit units (kg).
 
     Args:
-        text: e.g. ``"1"``, ``"0.5"``, ``"12.345"``; no sign, exponent or separators.
+        text: e.g. ``"1"``, ``"0.5"``, ``"12.345"``; no sign, exponent, spaces or separators.
 
     Returns:
         Credit units (int, 1000 per tonne).
@@ -32,21 +43,22 @@ def parse_tonnes(text: str) -> int:
         Rejection: ``schema_validation`` when not a plain decimal;
             ``amount_below_increment`` when below 0.001 t or not a multiple of 0.001 t.
     """
-    if not _DECIMAL_RE.match(text):
+    match = _TONNES_RE.fullmatch(text)
+    if match is None:
         raise Rejection(
             "schema_validation",
             'amount must be a decimal tonne string such as "1.5"',
             issues=[{"path": ["amount"], "keys": [], "message": "not a decimal tonne string"}],
         )
-    units = Decimal(text) * UNITS_PER_TONNE
-    if units < 1 or units != units.to_integral_value():
+    units = _scaled(match, 3)
+    if units is None or units < 1:
         raise Rejection(
             "amount_below_increment",
             "amount must be a positive multiple of 0.001 tonne (1 kg)",
             minimum="0.001",
             increment="0.001",
         )
-    return int(units)
+    return units
 
 
 def format_units(atomic: int, decimals: int) -> str:
@@ -69,9 +81,10 @@ def parse_units(text: str, decimals: int) -> int:
     Raises:
         ValueError: not a plain decimal or more fractional digits than ``decimals``.
     """
-    if not _DECIMAL_RE.match(text):
+    match = _UNITS_RE.fullmatch(text)
+    if match is None:
         raise ValueError(f"not a decimal amount: {text!r}")
-    value = Decimal(text) * (10**decimals)
-    if value != value.to_integral_value():
+    value = _scaled(match, decimals)
+    if value is None:
         raise ValueError(f"more than {decimals} decimals: {text!r}")
-    return int(value)
+    return value

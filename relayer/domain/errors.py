@@ -164,8 +164,8 @@ class Rejection(Exception):
     def body(self) -> dict[str, Any]:
         """The spec's error envelope ``{error, message, x402FacilitatorVersion, ...}``."""
         return {
+            **self.context,
             "error": self.code,
             "message": self.message,
             "x402FacilitatorVersion": X402_FACILITATOR_VERSION,
-            **self.context,
         }

@@ -1,0 +1,184 @@
+"""Tonne parsing and exact atomic-unit formatting (spec: Limits 1; STYLE 3: every rounding
+rule has a test at its edge)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from relayer.domain.amounts import (
+    KVCM_DECIMALS,
+    UNITS_PER_TONNE,
+    USDC_DECIMALS,
+    format_tonnes,
+    format_units,
+    parse_tonnes,
+    parse_units,
+)
+from relayer.domain.errors import Rejection
+
+
+@pytest.mark.parametrize(
+    ("text", "units"),
+    [
+        ("0.001", 1),
+        ("0.01", 10),
+        ("0.5", 500),
+        ("1", 1000),
+        ("1.0", 1000),
+        ("1.000000", 1000),
+        ("1.001", 1001),
+        ("12.345", 12_345),
+        ("0.999", 999),
+        ("999999999999", 999_999_999_999_000),
+    ],
+)
+def test_parse_tonnes_valid(text: str, units: int) -> None:
+    assert parse_tonnes(text) == units
+
+
+@pytest.mark.parametrize("text", ["0.0005", "0", "0.0", "0.000", "0.0009"])
+def test_parse_tonnes_below_minimum(text: str) -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_tonnes(text)
+    assert exc.value.code == "amount_below_increment"
+    assert exc.value.body()["minimum"] == "0.001"
+
+
+@pytest.mark.parametrize("text", ["1.0015", "0.0011", "2.0001", "1.000000000000000001"])
+def test_parse_tonnes_not_a_multiple_of_a_kg(text: str) -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_tonnes(text)
+    assert exc.value.code == "amount_below_increment"
+    assert exc.value.body()["minimum"] == "0.001"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-1",
+        "+1",
+        "1e3",
+        "1E3",
+        "",
+        " 1",
+        "1 ",
+        "01",
+        "00.5",
+        ".5",
+        "1.",
+        "1,5",
+        "1_000",
+        "0x10",
+        "NaN",
+        "Infinity",
+        "\uff11",  # fullwidth digit one: Decimal would accept it
+        "1234567890123",  # 13 integer digits
+        "1.0000000000000000001",  # 19 fractional digits
+    ],
+)
+def test_parse_tonnes_not_a_plain_decimal(text: str) -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_tonnes(text)
+    assert exc.value.code == "schema_validation"
+    issues = exc.value.body()["issues"]
+    assert [issue["path"] for issue in issues] == [["amount"]]
+
+
+def test_parse_tonnes_rejects_trailing_newline() -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_tonnes("1\n")
+    assert exc.value.code == "schema_validation"
+
+
+def test_parse_tonnes_fraction_of_a_kg_on_a_large_amount_is_rejected() -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_tonnes("100000000000.000000000000000001")
+    assert exc.value.code == "amount_below_increment"
+
+
+def test_parse_tonnes_returns_int() -> None:
+    assert type(parse_tonnes("2.5")) is int
+
+
+@pytest.mark.parametrize(
+    ("atomic", "decimals", "text"),
+    [
+        (0, 6, "0"),
+        (1, 6, "0.000001"),
+        (10, 6, "0.00001"),
+        (1_500_000, 6, "1.5"),
+        (1_000_000, 6, "1"),
+        (1_050_000, 6, "1.05"),
+        (1_000_001, 6, "1.000001"),
+        (100_000_000, 6, "100"),
+        (10**18 - 1, 18, "0.999999999999999999"),
+        (10**18, 18, "1"),
+        (123 * 10**18 + 4 * 10**17, 18, "123.4"),
+        (7, 0, "7"),
+        (0, 0, "0"),
+        (-1_500_000, 6, "-1.5"),
+        (-1, 6, "-0.000001"),
+    ],
+)
+def test_format_units_trims_trailing_zeros(atomic: int, decimals: int, text: str) -> None:
+    assert format_units(atomic, decimals) == text
+
+
+@pytest.mark.parametrize(("units", "text"), [(1, "0.001"), (1000, "1"), (1500, "1.5"), (12_345, "12.345")])
+def test_format_tonnes(units: int, text: str) -> None:
+    assert format_tonnes(units) == text
+    assert parse_tonnes(text) == units
+
+
+def _roundtrip_values(decimals: int) -> list[int]:
+    rng = random.Random(20_240_601 + decimals)
+    scale = 10**decimals
+    # Full uint256 range: parsing is exact string arithmetic.
+    limit = 2**256
+    fixed = [0, 1, 9, 10, 11, scale - 1, scale, scale + 1, 10 * scale, 10**18 - 1, 10**18, limit - 1]
+    randoms = [rng.randrange(0, limit) for _ in range(300)]
+    # values with many trailing zeros exercise the trimming
+    trimmed = [rng.randrange(1, 10**6) * 10 ** rng.randrange(0, decimals + 1) for _ in range(100)]
+    return [v for v in fixed + randoms + trimmed if 0 <= v < limit]
+
+
+@pytest.mark.parametrize("decimals", [0, 3, USDC_DECIMALS, 9, KVCM_DECIMALS])
+def test_format_parse_round_trip(decimals: int) -> None:
+    for value in _roundtrip_values(decimals):
+        text = format_units(value, decimals)
+        assert parse_units(text, decimals) == value, text
+        assert text == "0" or not text.endswith("0") or "." not in text, text
+        assert not text.endswith(".")
+
+
+def test_parse_units_accepts_untrimmed_and_rejects_too_many_decimals() -> None:
+    assert parse_units("1.500000", 6) == 1_500_000
+    assert parse_units("0.000001", 6) == 1
+    assert parse_units("1", 0) == 1
+    with pytest.raises(ValueError, match="decimals"):
+        parse_units("0.0000001", 6)
+    with pytest.raises(ValueError, match="decimals"):
+        parse_units("1.5", 0)
+
+
+@pytest.mark.parametrize("text", ["-1", "1e6", "", " 1", "01", ".1", "1."])
+def test_parse_units_rejects_non_plain_decimal(text: str) -> None:
+    with pytest.raises(ValueError, match="not a decimal amount"):
+        parse_units(text, 6)
+
+
+def test_parse_units_exact_at_full_precision() -> None:
+    text = "123456789012.123456789012345678"
+    assert parse_units(text, KVCM_DECIMALS) == 123_456_789_012_123_456_789_012_345_678
+
+
+def test_parse_units_inverts_format_units_for_big_numbers() -> None:
+    for value, decimals in [(10**30, KVCM_DECIMALS), (10**18, USDC_DECIMALS), (2**256 - 1, KVCM_DECIMALS)]:
+        assert parse_units(format_units(value, decimals), decimals) == value
+
+
+def test_units_per_tonne() -> None:
+    assert UNITS_PER_TONNE == 1000
+    assert (USDC_DECIMALS, KVCM_DECIMALS) == (6, 18)

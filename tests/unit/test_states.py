@@ -1,0 +1,150 @@
+"""The relay job state machine: one enum, one transition table (STYLE 7)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from relayer.domain.states import TERMINAL, TRANSITIONS, UNSIGNED, JobState, can_move, sources_of
+
+S = JobState
+SIGNED_OR_LATER = frozenset(JobState) - UNSIGNED
+
+# The table, written out independently of relayer.domain.states (docstring of the module).
+EXPECTED_EDGES = {
+    (S.ACCEPTED, S.SIMULATED),
+    (S.ACCEPTED, S.REJECTED),
+    (S.SIMULATED, S.SIGNED),
+    (S.SIMULATED, S.REJECTED),
+    (S.SIGNED, S.SUBMITTED),
+    (S.SIGNED, S.MINED),
+    (S.SIGNED, S.REVERTED),
+    (S.SUBMITTED, S.SUBMITTED),
+    (S.SUBMITTED, S.MINED),
+    (S.SUBMITTED, S.REVERTED),
+    (S.MINED, S.CONFIRMED),
+    (S.MINED, S.SUBMITTED),
+    (S.MINED, S.REVERTED),
+    (S.CONFIRMED, S.INDEXED),
+    (S.CONFIRMED, S.SUBMITTED),
+    (S.REJECTED, S.ACCEPTED),
+}
+
+
+def test_every_state_has_a_row() -> None:
+    assert set(TRANSITIONS) == set(JobState)
+    for targets in TRANSITIONS.values():
+        assert targets <= set(JobState)
+
+
+def test_state_values_are_the_sql_strings() -> None:
+    assert [s.value for s in JobState] == [
+        "accepted",
+        "simulated",
+        "signed",
+        "submitted",
+        "mined",
+        "confirmed",
+        "indexed",
+        "rejected",
+        "reverted",
+    ]
+    assert JobState("mined") is S.MINED
+
+
+def test_table_edges() -> None:
+    edges = {(a, b) for a, targets in TRANSITIONS.items() for b in targets}
+    assert edges == EXPECTED_EDGES
+
+
+def test_terminal_states() -> None:
+    assert frozenset({S.INDEXED, S.REVERTED}) == TERMINAL
+    for state in TERMINAL:
+        assert not any(can_move(state, target) for target in JobState)
+
+
+def test_unsigned_states() -> None:
+    assert frozenset({S.ACCEPTED, S.SIMULATED, S.REJECTED}) == UNSIGNED
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    list(itertools.product(sorted(SIGNED_OR_LATER), sorted(UNSIGNED))),
+)
+def test_nothing_signed_goes_back_to_an_unsigned_state(source: JobState, target: JobState) -> None:
+    # once signed, the salt is spent: a signed job must never be re-simulated or rejected
+    assert not can_move(source, target)
+    assert source not in sources_of(target)
+
+
+def test_happy_path_and_reorg_path() -> None:
+    path = [S.ACCEPTED, S.SIMULATED, S.SIGNED, S.SUBMITTED, S.MINED, S.CONFIRMED, S.INDEXED]
+    assert all(can_move(a, b) for a, b in itertools.pairwise(path))
+    assert can_move(S.SUBMITTED, S.SUBMITTED)  # same-nonce fee bump
+    assert can_move(S.CONFIRMED, S.SUBMITTED)  # reorg
+    assert can_move(S.SIGNED, S.MINED)  # receipt seen before the broadcast was recorded
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (S.ACCEPTED, S.SIGNED),  # must simulate first
+        (S.ACCEPTED, S.INDEXED),
+        (S.SIMULATED, S.SUBMITTED),
+        (S.SIGNED, S.CONFIRMED),
+        (S.SUBMITTED, S.CONFIRMED),
+        (S.SUBMITTED, S.INDEXED),
+        (S.MINED, S.INDEXED),
+        (S.CONFIRMED, S.REVERTED),
+        (S.INDEXED, S.SUBMITTED),
+        (S.REVERTED, S.SUBMITTED),
+        (S.REJECTED, S.SIMULATED),
+        (S.ACCEPTED, S.ACCEPTED),
+    ],
+)
+def test_forbidden_moves(source: JobState, target: JobState) -> None:
+    assert not can_move(source, target)
+
+
+def test_every_state_reachable_from_accepted() -> None:
+    seen = {S.ACCEPTED}
+    frontier = [S.ACCEPTED]
+    while frontier:
+        for nxt in TRANSITIONS[frontier.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+    assert seen == set(JobState)
+
+
+@pytest.mark.parametrize(
+    ("target", "sources"),
+    [
+        (S.ACCEPTED, (S.REJECTED,)),
+        (S.SIMULATED, (S.ACCEPTED,)),
+        (S.SIGNED, (S.SIMULATED,)),
+        (S.SUBMITTED, (S.CONFIRMED, S.MINED, S.SIGNED, S.SUBMITTED)),
+        (S.MINED, (S.SIGNED, S.SUBMITTED)),
+        (S.CONFIRMED, (S.MINED,)),
+        (S.INDEXED, (S.CONFIRMED,)),
+        (S.REJECTED, (S.ACCEPTED, S.SIMULATED)),
+        (S.REVERTED, (S.MINED, S.SIGNED, S.SUBMITTED)),
+    ],
+)
+def test_sources_of(target: JobState, sources: tuple[JobState, ...]) -> None:
+    got = sources_of(target)
+    assert got == sources
+    assert list(got) == sorted(got, key=lambda s: s.value)  # stable order for the SQL guard
+
+
+def test_sources_of_agrees_with_can_move() -> None:
+    for source, target in itertools.product(JobState, JobState):
+        assert (
+            (source in sources_of(target)) == can_move(source, target) == ((source, target) in EXPECTED_EDGES)
+        )
+
+
+def test_table_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        TRANSITIONS[S.INDEXED] = frozenset({S.ACCEPTED})  # type: ignore[index]
