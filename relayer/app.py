@@ -23,7 +23,7 @@ from relayer.config import Settings
 from relayer.jobs.broadcaster import Broadcaster
 from relayer.jobs.follower import ChainFollower
 from relayer.metrics import Metrics
-from relayer.service.catalog import Catalog
+from relayer.service.catalog import Catalog, project_facts
 from relayer.service.relay import Relay
 from relayer.store.db import create_pool
 from relayer.store.jobs import JobStore
@@ -83,7 +83,7 @@ async def open_runtime(settings: Settings, dsn: str, *, workers: bool) -> AsyncI
     jobs = JobStore(pool)
     retirements = RetirementStore(pool)
     signer = ExecutorSigner(key, settings.chain_id)
-    catalog = Catalog(chain, settings)
+    catalog = Catalog(chain, settings, project_facts(json.loads(settings.projects_file.read_text())))
     relay = Relay(
         settings,
         chain,

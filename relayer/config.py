@@ -40,6 +40,10 @@ class Settings(BaseSettings):
         default=Path(".devdata/devnet.json"),
         description="JSON with `contracts` addresses (written by `relayer devnet up`).",
     )
+    projects_file: Path = Field(
+        default=Path(__file__).resolve().parents[1] / "data" / "carbon-projects.json",
+        description="Carbon project facts (country, category, methodologies) for discover filters.",
+    )
     executor_private_key: SecretStr | None = Field(
         default=None, description="Executor key (hex). Unset locally: taken from the deployment file."
     )

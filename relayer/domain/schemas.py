@@ -9,7 +9,7 @@ Spec: x402-retirement-endpoint.md, Resources and Rules.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from eth_utils.address import to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -30,6 +30,7 @@ Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
 IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
+UsdcDecimal = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,6})?$")]
 CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
 
 
@@ -98,11 +99,14 @@ class ActionRequest(_Strict):
     authPayload: AuthPayload | None = None
     details: Details | None = None
     # discover filters
-    source: str | None = Field(default=None, max_length=32)
+    source: (
+        Literal["carbonClass", "carbonClasses", "listing", "marketplace", "marketplaceListings"] | None
+    ) = None
     project: str | None = Field(default=None, max_length=80)
     country: str | None = Field(default=None, max_length=80)
     category: str | None = Field(default=None, max_length=80)
-    maxUsdcPricePerTonne: str | None = Field(default=None, max_length=40)
+    methodology: str | None = Field(default=None, max_length=80)
+    maxUsdcPricePerTonne: UsdcDecimal | None = None
 
 
 def nest_query(query: dict[str, str]) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from typing import Any, Final
 from relayer.chain.client import ChainClient, ClassInfo, CreditInfo, ListingInfo
 from relayer.config import Settings
 from relayer.domain import fees
-from relayer.domain.amounts import KVCM_DECIMALS, USDC_DECIMALS, format_tonnes, format_units, parse_tonnes
+from relayer.domain.amounts import (
+    KVCM_DECIMALS,
+    USDC_DECIMALS,
+    format_tonnes,
+    format_units,
+    parse_tonnes,
+    parse_units,
+)
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.schemas import ActionRequest, require
@@ -52,12 +59,36 @@ class Route:
     suggested_max_input: int
 
 
+@dataclass(frozen=True, slots=True)
+class ProjectFacts:
+    """Off-chain facts of a carbon project used by discover's filters (from the data set)."""
+
+    country: str
+    category: str
+    methodologies: tuple[str, ...]
+
+
+def project_facts(projects: list[dict[str, Any]]) -> dict[str, ProjectFacts]:
+    """Index ``carbon-projects.json`` records by project key (``VCS-10``)."""
+    return {
+        p["key"]: ProjectFacts(
+            p.get("country", ""),
+            p.get("category", ""),
+            tuple(m["id"] for m in p.get("methodologies", []) if m.get("id")),
+        )
+        for p in projects
+    }
+
+
 class Catalog:
     """Discovery, resolution and quoting against live chain state."""
 
-    def __init__(self, chain: ChainClient, settings: Settings) -> None:
+    def __init__(
+        self, chain: ChainClient, settings: Settings, projects: dict[str, ProjectFacts] | None = None
+    ) -> None:
         self.chain = chain
         self.settings = settings
+        self.projects = projects or {}
         self.tokens = {
             "usdc": Token("usdc", "USDC", chain.addresses["usdc"], USDC_DECIMALS),
             "kvcm": Token("kvcm", "kVCM", chain.addresses["kvcm"], KVCM_DECIMALS),
@@ -102,6 +133,9 @@ class Catalog:
                 strict=True,
             )
         )
+        max_price = (
+            None if req.maxUsdcPricePerTonne is None else parse_units(req.maxUsdcPricePerTonne, USDC_DECIMALS)
+        )
         out_classes = []
         if req.source in (None, "carbonClass", "carbonClasses"):
             for c in classes:
@@ -110,6 +144,8 @@ class Catalog:
                 per_tonne = fees.pool_amount_in(
                     fees.class_cost_kvcm(c.price_kvcm_per_tonne, 1000), reserves.usdc, reserves.kvcm
                 )
+                if max_price is not None and per_tonne > max_price:
+                    continue
                 detailed = [
                     self._credit_view(credits[t], a)
                     for t, a in c.credits
@@ -139,6 +175,8 @@ class Catalog:
                 if req.listingId is not None and li.listing_id != req.listingId:
                     continue
                 if not self._credit_matches(credits[li.token_id], req):
+                    continue
+                if max_price is not None and li.unit_price > max_price:
                     continue
                 out_listings.append(self.listing_view(li, credits[li.token_id]))
         return {
@@ -189,8 +227,20 @@ class Catalog:
             "source": "marketplace",
         }
 
-    @staticmethod
-    def _credit_matches(credit: CreditInfo, req: ActionRequest) -> bool:
+    def _credit_matches(self, credit: CreditInfo, req: ActionRequest) -> bool:
+        """Whether a credit passes the request's credit filters (token id, vintage, project,
+        credit id, and the project's country, category and methodology, case-insensitive)."""
+        facts = self.projects.get(credit.project_id)
+        for wanted, have in (
+            (req.country, facts.country if facts else None),
+            (req.category, facts.category if facts else None),
+        ):
+            if wanted is not None and (have is None or have.lower() != wanted.lower()):
+                return False
+        if req.methodology is not None and (
+            facts is None or req.methodology.lower() not in (m.lower() for m in facts.methodologies)
+        ):
+            return False
         if req.tokenId is not None and credit.token_id != req.tokenId:
             return False
         if req.vintage is not None and credit.vintage != req.vintage:
@@ -357,7 +407,8 @@ class Catalog:
 
 
 def _has_credit_filter(req: ActionRequest) -> bool:
-    return any(v is not None for v in (req.tokenId, req.vintage, req.project, req.credit))
+    filters = (req.tokenId, req.vintage, req.project, req.credit, req.country, req.category, req.methodology)
+    return any(v is not None for v in filters)
 
 
 def _check_whole_tonnes(credit: CreditInfo, units: int) -> None:

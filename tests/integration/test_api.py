@@ -117,3 +117,18 @@ async def test_prepare_retire_gives_approve_then_retire(daemon: Daemon) -> None:
     assert status == 200, body
     assert [t["step"] for t in body["transactions"]] == ["approve", "prepareRetire"]
     assert body["approvalInstructions"]["spender"] == body["to"]
+
+
+async def test_discover_filters(daemon: Daemon) -> None:
+    status, body = await daemon.get("/api/discover", maxUsdcPricePerTonne="10", source="marketplace")
+    assert status == 200 and body["carbonClasses"] == []
+    prices = [int(li["priceUsdcPerTonne"]) for li in body["marketplaceListings"]]
+    assert prices and all(p <= 10_000_000 for p in prices)
+    status, body = await daemon.get("/api/discover", category="Renewable Energy")
+    projects = {c["projectId"] for cls in body["carbonClasses"] for c in cls["creditsDetailed"]}
+    projects |= {li["projectId"] for li in body["marketplaceListings"]}
+    by_key = {c["projectId"]: c["category"] for c in daemon.chain["credits"]}
+    assert projects and {by_key[p] for p in projects} == {"Renewable Energy"}
+    status, body = await daemon.get("/api/discover", source="everywhere")
+    assert (status, body["error"]) == (400, "schema_validation")
+    assert body["issues"][0]["path"] == ["source"]
