@@ -132,3 +132,22 @@ async def test_discover_filters(daemon: Daemon) -> None:
     status, body = await daemon.get("/api/discover", source="everywhere")
     assert (status, body["error"]) == (400, "schema_validation")
     assert body["issues"][0]["path"] == ["source"]
+
+
+async def test_get_and_post_give_the_same_prepare_auth(daemon: Daemon) -> None:
+    payer = daemon.chain["payers"][0]["address"]
+    params = {"carbonClass": "RE", "amount": "0.5", "inputToken": "USDC", "from": payer}
+    status, got = await daemon.get("/api/prepare-auth", **params, **{"details.beneficiaryIsPayer": "true"})
+    assert status == 200, got
+    status, posted = await daemon.post(
+        {"action": "prepare-auth", **params, "details": {"beneficiaryIsPayer": True}}
+    )
+    assert status == 200, posted
+    for body in (got, posted):  # fresh per call: the salt, and the nonce and lifetime that follow from it
+        body["actionsRetireRequest"].pop("salt")
+        body.pop("validBefore")
+        body["actionsRetireRequest"]["authPayload"].pop("nonce")
+        body["actionsRetireRequest"]["authPayload"].pop("validBefore")
+        body.pop("onChainDetails")
+        body.pop("typedData")
+    assert got == posted
