@@ -6,8 +6,11 @@
 CREATE TABLE relay_jobs (
     id               BIGSERIAL PRIMARY KEY,
     chain_id         INTEGER     NOT NULL,
-    -- USDC: the EIP-3009 nonce; kVCM: keccak256(token, owner, permit nonce)
+    -- keccak256(abi.encode(hashRetirement(r), salt)): the EIP-3009 nonce for USDC, and
+    -- for kVCM the value whose high 192 bits the permit deadline carries
     auth_key         BYTEA       NOT NULL,
+    -- kVCM only: keccak256(token, owner, permit nonce); one live job per permit nonce
+    permit_key       BYTEA,
     salt             BYTEA       NOT NULL,
     scheme           TEXT        NOT NULL CHECK (scheme IN ('eip3009', 'eip2612')),
     payer            TEXT        NOT NULL,
@@ -43,6 +46,10 @@ CREATE TABLE relay_jobs (
 );
 CREATE INDEX relay_jobs_open ON relay_jobs (state) WHERE state IN ('simulated', 'signed', 'submitted', 'mined', 'confirmed');
 CREATE INDEX relay_jobs_tx_hash ON relay_jobs (tx_hash);
+-- A permit nonce can be spent once: at most one job that may still spend it. A rejected
+-- (nothing signed) or reverted (nothing spent) job frees it for a new request.
+CREATE UNIQUE INDEX relay_jobs_live_permit ON relay_jobs (chain_id, permit_key)
+    WHERE permit_key IS NOT NULL AND state NOT IN ('rejected', 'reverted');
 
 CREATE TABLE spent_salts (
     chain_id   INTEGER     NOT NULL,
@@ -99,11 +106,13 @@ CREATE TABLE retirements (
     project_id        TEXT        NOT NULL,
     vintage           INTEGER     NOT NULL,
     registry          TEXT        NOT NULL,
+    authorization_nonce BYTEA     NOT NULL,
     details           JSONB       NOT NULL,
     indexed_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (chain_id, tx_hash, retirement_index)
 );
 CREATE INDEX retirements_beneficiary ON retirements (beneficiary);
+CREATE INDEX retirements_authorization_nonce ON retirements (chain_id, authorization_nonce);
 
 CREATE TABLE indexer_cursor (
     chain_id     INTEGER     NOT NULL,

@@ -31,8 +31,9 @@ interface IEip3009 {
 /// @notice Every path spends exactly retirement cost + protocol fee (+ the signed gas
 ///         allowance on gasless paths) out of the payer's `value` and refunds the rest in
 ///         the same transaction. On the USDC path the EIP-3009 nonce must equal
-///         keccak256(abi.encode(hashRetirement(r), salt)), so the executor cannot change
-///         credit, amount, attribution or gas allowance. Fee = max(floor, ceil(cost * bps
+///         keccak256(abi.encode(hashRetirement(r), salt)), and on the kVCM path the permit's
+///         deadline carries its high 192 bits, so the executor cannot change credit, amount,
+///         attribution or gas allowance on either path. Fee = max(floor, ceil(cost * bps
 ///         / 10000)); the floor is in USDC and converted to kVCM at the pool's spot price
 ///         (rounded up) when paying in kVCM. One `RetirementSettled` event per retirement,
 ///         with its index within the transaction.
@@ -140,6 +141,8 @@ contract RetirementSettlement is Ownable, ERC1155Holder, ReentrancyGuardTransien
     error InsufficientValue(uint256 required, uint256 available);
     error NotExecutor(address caller);
     error PermitFailed(address owner, uint256 allowance, uint256 value);
+    error PermitNotBound(bytes32 authorizationNonce, uint256 deadline);
+    error PermitExpired(uint64 expiry, uint256 timestamp);
 
     constructor(
         IERC20 usdc_,
@@ -246,20 +249,29 @@ contract RetirementSettlement is Ownable, ERC1155Holder, ReentrancyGuardTransien
         return _settle(a.from, r, a.value, nonce);
     }
 
-    /// @notice kVCM gasless path: applies the EIP-2612 permit (tolerating one already
-    ///         applied by a front-runner) and pulls `p.value`. A permit does not bind the
-    ///         retirement, so only registered executors may submit, and the relayer holds
-    ///         the binding.
-    function retireWithPermit(Retirement calldata r, Permit calldata p) external nonReentrant returns (uint256) {
+    /// @notice kVCM gasless path. A permit cannot carry a nonce of our choosing, so the
+    ///         retirement is bound through the signed `deadline`: its high 192 bits must equal
+    ///         the high 192 bits of authorizationNonce(r, salt) and its low 64 bits are the
+    ///         expiry (unix seconds), enforced here. Applies the EIP-2612 permit (tolerating
+    ///         one already applied by a front-runner) and pulls `p.value`. Only registered
+    ///         executors may submit, since the allowance fallback checks no signature.
+    function retireWithPermit(Retirement calldata r, bytes32 salt, Permit calldata p)
+        external
+        nonReentrant
+        returns (uint256)
+    {
         if (!isExecutor[msg.sender]) revert NotExecutor(msg.sender);
         if (r.inputToken != address(kvcm)) revert UnsupportedInputToken(r.inputToken);
+        bytes32 nonce = authorizationNonce(r, salt);
+        if (p.deadline >> 64 != uint256(nonce) >> 64) revert PermitNotBound(nonce, p.deadline);
+        if (block.timestamp > uint64(p.deadline)) revert PermitExpired(uint64(p.deadline), block.timestamp);
         try IERC20Permit(address(kvcm)).permit(p.owner, address(this), p.value, p.deadline, p.v, p.r, p.s) {}
         catch {
             uint256 allowance = kvcm.allowance(p.owner, address(this));
             if (allowance < p.value) revert PermitFailed(p.owner, allowance, p.value);
         }
         kvcm.safeTransferFrom(p.owner, address(this), p.value);
-        return _settle(p.owner, r, p.value, bytes32(0));
+        return _settle(p.owner, r, p.value, nonce);
     }
 
     // ---------------------------------------------------------------- internals

@@ -144,3 +144,26 @@ def authorization_nonce(retirement: Retirement, salt: bytes) -> bytes:
         salt: 32 random bytes chosen by prepare-auth, posted back unchanged.
     """
     return keccak(encode(["bytes32", "bytes32"], [retirement.struct_hash(), salt]))
+
+
+EXPIRY_BITS: Final = 64
+_EXPIRY_MASK: Final = (1 << EXPIRY_BITS) - 1
+
+
+def permit_deadline(nonce: bytes, expiry: int) -> int:
+    """The EIP-2612 deadline that binds a kVCM permit to a retirement: the high 192 bits of
+    the bound nonce, and ``expiry`` (unix seconds) in the low 64 bits. The settlement checks
+    both (RetirementSettlement.retireWithPermit)."""
+    if not 0 <= expiry <= _EXPIRY_MASK:
+        raise ValueError("expiry out of range")
+    return (int.from_bytes(nonce, "big") >> EXPIRY_BITS << EXPIRY_BITS) | expiry
+
+
+def permit_binds(deadline: int, nonce: bytes) -> bool:
+    """Whether a permit ``deadline`` carries the high 192 bits of ``nonce``."""
+    return deadline >> EXPIRY_BITS == int.from_bytes(nonce, "big") >> EXPIRY_BITS
+
+
+def permit_expiry(deadline: int) -> int:
+    """Unix seconds after which a bound permit deadline is expired (its low 64 bits)."""
+    return deadline & _EXPIRY_MASK

@@ -145,6 +145,7 @@ class ChainFollower:
             project_id=credit.project_id,
             vintage=credit.vintage,
             registry=credit.registry,
+            authorization_nonce=entry.authorization_nonce,
             details=details,
         )
 

@@ -25,11 +25,18 @@ from relayer.config import Settings
 from relayer.domain import eip712, fees
 from relayer.domain.amounts import format_tonnes, format_units
 from relayer.domain.errors import Rejection
-from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
+from relayer.domain.retirement import (
+    Retirement,
+    RetirementDetails,
+    authorization_nonce,
+    permit_binds,
+    permit_deadline,
+    permit_expiry,
+)
 from relayer.domain.schemas import ActionRequest, Details, require
 from relayer.domain.states import JobState
 from relayer.service.catalog import Catalog, Route, missing_registry_details
-from relayer.store.jobs import Job, JobStore, NewJob, SaltReused
+from relayer.store.jobs import Job, JobStore, NewJob, PermitInUse, SaltReused
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
 AUTH_EXPIRY_MARGIN_S: Final = 30
@@ -210,16 +217,18 @@ class Relay:
         valid_before = now + lifetime
         settlement = self.chain.addresses["settlement"]
         salt = os.urandom(32)
+        bound = authorization_nonce(retirement, salt)
         if route.token.key == "usdc":
-            bound = authorization_nonce(retirement, salt)
             signed_nonce: bytes | int = bound
             nonce = "0x" + bound.hex()
+            deadline = valid_before
             scheme = "eip3009"
         else:
             signed_nonce = await self.chain.permit_nonce(payer)
             nonce = str(signed_nonce)
+            deadline = permit_deadline(bound, valid_before)
             scheme = "eip2612"
-        typed = self._typed_data(route, payer, value, 0, valid_before, signed_nonce)
+        typed = self._typed_data(route, payer, value, 0, deadline, signed_nonce)
         request_details = (
             req.details.model_dump(exclude_none=True, exclude_defaults=True) if req.details else {}
         )
@@ -245,7 +254,7 @@ class Relay:
                 "to": settlement,
                 "value": str(value),
                 "validAfter": "0",
-                "validBefore": str(valid_before),
+                "validBefore": str(deadline),
                 "nonce": nonce,
             },
         }
@@ -266,6 +275,7 @@ class Relay:
                 "settlement": settlement,
                 "function": "retireWithAuthorization" if scheme == "eip3009" else "retireWithPermit",
                 "retirementHash": "0x" + retirement.struct_hash().hex(),
+                "authorizationNonce": "0x" + bound.hex(),
                 "salt": "0x" + salt.hex(),
             },
         }
@@ -388,10 +398,11 @@ class Relay:
         valid_before = int(auth.validBefore)
         settlement = self.chain.addresses["settlement"]
         usdc = route.token.key == "usdc"
+        expected = authorization_nonce(retirement, salt)
+        permit_key: bytes | None = None
         if usdc:
             if not (auth.nonce.startswith("0x") and len(auth.nonce) == 66):
                 raise Rejection("invalid_auth_payload", "USDC needs an EIP-3009 bytes32 nonce")
-            expected = authorization_nonce(retirement, salt)
             received = auth.nonce.lower()
             if received != "0x" + expected.hex():
                 raise Rejection(
@@ -400,26 +411,36 @@ class Relay:
                     receivedNonce=received,
                     submitted=self._summary(route, retirement),
                 )
+            expiry = valid_before
             typed = self._typed_data(route, payer, value, int(auth.validAfter), valid_before, expected)
-            auth_key = expected
         else:
-            if not auth.nonce.isdigit():
+            if not auth.nonce.isdigit() or int(auth.nonce) >= 2**256:
                 raise Rejection("invalid_auth_payload", "kVCM needs an EIP-2612 permit nonce (decimal)")
+            if not permit_binds(valid_before, expected):
+                raise Rejection(
+                    "params_mismatch",
+                    "the permit deadline does not carry this retirement's nonce",
+                    expectedNonce="0x" + expected.hex(),
+                    receivedNonce=f"0x{valid_before >> 64:048x}",
+                    submitted=self._summary(route, retirement),
+                )
+            expiry = permit_expiry(valid_before)
             typed = self._typed_data(route, payer, value, int(auth.validAfter), valid_before, int(auth.nonce))
-            auth_key = keccak(
+            permit_key = keccak(
                 encode(["address", "address", "uint256"], [route.token.address, payer, int(auth.nonce)])
             )
+        auth_key = expected
         try:
             signer = eip712.recover_signer(typed, signature)
         except (ValueError, TypeError):
             raise Rejection("invalid_auth_payload", "signature does not recover") from None
         if signer != payer:
             raise Rejection("invalid_auth_payload", "signature is not from `from`")
-        if valid_before <= now + AUTH_EXPIRY_MARGIN_S:
+        if expiry <= now + AUTH_EXPIRY_MARGIN_S:
             raise Rejection(
                 "invalid_auth_payload",
                 "authorization expired or about to expire",
-                validBefore=str(valid_before),
+                validBefore=str(expiry),
             )
         required = route.quote.total + signed_allowance
         if value < required:
@@ -439,12 +460,14 @@ class Relay:
                 "settlement",
                 "retireWithPermit",
                 retirement.as_tuple(),
+                salt,
                 (payer, value, valid_before, *_vrs(signature)),
             )
         )
         new = NewJob(
             chain_id=self.chain.chain_id,
             auth_key=auth_key,
+            permit_key=permit_key,
             salt=salt,
             scheme="eip3009" if usdc else "eip2612",
             payer=payer,
@@ -458,6 +481,14 @@ class Relay:
         )
         try:
             job, owned = await self.jobs.reserve(new)
+        except PermitInUse:
+            raise Rejection(
+                "params_mismatch",
+                "this permit nonce is already being spent by another request",
+                expectedNonce="0x" + expected.hex(),
+                receivedNonce=auth.nonce,
+                submitted=new.summary,
+            ) from None
         except SaltReused as exc:
             raise Rejection(
                 "params_mismatch",
@@ -475,12 +506,14 @@ class Relay:
                 submitted=new.summary,
             )
         if owned:
-            await self._simulate(job, route, signed_allowance)
+            await self._simulate(job, route)
         return await self.outcome(job.id)
 
-    async def _simulate(self, job: Job, route: Route, signed_allowance: int) -> None:
+    async def _simulate(self, job: Job, route: Route) -> None:
         """Simulate, cap gas, price it against the signed allowance, then mark simulated.
-        Any rejection here moves the job to rejected (nothing signed: retryable)."""
+        Any rejection here moves the job to rejected (nothing signed: retryable). Gas is
+        priced against the allowance stored with the job (what its call data pays)."""
+        signed_allowance = job.gas_allowance
         try:
             try:
                 estimate = await self.chain.estimate_gas(

@@ -40,6 +40,7 @@ class NewJob:
 
     chain_id: int
     auth_key: bytes
+    permit_key: bytes | None
     salt: bytes
     scheme: str
     payer: str
@@ -66,6 +67,7 @@ class Job:
     request_hash: bytes
     settlement: str
     call_data: bytes
+    gas_allowance: int
     summary: dict[str, Any]
     error: dict[str, Any] | None
     gas_limit: int | None
@@ -93,6 +95,7 @@ class Job:
             request_hash=bytes(row["request_hash"]),
             settlement=row["settlement"],
             call_data=bytes(row["call_data"]),
+            gas_allowance=int(row["gas_allowance"]),
             summary=json.loads(row["summary"]),
             error=None if row["error"] is None else json.loads(row["error"]),
             gas_limit=opt_int(row["gas_limit"]),
@@ -104,6 +107,10 @@ class Job:
             block_number=opt_int(row["block_number"]),
             timestamps={col: (None if row[col] is None else row[col].timestamp()) for col in _STAMP.values()},
         )
+
+
+class PermitInUse(Exception):
+    """Another live job already holds this EIP-2612 permit nonce."""
 
 
 class SaltReused(Exception):
@@ -129,8 +136,8 @@ class SignedTx:
 
 _INSERT_JOB: Final = """
 INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value, gas_allowance,
-                        request_hash, settlement, call_data, summary, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, 'accepted')
+                        request_hash, settlement, call_data, summary, permit_key, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, 'accepted')
 ON CONFLICT (chain_id, auth_key) DO NOTHING
 RETURNING *
 """
@@ -139,11 +146,12 @@ INSERT INTO spent_salts (chain_id, salt, job_id) VALUES ($1, $2, $3)
 ON CONFLICT (chain_id, salt) DO NOTHING
 RETURNING job_id
 """
-# A job rejected before anything was signed may be taken up again by the identical request.
+# A job rejected before anything was signed may be taken up again by the identical request
+# (same request hash), never by a different one.
 _REOPEN: Final = """
 UPDATE relay_jobs SET state = 'accepted', error = NULL, attempts = attempts + 1,
        accepted_at = now(), updated_at = now()
-WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL
+WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
 RETURNING *
 """
 
@@ -163,7 +171,16 @@ class JobStore:
 
         Raises:
             SaltReused: the salt belongs to a different authorization.
+            PermitInUse: another live job holds the same permit nonce.
         """
+        try:
+            return await self._reserve(new)
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name == "relay_jobs_live_permit":
+                raise PermitInUse() from None
+            raise
+
+    async def _reserve(self, new: NewJob) -> tuple[Job, bool]:
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
                 _INSERT_JOB,
@@ -179,6 +196,7 @@ class JobStore:
                 new.settlement,
                 new.call_data,
                 json.dumps(new.summary),
+                new.permit_key,
             )
             if row is not None:
                 owner = await conn.fetchval(_INSERT_SALT, new.chain_id, new.salt, row["id"])
@@ -197,7 +215,7 @@ class JobStore:
                 "SELECT * FROM relay_jobs WHERE chain_id = $1 AND auth_key = $2", new.chain_id, new.auth_key
             )
             assert existing is not None
-            reopened = await conn.fetchrow(_REOPEN, existing["id"])
+            reopened = await conn.fetchrow(_REOPEN, existing["id"], new.request_hash)
             if reopened is not None:
                 return Job.from_row(reopened), True
             return Job.from_row(existing), False

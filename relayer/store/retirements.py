@@ -38,13 +38,14 @@ class IndexedRetirement:
     project_id: str
     vintage: int
     registry: str
+    authorization_nonce: bytes
     details: dict[str, Any]
 
 
 _COLUMNS = (
     "chain_id, tx_hash, retirement_index, block_number, block_hash, log_index, block_timestamp, payer, "
     "beneficiary, input_token, value, fee, retirement_cost, refunded, gas_allowance, source, source_id, "
-    "credit_token, token_id, amount_units, project_id, vintage, registry, details"
+    "credit_token, token_id, amount_units, project_id, vintage, registry, authorization_nonce, details"
 )
 
 
@@ -63,6 +64,7 @@ def _from_row(row: asyncpg.Record) -> IndexedRetirement:
         values[key] = int(values[key])
     values["tx_hash"] = bytes(values["tx_hash"])
     values["block_hash"] = bytes(values["block_hash"])
+    values["authorization_nonce"] = bytes(values["authorization_nonce"])
     values["details"] = json.loads(values["details"])
     return IndexedRetirement(**values)
 
@@ -96,7 +98,7 @@ class RetirementStore:
             if retirements:
                 await conn.executemany(
                     f"INSERT INTO retirements ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
-                    "$11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24::jsonb) "
+                    "$11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25::jsonb) "
                     "ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING",
                     [
                         (
@@ -123,6 +125,7 @@ class RetirementStore:
                             r.project_id,
                             r.vintage,
                             r.registry,
+                            r.authorization_nonce,
                             json.dumps(r.details),
                         )
                         for r in retirements
@@ -132,12 +135,23 @@ class RetirementStore:
                 "INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) "
                 "VALUES ($1, $2, $3, $4) "
                 "ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number, "
-                "block_hash = EXCLUDED.block_hash, updated_at = now()",
+                "block_hash = EXCLUDED.block_hash, updated_at = now() "
+                "WHERE indexer_cursor.block_number <= EXCLUDED.block_number",
                 chain_id,
                 name,
                 block_number,
                 block_hash,
             )
+
+    async def by_authorization(self, chain_id: int, nonce: bytes) -> list[IndexedRetirement]:
+        """Retirements settled with this authorization nonce, in whatever transaction."""
+        rows = await self._pool.fetch(
+            f"SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND authorization_nonce = $2 "
+            "ORDER BY block_number, retirement_index",
+            chain_id,
+            nonce,
+        )
+        return [_from_row(r) for r in rows]
 
     async def by_transaction(
         self, chain_id: int, tx_hash: bytes, index: int | None = None

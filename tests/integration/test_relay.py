@@ -346,3 +346,72 @@ async def test_identical_request_after_prices_moved_returns_the_same_transaction
         )
     finally:
         set_class_price(daemon.chain, ind["classId"], price)
+
+
+async def test_kvcm_permit_is_bound_to_the_retirement(daemon: Daemon) -> None:
+    """A signed permit cannot be re-aimed: another beneficiary, amount or gas allowance no
+    longer matches the deadline's bound nonce (and the contract checks the same)."""
+    payer = daemon.chain["payers"][2]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="1", inputToken="kVCM")
+    deadline = int(ch["actionsRetireRequest"]["authPayload"]["validBefore"])
+    assert deadline & (2**64 - 1) == ch["validBefore"]
+    assert deadline >> 64 == int(ch["onChainDetails"]["authorizationNonce"], 16) >> 64
+    for change in (
+        lambda b: b["details"].update(
+            beneficiaryIsPayer=False, beneficiaryAddress="0x000000000000000000000000000000000000dEaD"
+        ),
+        lambda b: b.update(amount="3"),
+        lambda b: b.update(gasAllowance="0"),
+    ):
+        body = signed_request(ch, payer["privateKey"])
+        change(body)
+        status, data = await daemon.post(body)
+        assert (status, data["error"]) == (400, "params_mismatch"), data
+    status, data = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert (status, data["status"]) == (200, "settled"), data
+
+
+async def test_rejected_kvcm_attempt_does_not_lock_the_permit_nonce(daemon: Daemon) -> None:
+    unfunded = Account.create()
+    payer = {"address": unfunded.address, "privateKey": "0x" + bytes(unfunded.key).hex()}
+    first = await challenge(daemon, payer, carbonClass="RE", amount="1", inputToken="kVCM")
+    status, data = await daemon.post(signed_request(first, payer["privateKey"]))
+    assert (status, data["error"]) == (422, "contract_revert")
+    second = await challenge(daemon, payer, carbonClass="RE", amount="1", inputToken="kVCM")
+    assert second["typedData"]["message"]["nonce"] == first["typedData"]["message"]["nonce"]
+    status, data = await daemon.post(signed_request(second, payer["privateKey"]))
+    assert (status, data["error"]) == (422, "contract_revert")  # judged again, not "permit in use"
+
+
+async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
+    from relayer.domain.states import JobState
+    from relayer.store.jobs import NewJob, PermitInUse
+
+    jobs = daemon.runtime.jobs
+
+    def job(salt: bytes) -> NewJob:
+        return NewJob(
+            84532,
+            b"k" + salt,
+            b"permit-key-1",
+            salt,
+            "eip2612",
+            "0xpayer",
+            "0xkvcm",
+            1,
+            0,
+            b"h" + salt,
+            "0xsettlement",
+            b"",
+            {},
+        )
+
+    first, owned = await jobs.reserve(job(b"\x01" * 31))
+    assert owned
+    with pytest.raises(PermitInUse):
+        await jobs.reserve(job(b"\x02" * 31))
+    await jobs.move(first.id, JobState.REJECTED, error={"error": "contract_revert"})
+    second, owned = await jobs.reserve(job(b"\x02" * 31))  # freed once nothing can spend it
+    assert owned and second.id != first.id
+    with pytest.raises(PermitInUse):  # and the rejected one cannot come back while it is live
+        await jobs.reserve(job(b"\x01" * 31))
