@@ -16,6 +16,8 @@ CREATE TABLE relay_jobs (
     payer            TEXT        NOT NULL,
     input_token      TEXT        NOT NULL,
     auth_value       NUMERIC(78, 0) NOT NULL,
+    -- unix seconds after which the authorization is no longer valid (never signed past it)
+    auth_expires_at  BIGINT      NOT NULL,
     gas_allowance    NUMERIC(78, 0) NOT NULL,
     request_hash     BYTEA       NOT NULL,
     settlement       TEXT        NOT NULL,

@@ -9,7 +9,7 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,8 +140,20 @@ def start_workers(rt: Runtime) -> None:
         rt.deploy_block,
         rt.settings.block_poll_interval_s,
     )
-    rt.tasks.append(asyncio.create_task(broadcaster.run(rt.stop), name="broadcaster"))
-    rt.tasks.append(asyncio.create_task(follower.run(rt.stop), name="follower"))
+    rt.tasks.append(asyncio.create_task(_supervised("broadcaster", broadcaster.run, rt), name="broadcaster"))
+    rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
+
+
+async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:
+    """Run a worker until stop; if it returns or dies early, log it and start it again."""
+    while not rt.stop.is_set():
+        try:
+            await run(rt.stop)
+        except Exception:
+            log.exception("worker died; restarting", extra={"worker": name})
+            rt.metrics.worker_restarts.labels(name).inc()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(rt.stop.wait(), 1.0)
 
 
 async def _refresh_gauges(rt: Runtime) -> None:
@@ -161,6 +173,8 @@ def make_web_app(rt: Runtime) -> web.Application:
     app[METRICS] = rt.metrics
 
     async def ready() -> bool:
+        if any(task.done() for task in rt.tasks):
+            return False
         try:
             await rt.chain.head()
             await rt.jobs.count_by_state()

@@ -56,6 +56,12 @@ class Metrics:
             ["worker"],
             registry=self.registry,
         )
+        self.worker_restarts = Counter(
+            "relayer_worker_restarts_total",
+            "Workers restarted after dying.",
+            ["worker"],
+            registry=self.registry,
+        )
         self.indexed_block = Gauge(
             "relayer_indexer_block",
             "Last block the retirement indexer has processed.",

@@ -12,6 +12,7 @@ from typing import Final
 
 from relayer.chain.client import ChainClient, ChainUnavailable
 from relayer.chain.signer import ExecutorSigner
+from relayer.domain.errors import Rejection
 from relayer.metrics import Metrics
 from relayer.store.jobs import Job, JobStore, SignedTx
 from relayer.store.lease import ExecutorLease
@@ -23,6 +24,7 @@ BATCH: Final = 32
 IDLE_WAIT_S: Final = 1.0
 LEASE_RETRY_S: Final = 5.0
 RESEND_UNSENT_AFTER_S: Final = 2.0
+SIGN_EXPIRY_MARGIN_S: Final = 20
 RESEND_UNMINED_AFTER_S: Final = 30.0
 
 
@@ -90,7 +92,15 @@ class Broadcaster:
     async def step(self) -> int:
         """Sign and send one batch of simulated jobs, then re-send (same bytes) what a failed
         send left signed or what has sat unmined too long; returns how many were signed."""
-        signed = await self.jobs.sign_simulated(self.chain.chain_id, self.signer.address, BATCH, self._sign)
+        expired = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
+        signed = await self.jobs.sign_simulated(
+            self.chain.chain_id,
+            self.signer.address,
+            BATCH,
+            self._sign,
+            SIGN_EXPIRY_MARGIN_S,
+            {"status": expired.spec.http_status, **expired.body()},
+        )
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
         await self._send(signed)
@@ -103,30 +113,40 @@ class Broadcaster:
         return len(signed)
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            if await self.lease.try_acquire():
-                break
-            log.info("executor lease held elsewhere; standing by", extra={"executor": self.signer.address})
-            await _sleep_or_stop(stop, LEASE_RETRY_S)
-        while not stop.is_set():
-            try:
-                await self.start_lane()
-                break
-            except ChainUnavailable:
-                self.metrics.rpc_errors.labels("broadcaster").inc()
-                await _sleep_or_stop(stop, IDLE_WAIT_S)
-        while not stop.is_set():
-            self.notifications.any_change.clear()
-            try:
-                if await self.step():
-                    continue
-            except ChainUnavailable:
-                self.metrics.rpc_errors.labels("broadcaster").inc()
-            except Exception:
-                log.exception("broadcaster step failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
-        await self.lease.release()
+        """Take the lease, ready the lane, then sign and send until ``stop``. Any failure
+        is retried after a pause; the lease is released when this returns or raises."""
+        try:
+            while not stop.is_set():
+                try:
+                    if await self.lease.try_acquire():
+                        break
+                    log.info(
+                        "executor lease held elsewhere; standing by", extra={"executor": self.signer.address}
+                    )
+                except Exception as exc:
+                    log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
+                await _sleep_or_stop(stop, LEASE_RETRY_S)
+            while not stop.is_set():
+                try:
+                    await self.start_lane()
+                    break
+                except Exception as exc:
+                    self.metrics.rpc_errors.labels("broadcaster").inc()
+                    log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
+                    await _sleep_or_stop(stop, IDLE_WAIT_S)
+            while not stop.is_set():
+                self.notifications.any_change.clear()
+                try:
+                    if await self.step():
+                        continue
+                except ChainUnavailable:
+                    self.metrics.rpc_errors.labels("broadcaster").inc()
+                except Exception:
+                    log.exception("broadcaster step failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
+        finally:
+            await self.lease.release()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -473,6 +473,7 @@ class Relay:
             payer=payer,
             input_token=route.token.address,
             auth_value=value,
+            auth_expires_at=expiry,
             gas_allowance=signed_allowance,
             request_hash=request_hash,
             settlement=settlement,

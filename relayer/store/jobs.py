@@ -46,6 +46,7 @@ class NewJob:
     payer: str
     input_token: str
     auth_value: int
+    auth_expires_at: int
     gas_allowance: int
     request_hash: bytes
     settlement: str
@@ -136,8 +137,8 @@ class SignedTx:
 
 _INSERT_JOB: Final = """
 INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value, gas_allowance,
-                        request_hash, settlement, call_data, summary, permit_key, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, 'accepted')
+                        request_hash, settlement, call_data, summary, permit_key, auth_expires_at, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, 'accepted')
 ON CONFLICT (chain_id, auth_key) DO NOTHING
 RETURNING *
 """
@@ -197,6 +198,7 @@ class JobStore:
                 new.call_data,
                 json.dumps(new.summary),
                 new.permit_key,
+                new.auth_expires_at,
             )
             if row is not None:
                 owner = await conn.fetchval(_INSERT_SALT, new.chain_id, new.salt, row["id"])
@@ -294,13 +296,31 @@ class JobStore:
         )
 
     async def sign_simulated(
-        self, chain_id: int, executor: str, limit: int, sign: Callable[[Job, int], SignedTx]
+        self,
+        chain_id: int,
+        executor: str,
+        limit: int,
+        sign: Callable[[Job, int], SignedTx],
+        expiry_margin_s: int = 30,
+        expired_error: dict[str, Any] | None = None,
     ) -> list[SignedTx]:
         """Claim simulated jobs (SKIP LOCKED), allocate executor nonces, sign, and commit the
         raw transactions with the jobs moved to ``signed`` — all in one database
-        transaction, before anything is broadcast."""
+        transaction, before anything is broadcast. Jobs whose authorization expires within
+        ``expiry_margin_s`` seconds are rejected instead (``expired_error`` as their error)."""
+        expired_error = expired_error or {"status": 400, "error": "invalid_auth_payload"}
         signed: list[SignedTx] = []
         async with self._pool.acquire() as conn, conn.transaction():
+            # Never sign an authorization that would expire before it can be mined.
+            await conn.execute(
+                "WITH moved AS (UPDATE relay_jobs SET state = 'rejected', error = $3::jsonb, "
+                "updated_at = now() WHERE chain_id = $1 AND state = 'simulated' "
+                "AND auth_expires_at <= extract(epoch FROM now())::bigint + $2 RETURNING id) "
+                f"SELECT pg_notify('{NOTIFY_CHANNEL}', moved.id::text) FROM moved",
+                chain_id,
+                expiry_margin_s,
+                json.dumps(expired_error),
+            )
             rows = await conn.fetch(
                 "SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' "
                 "ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",

@@ -15,13 +15,20 @@ class ExecutorLease:
         self._conn: asyncpg.Connection | None = None
 
     async def try_acquire(self) -> bool:
-        """True when this process now holds the lease (idempotent)."""
-        if self._conn is None:
+        """True when this process now holds the lease (idempotent). A broken connection is
+        dropped (which frees the lock server-side) and the error re-raised."""
+        if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn)
-        held = await self._conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))", self._name)
+        try:
+            held = await self._conn.fetchval(
+                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", self._name
+            )
+        except Exception:
+            await self.release()
+            raise
         return bool(held)
 
     async def release(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()

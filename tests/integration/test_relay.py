@@ -391,19 +391,20 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
 
     def job(salt: bytes) -> NewJob:
         return NewJob(
-            84532,
-            b"k" + salt,
-            b"permit-key-1",
-            salt,
-            "eip2612",
-            "0xpayer",
-            "0xkvcm",
-            1,
-            0,
-            b"h" + salt,
-            "0xsettlement",
-            b"",
-            {},
+            chain_id=84532,
+            auth_key=b"k" + salt,
+            permit_key=b"permit-key-1",
+            salt=salt,
+            scheme="eip2612",
+            payer="0xpayer",
+            input_token="0xkvcm",
+            auth_value=1,
+            auth_expires_at=2**40,
+            gas_allowance=0,
+            request_hash=b"h" + salt,
+            settlement="0xsettlement",
+            call_data=b"",
+            summary={},
         )
 
     first, owned = await jobs.reserve(job(b"\x01" * 31))
@@ -415,3 +416,38 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
     assert owned and second.id != first.id
     with pytest.raises(PermitInUse):  # and the rejected one cannot come back while it is live
         await jobs.reserve(job(b"\x01" * 31))
+
+
+async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> None:
+    import time
+
+    from relayer.domain.states import JobState
+    from relayer.store.jobs import NewJob
+
+    jobs = daemon.runtime.jobs
+    salt = b"\x07" * 32
+    new = NewJob(
+        chain_id=99,  # a chain no broadcaster serves, so only this test claims it
+        auth_key=b"expiring" + salt,
+        permit_key=None,
+        salt=salt,
+        scheme="eip3009",
+        payer="0xpayer",
+        input_token="0xusdc",
+        auth_value=1,
+        auth_expires_at=int(time.time()) + 10,
+        gas_allowance=0,
+        request_hash=b"h",
+        settlement="0xsettlement",
+        call_data=b"",
+        summary={},
+    )
+    job, _ = await jobs.reserve(new)
+    assert await jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=1) is not None
+
+    def must_not_sign(*_args: Any) -> Any:
+        raise AssertionError("signed an authorization that expires before it can be mined")
+
+    assert await jobs.sign_simulated(99, "0xexecutor", 10, must_not_sign, expiry_margin_s=20) == []
+    rejected = await jobs.get(job.id)
+    assert rejected is not None and rejected.state is JobState.REJECTED and rejected.tx_hash is None
