@@ -125,6 +125,8 @@ async def post_api(request: web.Request) -> web.Response:
 
 async def get_action(request: web.Request) -> web.Response:
     action = request.match_info["action"]
+    if action == "actions/retire":  # moves funds: POST only, signatures never in a URL
+        raise Rejection("not_found", "actions/retire is POST only (POST /api with action)", path=request.path)
     query = dict(request.query)
     if len(query) != len(request.query):
         raise Rejection(

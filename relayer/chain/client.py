@@ -149,7 +149,6 @@ class ChainClient:
             key: self.w3.eth.contract(address=self.addresses[key], abi=abi(name))  # type: ignore[call-overload]
             for key, name in CONTRACT_KEYS.items()
         }
-        self._fees: FeeSchedule | None = None
         self._credits: dict[int, CreditInfo] = {}
         self._settled_event = self.contracts["settlement"].events.RetirementSettled()
         # Reads of mutable state (classes, listings, reserves, base fee) are cached per head:
@@ -211,11 +210,13 @@ class ChainClient:
     # ------------------------------------------------------------------ reads
 
     async def fee_schedule(self) -> FeeSchedule:
-        """The settlement's protocol fees (read once)."""
-        if self._fees is None:
+        """The settlement's protocol fees (cached per head: the owner may change them)."""
+
+        async def load() -> FeeSchedule:
             bps_c, floor_c, bps_l, floor_l = await self._call("settlement", "fees")
-            self._fees = FeeSchedule(int(bps_c), int(floor_c), int(bps_l), int(floor_l))
-        return self._fees
+            return FeeSchedule(int(bps_c), int(floor_c), int(bps_l), int(floor_l))
+
+        return await self._cached("fees", load)
 
     async def reserves(self) -> PoolReserves:
         async def load() -> PoolReserves:

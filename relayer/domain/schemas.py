@@ -25,7 +25,15 @@ def _checksum(value: str) -> str:
 
 Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"), AfterValidator(_checksum)]
 Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$"), AfterValidator(str.lower)]
-Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$")]
+
+
+def _uint256(value: str) -> str:
+    if int(value) >= 2**256:
+        raise ValueError("must be below 2**256")
+    return value
+
+
+Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$"), AfterValidator(_uint256)]
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]

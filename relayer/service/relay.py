@@ -577,8 +577,16 @@ class Relay:
                 status = int(body.pop("status", 400))
                 return Outcome(status, body)
             if job.state is JobState.REVERTED:
-                rej = Rejection("transaction_reverted", transactionHash=_hex(job.tx_hash))
-                return Outcome(rej.spec.http_status, rej.body())
+                # Anyone may submit a bound authorization; if another transaction settled
+                # it first, the payer's retirement exists: answer with that, never "re-sign".
+                elsewhere = await self.retirements.by_authorization(job.chain_id, job.auth_key)
+                if elsewhere:
+                    return Outcome(200, self._body(job, "settled", elsewhere[0].tx_hash, elsewhere))
+                if not await self._consumed_elsewhere(job) or loop.time() >= deadline:
+                    rej = Rejection("transaction_reverted", transactionHash=_hex(job.tx_hash))
+                    return Outcome(rej.spec.http_status, rej.body())
+                await self._wait_for_change(job_id, min(deadline - loop.time(), 1.0))
+                continue
             if job.state is JobState.INDEXED:
                 return Outcome(200, await self._settled_body(job, "settled"))
             remaining = deadline - loop.time()
@@ -596,18 +604,30 @@ class Relay:
                 )
             await self._wait_for_change(job_id, min(remaining, 1.0))
 
+    async def _consumed_elsewhere(self, job: Job) -> bool:
+        """Whether the job's EIP-3009 authorization was used on-chain (by another transaction,
+        since this one reverted) and only waits to be indexed."""
+        if job.scheme != "eip3009":
+            return False
+        try:
+            return await self.chain.authorization_used(job.payer, job.auth_key)
+        except ChainUnavailable:
+            return False
+
     async def _settled_body(self, job: Job, status: str) -> dict[str, Any]:
-        entries = []
+        found = []
         if job.tx_hash is not None and status == "settled":
-            entries = [
-                self.certificate_entry(r)
-                for r in await self.retirements.by_transaction(job.chain_id, job.tx_hash)
-            ]
+            found = await self.retirements.by_transaction(job.chain_id, job.tx_hash)
+        return self._body(job, status, job.tx_hash, found)
+
+    def _body(
+        self, job: Job, status: str, tx_hash: bytes | None, found: list[IndexedRetirement]
+    ) -> dict[str, Any]:
         return {
             "status": status,
             "chainId": job.chain_id,
-            "transactionHash": _hex(job.tx_hash),
-            "retirements": entries,
+            "transactionHash": _hex(tx_hash),
+            "retirements": [self.certificate_entry(r) for r in found],
             "submitted": job.summary,
         }
 

@@ -8,6 +8,7 @@ yoyo-migrations under a Postgres advisory lock so concurrent ``relayer migrate``
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import psycopg
 from yoyo import get_backend, read_migrations
+from yoyo.connections import BadConnectionURI
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,10 @@ _MIGRATION_LOCK_KEY: Final = 0x5245_4C41_5945_52  # "RELAYER"
 
 
 def redact(dsn: str) -> str:
-    """The DSN without password, for logs (never log a full DSN)."""
+    """The DSN without password, for logs (never log a full DSN). Handles URLs and libpq
+    ``key=value`` strings."""
+    if "://" not in dsn:
+        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
     parts = urlsplit(dsn)
     host = parts.hostname or ""
     if parts.port:
@@ -40,6 +45,15 @@ def migrate(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> list[str]:
     yoyo_dsn = dsn.replace("postgresql://", "postgresql+psycopg://", 1).replace(
         "postgres://", "postgresql+psycopg://", 1
     )
+    try:
+        return _migrate(dsn, yoyo_dsn, migrations_dir)
+    except psycopg.OperationalError as exc:
+        raise RuntimeError(f"cannot reach the database {redact(dsn)}: {type(exc).__name__}") from None
+    except BadConnectionURI:
+        raise RuntimeError(f"not a usable database URL: {redact(dsn)}") from None
+
+
+def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as lock_conn:
         lock_conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_KEY,))
         try:

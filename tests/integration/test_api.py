@@ -151,3 +151,19 @@ async def test_get_and_post_give_the_same_prepare_auth(daemon: Daemon) -> None:
         body.pop("onChainDetails")
         body.pop("typedData")
     assert got == posted
+
+
+async def test_actions_retire_is_post_only_and_values_are_uint256(daemon: Daemon) -> None:
+    status, body = await daemon.get("/api/actions/retire", carbonClass="NBO", amount="1")
+    assert (status, body["error"]) == (404, "not_found")
+    status, body = await daemon.post(
+        {
+            "action": "actions/retire",
+            "carbonClass": "NBO",
+            "amount": "1",
+            "gasAllowance": str(2**256),
+            "from": daemon.chain["payers"][0]["address"],
+        }
+    )
+    assert (status, body["error"]) == (400, "schema_validation")
+    assert body["issues"][0]["path"] == ["gasAllowance"]

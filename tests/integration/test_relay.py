@@ -451,3 +451,50 @@ async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> 
     assert await jobs.sign_simulated(99, "0xexecutor", 10, must_not_sign, expiry_margin_s=20) == []
     rejected = await jobs.get(job.id)
     assert rejected is not None and rejected.state is JobState.REJECTED and rejected.tx_hash is None
+
+
+async def test_authorization_settled_by_another_sender_is_reported_settled(daemon: Daemon) -> None:
+    """Anyone may submit a bound EIP-3009 authorization. If a copier's transaction settles it
+    first, ours reverts, but the payer's retirement exists: answer settled with the copier's
+    transaction, never "transaction_reverted … re-sign" (which would invite paying twice)."""
+    from web3 import Web3
+
+    payer = daemon.chain["payers"][0]
+    ch = await challenge(daemon, payer, carbonClass="NBO", amount="0.3", inputToken="USDC")
+    body = signed_request(ch, payer["privateKey"])
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        relay = asyncio.create_task(daemon.post(body))
+        pool = daemon.runtime.jobs._pool
+        salt = bytes.fromhex(body["salt"][2:])
+        for _ in range(200):
+            row = await pool.fetchrow(
+                "SELECT state, call_data, settlement FROM relay_jobs WHERE salt = $1", salt
+            )
+            if row is not None and row["state"] == "submitted":
+                break
+            await asyncio.sleep(0.05)
+        assert row is not None and row["state"] == "submitted"
+        copier = Account.from_key(daemon.chain["deployer"]["privateKey"])
+        tx = {
+            "type": 2,
+            "chainId": daemon.chain["chainId"],
+            "to": row["settlement"],
+            "data": bytes(row["call_data"]),
+            "value": 0,
+            "gas": 1_500_000,
+            "nonce": w3.eth.get_transaction_count(copier.address, "pending"),
+            "maxFeePerGas": 100 * 10**9,
+            "maxPriorityFeePerGas": 50 * 10**9,
+        }
+        copied = w3.eth.send_raw_transaction(copier.sign_transaction(tx).raw_transaction)
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+    status, result = await relay
+    assert (status, result["status"]) == (200, "settled"), result
+    assert result["transactionHash"] == "0x" + bytes(copied).hex()
+    assert result["retirements"][0]["retiringAddress"] == payer["address"]
+    ours = await pool.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt)
+    assert ours == "reverted"
