@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,9 +55,7 @@ def anvil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def deployed(anvil: str) -> dict[str, Any]:
-    started = time.monotonic()
     description = deploy_and_seed(anvil, CHAIN_ID, PROJECTS_FILE)
-    assert time.monotonic() - started < 20
     json.dumps(description)  # JSON-serialisable as written to devnet.json
     return description
 
