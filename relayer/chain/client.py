@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+import aiohttp
 from eth_utils.address import to_checksum_address
 from web3 import AsyncWeb3
-from web3.providers import AsyncHTTPProvider
+from web3.types import RPCEndpoint
 
 from relayer.chain.abi import abi, decode_revert
+from relayer.chain.transport import KeepAliveHTTPProvider
 from relayer.domain.fees import FeeSchedule, PoolReserves
 from relayer.domain.retirement import Retirement
 
@@ -144,7 +146,7 @@ class ChainClient:
             raise ValueError(f"deployment lacks contract addresses: {sorted(missing)}")
         # No default middleware: the validation middleware asks eth_chainId on every call,
         # and the chain id is checked once in check() instead.
-        self.w3 = AsyncWeb3(AsyncHTTPProvider(rpc_url, request_kwargs={"timeout": timeout_s}), middleware=[])
+        self.w3 = AsyncWeb3(KeepAliveHTTPProvider(rpc_url, timeout_s), middleware=[])
         self.contracts = {
             key: self.w3.eth.contract(address=self.addresses[key], abi=abi(name))  # type: ignore[call-overload]
             for key, name in CONTRACT_KEYS.items()
@@ -195,7 +197,7 @@ class ChainClient:
             return await awaitable
         except ChainError:
             raise
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise ChainUnavailable(f"RPC unavailable: {type(exc).__name__}") from None
         except Exception as exc:
             data = getattr(exc, "data", None)
@@ -317,8 +319,8 @@ class ChainClient:
         """
         params = {"from": sender, "to": to, "data": "0x" + data.hex()}
         try:
-            response = await self.w3.provider.make_request("eth_estimateGas", [params])
-        except (TimeoutError, OSError) as exc:
+            response = await self.w3.provider.make_request(RPCEndpoint("eth_estimateGas"), [params])
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise ChainUnavailable(f"RPC unavailable: {type(exc).__name__}") from None
         error = response.get("error")
         if error:
@@ -362,10 +364,9 @@ class ChainClient:
         """
         try:
             response = await self.w3.provider.make_request(
-                "eth_sendRawTransaction",
-                ["0x" + raw.hex()],
+                RPCEndpoint("eth_sendRawTransaction"), ["0x" + raw.hex()]
             )
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise ChainUnavailable(f"RPC unavailable: {type(exc).__name__}") from None
         error = response.get("error")
         if not error:
