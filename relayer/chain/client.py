@@ -298,10 +298,6 @@ class ChainClient:
         """The settlement's own authorizationNonce(r, salt) (a cross-check for tests)."""
         return bytes(await self._call("settlement", "authorizationNonce", retirement.as_tuple(), salt))
 
-    async def block_timestamp(self) -> int:
-        block = await self._rpc(self.w3.eth.get_block("latest"))
-        return int(block["timestamp"])
-
     # ------------------------------------------------------------------ encoding
 
     def encode(self, contract: str, function: str, *args: Any) -> bytes:
