@@ -19,6 +19,18 @@ from relayer.domain.states import JobState, sources_of
 
 NOTIFY_CHANNEL: Final = "relay_jobs"
 
+# Moves written as literal SQL below (batch paths); each must be allowed by the domain's
+# transition table (tests/unit/test_states.py checks it). Everything else goes through move().
+FIXED_TRANSITIONS: Final = (
+    (JobState.REJECTED, JobState.ACCEPTED),  # _REOPEN
+    (JobState.ACCEPTED, JobState.REJECTED),  # expire_stale_accepted
+    (JobState.SIMULATED, JobState.REJECTED),  # sign_simulated: expiring authorization
+    (JobState.SIMULATED, JobState.SIGNED),  # sign_simulated
+    (JobState.SIGNED, JobState.SUBMITTED),  # mark_broadcast
+    (JobState.MINED, JobState.CONFIRMED),  # mined_up_to
+    (JobState.CONFIRMED, JobState.INDEXED),  # index_jobs
+)
+
 # Columns a transition may set, besides state and its timestamp (never from input).
 _SETTABLE: Final = frozenset(
     {"error", "gas_limit", "max_fee_per_gas", "max_priority_fee_per_gas", "block_number", "block_hash"}
@@ -354,7 +366,7 @@ class JobStore:
                 )
                 await conn.execute(
                     "UPDATE relay_jobs SET state = 'signed', signed_at = now(), updated_at = now(), "
-                    "tx_hash = $2, executor = $3, executor_nonce = $4 WHERE id = $1",
+                    "tx_hash = $2, executor = $3, executor_nonce = $4 WHERE id = $1 AND state = 'simulated'",
                     job.id,
                     tx.tx_hash,
                     executor,

@@ -148,3 +148,19 @@ def test_sources_of_agrees_with_can_move() -> None:
 def test_table_is_read_only() -> None:
     with pytest.raises(TypeError):
         TRANSITIONS[S.INDEXED] = frozenset({S.ACCEPTED})  # type: ignore[index]
+
+
+def test_literal_sql_moves_in_the_store_are_allowed_by_the_table() -> None:
+    import re
+    from pathlib import Path
+
+    from relayer.store import jobs
+
+    for source, target in jobs.FIXED_TRANSITIONS:
+        assert can_move(source, target), (source, target)
+    # every literal "SET state = 'x' ... state = 'y'" in the store is one of the declared moves
+    sql = Path(jobs.__file__).read_text()
+    found = set()
+    for match in re.finditer(r"SET state = '(\w+)'.*?WHERE[^\n]*?state = '(\w+)'", sql, re.S):
+        found.add((JobState(match.group(2)), JobState(match.group(1))))
+    assert found and found <= set(jobs.FIXED_TRANSITIONS), found - set(jobs.FIXED_TRANSITIONS)
