@@ -20,6 +20,7 @@ from relayer.api.http import CATALOG, METRICS, READY, RELAY, build_app
 from relayer.chain.client import ChainClient, ChainError
 from relayer.chain.signer import ExecutorSigner
 from relayer.config import Settings
+from relayer.jobs import sleep_or_stop
 from relayer.jobs.broadcaster import Broadcaster
 from relayer.jobs.follower import ChainFollower
 from relayer.metrics import Metrics
@@ -152,8 +153,7 @@ async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]]
         except Exception:
             log.exception("worker died; restarting", extra={"worker": name})
             rt.metrics.worker_restarts.labels(name).inc()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(rt.stop.wait(), 1.0)
+        await sleep_or_stop(rt.stop, 1.0)
 
 
 async def _refresh_gauges(rt: Runtime) -> None:
@@ -162,8 +162,7 @@ async def _refresh_gauges(rt: Runtime) -> None:
             counts = await rt.jobs.count_by_state()
             for state in rt.metrics.jobs_by_state._metrics:
                 rt.metrics.jobs_by_state.labels(*state).set(counts.get(state[0], 0))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(rt.stop.wait(), 5)
+        await sleep_or_stop(rt.stop, 5)
 
 
 def make_web_app(rt: Runtime) -> web.Application:

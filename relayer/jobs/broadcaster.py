@@ -13,6 +13,7 @@ from typing import Final
 from relayer.chain.client import ChainClient, ChainUnavailable
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection
+from relayer.jobs import sleep_or_stop
 from relayer.metrics import Metrics
 from relayer.store.jobs import Job, JobStore, SignedTx
 from relayer.store.lease import ExecutorLease
@@ -125,7 +126,7 @@ class Broadcaster:
                     )
                 except Exception as exc:
                     log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
-                await _sleep_or_stop(stop, LEASE_RETRY_S)
+                await sleep_or_stop(stop, LEASE_RETRY_S)
             while not stop.is_set():
                 try:
                     await self.start_lane()
@@ -133,7 +134,7 @@ class Broadcaster:
                 except Exception as exc:
                     self.metrics.rpc_errors.labels("broadcaster").inc()
                     log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
-                    await _sleep_or_stop(stop, IDLE_WAIT_S)
+                    await sleep_or_stop(stop, IDLE_WAIT_S)
             while not stop.is_set():
                 self.notifications.any_change.clear()
                 try:
@@ -147,8 +148,3 @@ class Broadcaster:
                     await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
         finally:
             await self.lease.release()
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -6,7 +6,6 @@ Postgres (cursor = block number and hash) and marks their jobs indexed."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Final
@@ -14,6 +13,7 @@ from typing import Final
 from relayer.chain.client import ChainClient, ChainUnavailable, SettledLog
 from relayer.domain.errors import Rejection
 from relayer.domain.states import JobState
+from relayer.jobs import sleep_or_stop
 from relayer.metrics import Metrics
 from relayer.store.jobs import JobStore
 from relayer.store.retirements import IndexedRetirement, RetirementStore
@@ -59,18 +59,21 @@ class ChainFollower:
         self.confirmations = confirmations
         self.start_block = start_block
         self.poll_interval_s = poll_interval_s
-        self._scanned: int | None = None
-
-    async def _indexed_up_to(self) -> int:
-        cursor = await self.retirements.cursor(self.chain.chain_id, CURSOR)
-        return self.start_block - 1 if cursor is None else cursor[0]
+        self._scanned: int | None = None  # receipts read up to here
+        self._indexed: int | None = None  # retirements indexed up to here (the cursor)
 
     async def step(self) -> None:
-        """One pass: receipts of new blocks, confirmations, indexing (all bounded)."""
+        """One pass: receipts of new blocks, confirmations, indexing (all bounded). Costs
+        one ``eth_blockNumber`` and nothing else while the head stands still and nothing
+        is left to catch up."""
         head = await self.chain.head()
-        indexed = await self._indexed_up_to()
-        if self._scanned is None:
-            self._scanned = indexed
+        if self._indexed is None or self._scanned is None:
+            cursor = await self.retirements.cursor(self.chain.chain_id, CURSOR)
+            self._indexed = self.start_block - 1 if cursor is None else cursor[0]
+            self._scanned = self._indexed
+        elif head == self._scanned and self._indexed >= head - self.confirmations + 1:
+            return
+        indexed = self._indexed
         if head > self._scanned:
             pending = await self.jobs.pending_hashes(self.chain.chain_id)
             last = min(head, self._scanned + MAX_RECEIPT_BLOCKS)
@@ -109,6 +112,7 @@ class ChainFollower:
         rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
         to_hash = await self.chain.block_hash(to_block)
         await self.retirements.save(self.chain.chain_id, CURSOR, to_block, to_hash, rows)
+        self._indexed = to_block
         self.metrics.indexed_block.set(to_block)
         for job in await self.jobs.index_jobs(self.chain.chain_id, sorted({r.tx_hash for r in rows})):
             self.metrics.job_transitions.labels("indexed").inc()
@@ -169,8 +173,7 @@ class ChainFollower:
                 self.metrics.rpc_errors.labels("follower").inc()
             except Exception:
                 log.exception("follower step failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+            await sleep_or_stop(stop, self.poll_interval_s)
 
 
 def _details_tuple(value: object) -> tuple[object, ...]:

@@ -453,7 +453,7 @@ class Relay:
                 "retireWithAuthorization",
                 retirement.as_tuple(),
                 salt,
-                (payer, value, int(auth.validAfter), valid_before, *_vrs(signature)),
+                (payer, value, int(auth.validAfter), valid_before, *eip712.split_signature(signature)),
             )
             if usdc
             else self.chain.encode(
@@ -461,7 +461,7 @@ class Relay:
                 "retireWithPermit",
                 retirement.as_tuple(),
                 salt,
-                (payer, value, valid_before, *_vrs(signature)),
+                (payer, value, valid_before, *eip712.split_signature(signature)),
             )
         )
         new = NewJob(
@@ -673,10 +673,6 @@ class Relay:
             "transactionHash": req.txHash,
             "retirements": [self.certificate_entry(r) for r in found],
         }
-
-
-def _vrs(signature: bytes) -> tuple[int, bytes, bytes]:
-    return eip712.split_signature(signature)
 
 
 def _hex(value: bytes | None) -> str | None:

@@ -191,7 +191,7 @@ async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daem
     assert await c.chain_hash_retirement(r, salt) == authorization_nonce(r, salt)
 
 
-async def test_unsigned_relay_with_wrong_signer_is_rejected(daemon: Daemon) -> None:
+async def test_signature_from_another_key_is_invalid_auth_payload(daemon: Daemon) -> None:
     payer = daemon.chain["payers"][0]
     ch = await challenge(daemon, payer, carbonClass="NBO", amount="1", inputToken="USDC")
     body = copy.deepcopy(ch["actionsRetireRequest"])
