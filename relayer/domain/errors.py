@@ -1,8 +1,10 @@
 """The error registry: every error code the API can answer, with its HTTP status, group,
 retryability and default message. Source: x402-retirement-endpoint.md, section Errors.
 
-Expected rejections are raised as :class:`Rejection` carrying a registered code and
-code-specific context; only the API layer turns them into HTTP responses.
+One error tree: :class:`RelayerError` is the root of every error raised on purpose, each
+with a registered code and a transient flag; :class:`Rejection` is an expected refusal of a
+request, :class:`Unavailable` an upstream outage. Only the API layer turns codes into HTTP
+statuses.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 X402_FACILITATOR_VERSION: Final = 2
 
@@ -141,8 +143,67 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
 REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType({row.code: row for row in _ROWS})
 
 
-class Rejection(Exception):
-    """An expected rejection with a registered error code and code-specific context.
+class RelayerError(Exception):
+    """Root of every error this project raises on purpose.
+
+    Each carries a registered spec ``code`` (a key of :data:`REGISTRY`), a human
+    ``message`` (callers match on the code, never on this), JSON-serialisable ``context``
+    fields for the error body, and ``transient``: True when the same operation may succeed
+    later unchanged (a node or database outage, a liquidity move), False when something
+    must change first. Only the API layer turns a code into an HTTP status.
+
+    Args:
+        code: a key of :data:`REGISTRY`; defaults to the class's ``default_code``.
+        message: overrides the registry's default message.
+        transient: overrides the default, which is the code's ``retryable`` column.
+        **context: extra fields of the error body.
+
+    Raises:
+        KeyError: the code is not registered (a programming error).
+    """
+
+    default_code: ClassVar[str] = "internal_error"
+
+    def __init__(
+        self,
+        code: str | None = None,
+        message: str | None = None,
+        *,
+        transient: bool | None = None,
+        **context: Any,
+    ) -> None:
+        self.code = code or self.default_code
+        self.spec = REGISTRY[self.code]
+        self.message = message or self.spec.message
+        self.transient = self.spec.retryable if transient is None else transient
+        self.context = context
+        super().__init__(f"{self.code}: {self.message}")
+
+    def body(self) -> dict[str, Any]:
+        """The spec's error envelope ``{error, message, x402FacilitatorVersion, ...context}``
+        (the envelope's own fields win over context)."""
+        return {
+            **self.context,
+            "error": self.code,
+            "message": self.message,
+            "x402FacilitatorVersion": X402_FACILITATOR_VERSION,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """``{code, message, context}``: how a job row stores this error (no HTTP in it)."""
+        return {"code": self.code, "message": self.message, "context": self.context}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> RelayerError:
+        """Rebuild an error stored by :meth:`record` (unknown codes become internal_error)."""
+        code = str(record.get("code", ""))
+        if code not in REGISTRY:
+            return cls("internal_error")
+        return cls(code, record.get("message"), **dict(record.get("context") or {}))
+
+
+class Rejection(RelayerError):
+    """An expected refusal of a request: a registered code and code-specific context.
 
     Args:
         code: a key of :data:`REGISTRY`.
@@ -154,18 +215,23 @@ class Rejection(Exception):
     """
 
     def __init__(self, code: str, message: str | None = None, **context: Any) -> None:
-        spec = REGISTRY[code]
-        self.code = code
-        self.spec = spec
-        self.message = message or spec.message
-        self.context = context
-        super().__init__(f"{code}: {self.message}")
+        super().__init__(code, message, **context)
 
-    def body(self) -> dict[str, Any]:
-        """The spec's error envelope ``{error, message, x402FacilitatorVersion, ...}``."""
-        return {
-            **self.context,
-            "error": self.code,
-            "message": self.message,
-            "x402FacilitatorVersion": X402_FACILITATOR_VERSION,
-        }
+
+class Unavailable(RelayerError):
+    """An upstream the daemon depends on (the chain node, the database) failed or did not
+    answer in time. Always transient; answers the spec's retryable 503
+    ``gas_estimate_unavailable`` (nothing was attempted) with ``upstream`` naming which
+    one, never 500. Messages never carry hosts, DSNs or driver text."""
+
+    default_code: ClassVar[str] = "gas_estimate_unavailable"
+    upstream: ClassVar[str] = "upstream"
+
+    def __init__(self, message: str | None = None, **context: Any) -> None:
+        super().__init__(
+            None,
+            message or f"The {self.upstream} is unavailable; nothing was attempted. Retry with backoff.",
+            transient=True,
+            upstream=self.upstream,
+            **context,
+        )
