@@ -1,6 +1,7 @@
 """EIP-712 typed data for the two gasless schemes, in the ``eth_signTypedData_v4`` JSON form
 (``domain``, ``types`` including ``EIP712Domain``, ``primaryType``, ``message``) that any
-wallet library signs unchanged, and signer recovery. uint256 values are decimal strings.
+wallet library signs unchanged; canonical signatures and signer recovery. uint256 values
+are decimal strings.
 
 - USDC: EIP-3009 ``ReceiveWithAuthorization`` (domain name ``USD Coin`` on 8453, ``USDC``
   on 84532, version ``2``).
@@ -9,10 +10,14 @@ wallet library signs unchanged, and signer recovery. uint256 values are decimal 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
-from eth_account import Account
 from eth_account.messages import encode_typed_data
+from eth_keys.datatypes import Signature as _EcdsaSignature
+from eth_keys.exceptions import BadSignature
+from eth_utils.crypto import keccak
+from eth_utils.exceptions import ValidationError
 
 DOMAIN_FIELDS: Final = [
     {"name": "name", "type": "string"},
@@ -96,26 +101,74 @@ def permit(
     }
 
 
-def recover_signer(typed_data: dict[str, Any], signature: bytes) -> str:
-    """Checksummed address that signed ``typed_data`` (65-byte r||s||v signature).
+SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+_HALF_N: Final = SECP256K1_N // 2
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A canonical secp256k1 signature: ``v`` in {27, 28}, ``0 < r < n``, ``0 < s <= n/2``
+    (low-s, as OpenZeppelin's ECDSA and EIP-2 require)."""
+
+    v: int
+    r: int
+    s: int
+
+    @property
+    def r_bytes(self) -> bytes:
+        return self.r.to_bytes(32, "big")
+
+    @property
+    def s_bytes(self) -> bytes:
+        return self.s.to_bytes(32, "big")
+
+    def __bytes__(self) -> bytes:
+        """65-byte r||s||v."""
+        return self.r_bytes + self.s_bytes + bytes([self.v])
+
+
+def parse_signature(raw: bytes) -> Signature:
+    """Parse a 65-byte r||s||v signature and insist it is canonical; ``v`` 0/1 becomes 27/28.
 
     Raises:
-        ValueError: the signature is malformed or does not recover.
+        ValueError: not 65 bytes, ``v`` not in {0, 1, 27, 28}, ``r`` or ``s`` zero or not
+            below the curve order, or ``s`` in the upper half (malleable high-s form).
     """
-    return str(Account.recover_message(encode_typed_data(full_message=typed_data), signature=signature))
-
-
-def split_signature(signature: bytes) -> tuple[int, bytes, bytes]:
-    """(v, r, s) of a 65-byte signature; v normalised to 27/28.
-
-    Raises:
-        ValueError: not 65 bytes or v not in {0, 1, 27, 28}.
-    """
-    if len(signature) != 65:
+    if len(raw) != 65:
         raise ValueError("signature must be 65 bytes")
-    v = signature[64]
-    if v < 27:
-        v += 27
+    v = raw[64] + 27 if raw[64] < 27 else raw[64]
     if v not in (27, 28):
-        raise ValueError("signature v must be 27 or 28")
-    return v, signature[:32], signature[32:64]
+        raise ValueError("signature v must be 27 or 28 (or 0/1)")
+    r, s = int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:64], "big")
+    if not 0 < r < SECP256K1_N:
+        raise ValueError("signature r out of range")
+    if not 0 < s < SECP256K1_N:
+        raise ValueError("signature s out of range")
+    if s > _HALF_N:
+        raise ValueError("signature s is in the upper half (high-s): not canonical")
+    return Signature(v, r, s)
+
+
+def typed_data_digest(typed_data: dict[str, Any]) -> bytes:
+    """The 32-byte EIP-712 digest ``keccak256(0x19 0x01 domainSeparator structHash)``.
+
+    Raises:
+        ValueError, TypeError: the typed data is malformed.
+    """
+    signable = encode_typed_data(full_message=typed_data)
+    return keccak(b"\x19" + signable.version + signable.header + signable.body)
+
+
+def recover_signer(typed_data: dict[str, Any], signature: Signature) -> str:
+    """Checksummed address that signed ``typed_data``.
+
+    Raises:
+        ValueError: no public key recovers from the signature (e.g. ``r`` is not the x
+            coordinate of a curve point), or the typed data is malformed.
+    """
+    digest = typed_data_digest(typed_data)
+    try:
+        key = _EcdsaSignature(vrs=(signature.v - 27, signature.r, signature.s))
+        return str(key.recover_public_key_from_msg_hash(digest).to_checksum_address())
+    except (BadSignature, ValidationError) as exc:
+        raise ValueError(f"signature does not recover: {type(exc).__name__}") from None

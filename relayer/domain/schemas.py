@@ -2,7 +2,9 @@
 
 Unknown keys at the top level or inside ``details``/``authPayload`` are errors
 (``schema_validation`` with ``issues[].path`` and ``issues[].keys``). Numbers that carry
-money are decimal strings of atomic units; ``amount`` is a decimal tonne string.
+money are decimal strings of atomic units; ``amount`` is a decimal tonne string. Every
+integer is bounded by its wire type (uint256 on-chain, INTEGER in SQL); addresses are
+EIP-55-valid and non-zero.
 Spec: x402-retirement-endpoint.md, Resources and Rules.
 """
 
@@ -19,21 +21,43 @@ from relayer.domain.errors import Rejection
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
 
 
-def _checksum(value: str) -> str:
-    return str(to_checksum_address(value))
+UINT256_MAX: Final = 2**256 - 1
+INT32_MAX: Final = 2**31 - 1
+_ZERO_ADDRESS: Final = "0x" + "0" * 40
 
 
-Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"), AfterValidator(_checksum)]
+def _address(value: str) -> str:
+    """EIP-55: a mixed-case address must carry a valid checksum (a typo is caught); an
+    all-lower- or all-upper-case one carries none and is accepted, as viem and ethers do.
+    The zero address is never a valid party. Returns the checksummed form."""
+    checksummed = str(to_checksum_address(value))
+    body = value[2:]
+    if body != body.lower() and body != body.upper() and value != checksummed:
+        raise ValueError("bad EIP-55 checksum")
+    if checksummed == _ZERO_ADDRESS:
+        raise ValueError("the zero address is not allowed")
+    return checksummed
+
+
+Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"), AfterValidator(_address)]
 Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$"), AfterValidator(str.lower)]
 
 
 def _uint256(value: str) -> str:
-    if int(value) >= 2**256:
+    if int(value) > UINT256_MAX:
         raise ValueError("must be below 2**256")
     return value
 
 
 Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$"), AfterValidator(_uint256)]
+# An EIP-3009 nonce (bytes32 hex) or an EIP-2612 permit nonce (decimal uint256): ASCII digits
+# only (``str.isdigit`` would let "²" through to ``int()``).
+AuthNonce = Annotated[
+    str,
+    StringConstraints(pattern=r"^(0x[0-9a-fA-F]{64}|0|[1-9][0-9]{0,77})$"),
+    AfterValidator(lambda v: v.lower() if v.startswith("0x") else _uint256(v)),
+]
+Uint256 = Annotated[int, Field(ge=0, le=UINT256_MAX)]
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
@@ -71,7 +95,7 @@ class AuthPayload(_Strict):
     value: Atomic
     validAfter: Atomic = "0"
     validBefore: Atomic
-    nonce: str = Field(max_length=80)
+    nonce: AuthNonce
     signature: Signature | None = None
     v: int | None = Field(default=None, ge=0, le=28)
     r: Bytes32 | None = None
@@ -90,18 +114,19 @@ class ActionRequest(_Strict):
     """Every field an action may take; which are required depends on the action."""
 
     action: str | None = None
-    chainId: int | None = None
+    chainId: Uint256 | None = None
     inputToken: str | None = Field(default=None, max_length=64)
     amount: str | None = Field(default=None, max_length=40)
     carbonClass: str | None = Field(default=None, max_length=64)
     creditToken: Address | None = None
-    tokenId: int | None = Field(default=None, ge=0)
+    tokenId: Uint256 | None = None
     credit: str | None = Field(default=None, max_length=80)
     vintage: int | None = Field(default=None, ge=1900, le=2200)
-    listingId: int | None = Field(default=None, ge=0)
+    listingId: Uint256 | None = None
     from_: Address | None = Field(default=None, alias="from")
     txHash: Bytes32 | None = None
-    index: int | None = Field(default=None, ge=0)
+    # a retirement's index within its transaction (stored as a Postgres INTEGER)
+    index: int | None = Field(default=None, ge=0, le=INT32_MAX)
     salt: Bytes32 | None = None
     gasAllowance: Atomic | None = None
     authPayload: AuthPayload | None = None

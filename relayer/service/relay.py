@@ -431,7 +431,8 @@ class Relay:
             )
         auth_key = expected
         try:
-            signer = eip712.recover_signer(typed, signature)
+            parsed = eip712.parse_signature(signature)
+            signer = eip712.recover_signer(typed, parsed)
         except (ValueError, TypeError):
             raise Rejection("invalid_auth_payload", "signature does not recover") from None
         if signer != payer:
@@ -453,7 +454,7 @@ class Relay:
                 "retireWithAuthorization",
                 retirement.as_tuple(),
                 salt,
-                (payer, value, int(auth.validAfter), valid_before, *eip712.split_signature(signature)),
+                (payer, value, int(auth.validAfter), valid_before, parsed.v, parsed.r_bytes, parsed.s_bytes),
             )
             if usdc
             else self.chain.encode(
@@ -461,7 +462,7 @@ class Relay:
                 "retireWithPermit",
                 retirement.as_tuple(),
                 salt,
-                (payer, value, valid_before, *eip712.split_signature(signature)),
+                (payer, value, valid_before, parsed.v, parsed.r_bytes, parsed.s_bytes),
             )
         )
         new = NewJob(

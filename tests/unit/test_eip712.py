@@ -13,10 +13,12 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.domain.eip712 import (
+    SECP256K1_N,
+    Signature,
+    parse_signature,
     permit,
     receive_with_authorization,
     recover_signer,
-    split_signature,
     usdc_domain_name,
 )
 
@@ -56,16 +58,16 @@ def _permit_td(chain_id: int = 8453) -> dict[str, Any]:
     )
 
 
-def _sign(td: dict[str, Any], key: str = PAYER_KEY) -> bytes:
+def _sign(td: dict[str, Any], key: str = PAYER_KEY) -> Signature:
     signed = Account.sign_message(encode_typed_data(full_message=td), key)
-    return bytes(signed.signature)
+    return parse_signature(bytes(signed.signature))
 
 
 @pytest.mark.parametrize("make", [_usdc_td, _permit_td], ids=["eip3009", "eip2612"])
 def test_recover_signer_returns_the_signer(make: Any) -> None:
     td = make()
     sig = _sign(td)
-    assert len(sig) == 65
+    assert len(bytes(sig)) == 65
     assert recover_signer(td, sig) == PAYER
     other = Account.from_key(OTHER_KEY).address
     assert recover_signer(td, _sign(td, OTHER_KEY)) == other != PAYER
@@ -157,27 +159,77 @@ def test_receive_with_authorization_type_matches_the_token_contract() -> None:
 
 
 @pytest.mark.parametrize(("v_in", "v_out"), [(0, 27), (1, 28), (27, 27), (28, 28)])
-def test_split_signature_normalises_v(v_in: int, v_out: int) -> None:
+def test_parse_signature_normalises_v(v_in: int, v_out: int) -> None:
     r, s = bytes(range(32)), bytes(range(32, 64))
-    assert split_signature(r + s + bytes([v_in])) == (v_out, r, s)
+    sig = parse_signature(r + s + bytes([v_in]))
+    assert (sig.v, sig.r_bytes, sig.s_bytes) == (v_out, r, s)
+    assert bytes(sig) == r + s + bytes([v_out])
 
 
-@pytest.mark.parametrize("v", [2, 26, 29, 35, 255])
-def test_split_signature_rejects_other_v(v: int) -> None:
+@pytest.mark.parametrize("v", [2, 26, 29, 35, 36, 100, 255])
+def test_parse_signature_rejects_other_v(v: int) -> None:
     with pytest.raises(ValueError, match="v must be"):
-        split_signature(bytes(64) + bytes([v]))
+        parse_signature(bytes([1]) * 64 + bytes([v]))
 
 
 @pytest.mark.parametrize("length", [0, 64, 66, 130])
-def test_split_signature_rejects_wrong_length(length: int) -> None:
+def test_parse_signature_rejects_wrong_length(length: int) -> None:
     with pytest.raises(ValueError, match="65 bytes"):
-        split_signature(bytes([27]) * length)
+        parse_signature(bytes([27]) * length)
 
 
-def test_split_signature_of_a_real_signature_recovers() -> None:
+HALF_N = SECP256K1_N // 2
+ONE = (1).to_bytes(32, "big")
+
+
+@pytest.mark.parametrize(
+    ("r", "s", "match"),
+    [
+        (0, 1, "r out of range"),
+        (SECP256K1_N, 1, "r out of range"),
+        (2**256 - 1, 1, "r out of range"),
+        (1, 0, "s out of range"),
+        (1, SECP256K1_N, "s out of range"),
+        (1, HALF_N + 1, "high-s"),
+        (1, SECP256K1_N - 1, "high-s"),
+    ],
+    ids=["r=0", "r=n", "r=max", "s=0", "s=n", "s=n/2+1", "s=n-1"],
+)
+def test_parse_signature_rejects_non_canonical_r_s(r: int, s: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_signature(r.to_bytes(32, "big") + s.to_bytes(32, "big") + bytes([27]))
+
+
+def test_parse_signature_accepts_the_low_s_boundary() -> None:
+    sig = parse_signature(ONE + HALF_N.to_bytes(32, "big") + bytes([28]))
+    assert (sig.v, sig.r, sig.s) == (28, 1, HALF_N)
+
+
+def test_all_zero_signature_is_refused() -> None:
+    with pytest.raises(ValueError):
+        parse_signature(bytes(65))
+
+
+def test_high_s_twin_of_a_real_signature_is_refused() -> None:
+    """The malleable twin (n - s, flipped v) recovers the same signer but is not canonical."""
     td = _usdc_td()
     sig = _sign(td)
-    v, r, s = split_signature(sig)
-    assert v in (27, 28)
-    assert r + s + bytes([v]) == sig  # eth_account signs with v = 27/28
-    assert recover_signer(td, r + s + bytes([v])) == PAYER
+    twin = sig.r_bytes + (SECP256K1_N - sig.s).to_bytes(32, "big") + bytes([55 - sig.v])
+    with pytest.raises(ValueError, match="high-s"):
+        parse_signature(twin)
+
+
+def test_a_real_signature_round_trips_and_recovers() -> None:
+    td = _usdc_td()
+    raw = bytes(Account.sign_message(encode_typed_data(full_message=td), PAYER_KEY).signature)
+    sig = parse_signature(raw)
+    assert sig.v in (27, 28)
+    assert bytes(sig) == raw  # eth_account signs with v = 27/28 and low s
+    assert recover_signer(td, sig) == PAYER
+
+
+def test_recovery_failure_is_a_value_error() -> None:
+    # r = 5 is not the x coordinate of a point on secp256k1 (no y with y^2 = x^3 + 7).
+    sig = Signature(27, 5, 1)
+    with pytest.raises(ValueError, match="does not recover"):
+        recover_signer(_usdc_td(), sig)

@@ -1,0 +1,261 @@
+"""The pure verifier of a relayed retirement's signed authorization (spec: Authentication;
+Errors, authorization group). No I/O and no clock: the caller passes the terms it resolved
+from live state and ``now``; the answer is the verified authorization or a refusal.
+
+Checks run cheapest first: presence and shape (from/to, salt, gas allowance, nonce form,
+canonical signature), validity window, nonce binding (two keccaks of the retirement),
+value against total + gas allowance, and last the signer recovery (an elliptic-curve
+operation).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+from eth_abi.abi import encode
+from eth_utils.crypto import keccak
+
+from relayer.domain import eip712
+from relayer.domain.errors import Rejection
+from relayer.domain.retirement import Retirement, authorization_nonce, permit_binds, permit_expiry
+from relayer.domain.schemas import ActionRequest, AuthPayload
+
+Scheme = Literal["eip3009", "eip2612"]
+
+AUTH_EXPIRY_MARGIN_S: Final = 30
+"""An authorization that expires within this many seconds is refused: it could not be mined."""
+BIGINT_MAX: Final = 2**63 - 1
+"""Expiries are stored as Postgres BIGINT; a later one (up to uint256) never expires in practice."""
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """What the daemon resolved for a request from live state.
+
+    Attributes:
+        chain_id: the chain served (8453 or 84532).
+        settlement: checksummed settlement contract, the only valid ``authPayload.to``.
+        scheme: ``eip3009`` (USDC ReceiveWithAuthorization) or ``eip2612`` (kVCM Permit).
+        input_token: checksummed address of the token paid with (the EIP-712 verifying
+            contract).
+        retirement: the retirement the payer must have signed, with the gas allowance the
+            request carries (0 when it carries none).
+        total: quote total (retirement cost + protocol fee), input-token atomic units.
+        summary: what was submitted, echoed as ``submitted`` in ``params_mismatch``.
+    """
+
+    chain_id: int
+    settlement: str
+    scheme: Scheme
+    input_token: str
+    retirement: Retirement
+    total: int
+    summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedAuthorization:
+    """A signed authorization that passed every check. Amounts in input-token atomic units,
+    times in unix seconds.
+
+    Attributes:
+        valid_before: as signed: the EIP-3009 ``validBefore`` or the EIP-2612 ``deadline``
+            (which carries the bound nonce's high 192 bits).
+        expires_at: when the authorization stops being valid, capped at :data:`BIGINT_MAX`.
+        bound_nonce: ``keccak256(abi.encode(hashRetirement(r), salt))``; the EIP-3009
+            nonce, and the job's authorization key.
+        permit_nonce: the kVCM permit nonce (EIP-2612 only).
+        permit_key: :func:`permit_key` of the permit (EIP-2612 only): one live job per key.
+        request_hash: :func:`request_hash` of the request (the identical-request check).
+    """
+
+    scheme: Scheme
+    payer: str
+    value: int
+    valid_after: int
+    valid_before: int
+    expires_at: int
+    bound_nonce: bytes
+    permit_nonce: int | None
+    permit_key: bytes | None
+    salt: bytes
+    gas_allowance: int
+    signature: eip712.Signature
+    request_hash: bytes
+    retirement: Retirement
+
+
+def request_hash(request: ActionRequest) -> bytes:
+    """keccak256 of the request's canonical JSON (sorted keys, wire names): equal exactly
+    when two requests are identical field for field."""
+    return keccak(text=json.dumps(request.model_dump(mode="json", by_alias=True), sort_keys=True))
+
+
+def permit_key(token: str, owner: str, nonce: int) -> bytes:
+    """keccak256(abi.encode(token, owner, nonce)): names one EIP-2612 permit nonce."""
+    return keccak(encode(["address", "address", "uint256"], [token, owner, nonce]))
+
+
+def typed_data(
+    terms: Terms, payer: str, value: int, valid_after: int, valid_before: int, nonce: bytes | int
+) -> dict[str, Any]:
+    """The EIP-712 typed data the payer signs for ``terms``: an EIP-3009
+    ReceiveWithAuthorization (``nonce`` the 32-byte bound nonce) or an EIP-2612 Permit
+    (``nonce`` the permit nonce, ``valid_before`` the bound deadline)."""
+    if terms.scheme == "eip3009":
+        assert isinstance(nonce, bytes)
+        return eip712.receive_with_authorization(
+            chain_id=terms.chain_id,
+            usdc=terms.input_token,
+            payer=payer,
+            settlement=terms.settlement,
+            value=value,
+            valid_after=valid_after,
+            valid_before=valid_before,
+            nonce=nonce,
+        )
+    assert isinstance(nonce, int)
+    return eip712.permit(
+        chain_id=terms.chain_id,
+        kvcm=terms.input_token,
+        owner=payer,
+        spender=terms.settlement,
+        value=value,
+        nonce=nonce,
+        deadline=valid_before,
+    )
+
+
+def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> VerifiedAuthorization | Rejection:
+    """Verify a parsed ``actions/retire`` request against the resolved terms at ``now``.
+
+    Args:
+        request: the strictly parsed request (its ``authPayload`` may still be absent).
+        terms: what the daemon resolved for it from live state.
+        now: unix seconds.
+
+    Returns:
+        The verified authorization, or the refusal (never raised) with its spec code:
+        ``invalid_auth_payload`` (missing authorization, salt or gas allowance; from/to
+        mismatch; nonce of the wrong scheme; non-canonical or foreign signature; expired,
+        about to expire or not yet valid), ``params_mismatch`` (the nonce or permit
+        deadline does not bind this retirement and salt; ``expectedNonce``,
+        ``receivedNonce``, ``submitted``), ``insufficient_authorized_value``
+        (``requiredMinimum``), ``schema_validation`` (no ``from``).
+    """
+    auth = request.authPayload
+    if auth is None:
+        return Rejection("invalid_auth_payload", "actions/retire needs a signed authPayload")
+    shaped = _check_shape(request, auth, terms)
+    if isinstance(shaped, Rejection):
+        return shaped
+    payer, salt, signature = shaped
+    allowance = int(request.gasAllowance or 0)
+    retirement = replace(terms.retirement, gas_allowance=allowance)
+    value, valid_after, valid_before = int(auth.value), int(auth.validAfter), int(auth.validBefore)
+    usdc = terms.scheme == "eip3009"
+    expires_at = min(valid_before if usdc else permit_expiry(valid_before), BIGINT_MAX)
+    if expires_at <= now + AUTH_EXPIRY_MARGIN_S:
+        return Rejection(
+            "invalid_auth_payload", "authorization expired or about to expire", validBefore=str(expires_at)
+        )
+    if usdc and valid_after > now:
+        return Rejection(
+            "invalid_auth_payload", "authorization is not valid yet", validAfter=str(valid_after)
+        )
+    bound = authorization_nonce(retirement, salt)
+    unbound = _check_binding(auth, bound, valid_before, usdc, terms.summary)
+    if unbound is not None:
+        return unbound
+    required = terms.total + allowance
+    if value < required:
+        return Rejection(
+            "insufficient_authorized_value", requiredMinimum=str(required), authorized=str(value)
+        )
+    permit_nonce = None if usdc else int(auth.nonce)
+    typed = typed_data(terms, payer, value, valid_after, valid_before, bound if usdc else int(auth.nonce))
+    try:
+        signer = eip712.recover_signer(typed, signature)
+    except ValueError:
+        return Rejection("invalid_auth_payload", "signature does not recover")
+    if signer != payer:
+        return Rejection("invalid_auth_payload", "signature is not from `from`")
+    return VerifiedAuthorization(
+        scheme=terms.scheme,
+        payer=payer,
+        value=value,
+        valid_after=valid_after,
+        valid_before=valid_before,
+        expires_at=expires_at,
+        bound_nonce=bound,
+        permit_nonce=permit_nonce,
+        permit_key=None if permit_nonce is None else permit_key(terms.input_token, payer, permit_nonce),
+        salt=salt,
+        gas_allowance=allowance,
+        signature=signature,
+        request_hash=request_hash(request),
+        retirement=retirement,
+    )
+
+
+def _check_shape(
+    request: ActionRequest, auth: AuthPayload, terms: Terms
+) -> tuple[str, bytes, eip712.Signature] | Rejection:
+    """Presence and form: returns (payer, salt, canonical signature) or the refusal."""
+    if request.from_ is None:
+        return Rejection(
+            "schema_validation",
+            "missing required field(s): from",
+            issues=[{"path": ["from"], "keys": [], "message": "required"}],
+        )
+    if auth.from_ != request.from_:
+        return Rejection("invalid_auth_payload", "authPayload.from must equal from")
+    if auth.to != terms.settlement:
+        return Rejection(
+            "invalid_auth_payload",
+            "authPayload.to must be the settlement contract",
+            expectedTo=terms.settlement,
+        )
+    if request.salt is None:
+        return Rejection("invalid_auth_payload", "a relayed retirement needs the top-level salt")
+    if request.gasAllowance is None:
+        return Rejection("invalid_auth_payload", "gasAllowance from prepare-auth is missing")
+    is_bytes32 = auth.nonce.startswith("0x")
+    if terms.scheme == "eip3009" and not is_bytes32:
+        return Rejection("invalid_auth_payload", "USDC needs an EIP-3009 bytes32 nonce")
+    if terms.scheme == "eip2612" and is_bytes32:
+        return Rejection("invalid_auth_payload", "kVCM needs an EIP-2612 permit nonce (decimal)")
+    raw = auth.signature_bytes()
+    if raw is None:
+        return Rejection("invalid_auth_payload", "authPayload needs signature or v/r/s")
+    try:
+        signature = eip712.parse_signature(raw)
+    except ValueError as exc:
+        return Rejection("invalid_auth_payload", f"signature is not canonical: {exc}")
+    return request.from_, bytes.fromhex(request.salt[2:]), signature
+
+
+def _check_binding(
+    auth: AuthPayload, bound: bytes, valid_before: int, usdc: bool, summary: Mapping[str, Any]
+) -> Rejection | None:
+    """The signed nonce (USDC) or permit deadline (kVCM) must carry this retirement's bound
+    nonce; otherwise the submitted retirement differs from the authorized one."""
+    expected = "0x" + bound.hex()
+    if usdc:
+        if auth.nonce == expected:
+            return None
+        return Rejection(
+            "params_mismatch", expectedNonce=expected, receivedNonce=auth.nonce, submitted=dict(summary)
+        )
+    if permit_binds(valid_before, bound):
+        return None
+    return Rejection(
+        "params_mismatch",
+        "the permit deadline does not carry this retirement's nonce",
+        expectedNonce=expected,
+        receivedNonce=f"0x{valid_before >> 64:048x}",
+        submitted=dict(summary),
+    )
