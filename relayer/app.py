@@ -1,6 +1,6 @@
-"""Composition root: the only place that wires concrete classes together. Resources are
-opened and closed with aiohttp ``cleanup_ctx`` (pool, chain session, LISTEN connection,
-workers)."""
+"""Composition root: the only place that wires concrete classes together. Each resource
+(chain node, database pool, LISTEN connection, worker tasks) is entered on one
+``AsyncExitStack`` and unwound in reverse order; nothing on the way out is swallowed."""
 
 from __future__ import annotations
 
@@ -12,37 +12,51 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
-from relayer.api.http import CATALOG, METRICS, READY, RELAY, build_app
-from relayer.chain.client import ChainClient, ChainError
+from relayer.api.http import AppServices, build_app
+from relayer.chain.executor import ExecutorChain
+from relayer.chain.follower import FollowerChain
+from relayer.chain.node import ChainNode
+from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner
+from relayer.chain.types import Contracts
 from relayer.config import Settings
-from relayer.jobs import sleep_or_stop
-from relayer.jobs.broadcaster import Broadcaster
-from relayer.jobs.follower import ChainFollower
+from relayer.domain.errors import RelayerError
+from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.service.catalog import Catalog, project_facts
+from relayer.service.certificate import Certificates
+from relayer.service.gas import GasPricer
+from relayer.service.outcome import Outcomes
+from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
-from relayer.store.db import create_pool
-from relayer.store.jobs import JobStore
+from relayer.store.executor_lane import ExecutorLane
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
+from relayer.store.pool import Database
+from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
+from relayer.workers import sleep_or_stop
+from relayer.workers.broadcaster import Broadcaster
+from relayer.workers.follower import ChainFollower
 
 log = logging.getLogger(__name__)
+
+STOP_GRACE_S: Final = 5.0
+"""How long workers get to finish their step on shutdown before they are cancelled."""
 
 
 def load_deployment(path: Path) -> dict[str, Any]:
     """The deployment description (``contracts``, ``deployBlock``, ...).
 
     Raises:
-        FileNotFoundError: with advice to run ``relayer devnet up``.
+        FileNotFoundError: the file does not exist.
     """
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `relayer devnet up` or set RELAYER_DEPLOYMENT_FILE")
+        raise FileNotFoundError(f"deployment file {path} not found (RELAYER_DEPLOYMENT_FILE)")
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 
@@ -53,87 +67,123 @@ class Runtime:
 
     settings: Settings
     dsn: str
-    chain: ChainClient
-    jobs: JobStore
+    db: Database
+    node: ChainNode
+    reads: ChainReads
+    executor: ExecutorChain
+    follower_chain: FollowerChain
+    jobs: RelayJobs
+    lane: ExecutorLane
     retirements: RetirementStore
     notifications: JobNotifications
     metrics: Metrics
     signer: ExecutorSigner
-    catalog: Catalog
-    relay: Relay
+    services: AppServices
     deploy_block: int
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
+    async def stop_tasks(self) -> None:
+        """Ask every task to stop, give them :data:`STOP_GRACE_S`, cancel the rest, and
+        re-raise the first failure of a task that did not end cleanly."""
+        self.stop.set()
+        if not self.tasks:
+            return
+        _, pending = await asyncio.wait(self.tasks, timeout=STOP_GRACE_S)
+        for task in pending:
+            log.warning("task did not stop in time; cancelling", extra={"task": task.get_name()})
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        failures = [t.exception() for t in self.tasks if not t.cancelled() and t.exception() is not None]
+        if failures:
+            raise failures[0]  # type: ignore[misc]
+
 
 @contextlib.asynccontextmanager
 async def open_runtime(settings: Settings, dsn: str, *, workers: bool) -> AsyncIterator[Runtime]:
-    """Open pool, chain session and LISTEN connection; start the workers when asked."""
+    """Open the chain node, the pool and the LISTEN connection, wire the services, and start
+    the workers when asked; on exit stop them and close everything in reverse order.
+
+    Raises:
+        FileNotFoundError: the deployment file is missing.
+        ValueError: the deployment lacks a contract address.
+        Unavailable: the chain node or the database cannot be reached at start.
+    """
+    if settings.executor_private_key is None:
+        raise RelayerError(message="no executor key: set RELAYER_EXECUTOR_PRIVATE_KEY")
     deployment = load_deployment(settings.deployment_file)
-    key = settings.executor_private_key.get_secret_value() if settings.executor_private_key else None
-    if key is None:
-        key = deployment.get("executor", {}).get("privateKey")
-    if not key:
-        raise RuntimeError("no executor key: set RELAYER_EXECUTOR_PRIVATE_KEY")
-    chain = ChainClient(settings.rpc_url, settings.chain_id, deployment["contracts"])
-    await chain.check()
-    pool = await create_pool(dsn, settings.db_pool_min, settings.db_pool_max)
-    notifications = JobNotifications()
-    await notifications.start(dsn)
-    metrics = Metrics()
-    jobs = JobStore(pool)
-    retirements = RetirementStore(pool)
-    signer = ExecutorSigner(key, settings.chain_id)
-    catalog = Catalog(chain, settings, project_facts(json.loads(settings.projects_file.read_text())))
-    relay = Relay(
-        settings,
-        chain,
-        catalog,
-        jobs,
-        retirements,
-        signer.address,
-        notifications.wait,
-        notifications.any_change.set,
-    )
-    rt = Runtime(
-        settings,
-        dsn,
-        chain,
-        jobs,
-        retirements,
-        notifications,
-        metrics,
-        signer,
-        catalog,
-        relay,
-        int(deployment.get("deployBlock", 0)),
-    )
-    try:
+    contracts = Contracts.from_deployment(deployment["contracts"])
+    signer = ExecutorSigner(settings.executor_private_key.get_secret_value(), settings.chain_id)
+    async with contextlib.AsyncExitStack() as stack:
+        node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
+        stack.push_async_callback(node.close)
+        await node.check()
+        db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
+        stack.push_async_callback(db.close)
+        notifications = JobNotifications()
+        await notifications.start(dsn)
+        stack.push_async_callback(notifications.stop)
+        rt = _wire(settings, dsn, db, node, notifications, signer, int(deployment.get("deployBlock", 0)))
+        stack.push_async_callback(rt.stop_tasks)
         if workers:
             start_workers(rt)
-        rt.tasks.append(asyncio.create_task(_refresh_gauges(rt), name="gauges"))
+        rt.tasks.append(asyncio.create_task(_supervised("gauges", _refresh_gauges(rt), rt), name="gauges"))
         yield rt
-    finally:
-        rt.stop.set()
-        for task in rt.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 5)
-        await notifications.stop()
-        await pool.close()
-        await chain.close()
+
+
+def _wire(
+    settings: Settings,
+    dsn: str,
+    db: Database,
+    node: ChainNode,
+    notifications: JobNotifications,
+    signer: ExecutorSigner,
+    deploy_block: int,
+) -> Runtime:
+    reads, executor = ChainReads(node), ExecutorChain(node)
+    jobs, retirements = RelayJobs(db), RetirementStore(db)
+    projects = project_facts(json.loads(settings.projects_file.read_text()))
+    catalog = Catalog(reads, settings, projects)
+    gas = GasPricer(executor, reads, settings)
+    certificates = Certificates(retirements, catalog, settings.public_base_url)
+    outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.wait)
+    prepare = Prepare(catalog, reads, gas, settings)
+    relay = Relay(
+        catalog, prepare, executor, gas, jobs, outcomes, signer.address, notifications.any_change.set
+    )
+    return Runtime(
+        settings=settings,
+        dsn=dsn,
+        db=db,
+        node=node,
+        reads=reads,
+        executor=executor,
+        follower_chain=FollowerChain(node),
+        jobs=jobs,
+        lane=ExecutorLane(db, settings.chain_id),
+        retirements=retirements,
+        notifications=notifications,
+        metrics=Metrics(),
+        signer=signer,
+        services=AppServices(catalog, prepare, relay, certificates),
+        deploy_block=deploy_block,
+    )
 
 
 def start_workers(rt: Runtime) -> None:
+    """Start the broadcaster (behind the executor lease) and the chain follower, supervised."""
     broadcaster = Broadcaster(
-        rt.chain,
-        rt.jobs,
+        rt.executor,
+        rt.lane,
         rt.signer,
         ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address),
         rt.notifications,
         rt.metrics,
     )
     follower = ChainFollower(
-        rt.chain,
+        rt.follower_chain,
+        rt.reads,
         rt.jobs,
         rt.retirements,
         rt.metrics,
@@ -156,44 +206,47 @@ async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]]
         await sleep_or_stop(rt.stop, 1.0)
 
 
-async def _refresh_gauges(rt: Runtime) -> None:
-    while not rt.stop.is_set():
-        with contextlib.suppress(Exception):
-            counts = await rt.jobs.count_by_state()
-            for state in rt.metrics.jobs_by_state._metrics:
-                rt.metrics.jobs_by_state.labels(*state).set(counts.get(state[0], 0))
-        await sleep_or_stop(rt.stop, 5)
+def _refresh_gauges(rt: Runtime) -> Callable[[asyncio.Event], Awaitable[None]]:
+    async def run(stop: asyncio.Event) -> None:
+        """Refresh the jobs-by-state gauge from Postgres every 5 s (skipped while it is down)."""
+        while not stop.is_set():
+            try:
+                counts = await rt.jobs.count_by_state()
+            except RelayerError:
+                pass  # the database is down: keep the last values
+            else:
+                for state in JobState:
+                    rt.metrics.jobs_by_state.labels(state.value).set(counts.get(state.value, 0))
+            await sleep_or_stop(stop, 5)
+
+    return run
 
 
 def make_web_app(rt: Runtime) -> web.Application:
-    app = build_app(rt.settings.max_body_bytes)
-    app[CATALOG] = rt.catalog
-    app[RELAY] = rt.relay
-    app[METRICS] = rt.metrics
+    """The HTTP application over this runtime's services."""
 
     async def ready() -> bool:
         if any(task.done() for task in rt.tasks):
             return False
         try:
-            await rt.chain.head()
+            await rt.follower_chain.head()
             await rt.jobs.count_by_state()
-        except (ChainError, OSError, Exception):
+        except RelayerError:
             return False
         return True
 
-    app[READY] = ready
-    return app
+    return build_app(rt.services, rt.metrics, ready, rt.settings.max_body_bytes)
 
 
 async def serve(settings: Settings, dsn: str, *, workers: bool, http: bool = True) -> None:
     """Run the daemon until SIGTERM/SIGINT (or cancellation); then stop accepting requests,
     stop the workers and close every resource. Jobs are durable in Postgres, so an
     interrupted relay resumes on the next start."""
-    async with open_runtime(settings, dsn, workers=workers) as rt:
-        runner: web.AppRunner | None = None
+    async with open_runtime(settings, dsn, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
         if http:
             runner = web.AppRunner(make_web_app(rt), access_log=None)
             await runner.setup()
+            stack.push_async_callback(runner.cleanup)
             await web.TCPSite(runner, settings.http_host, settings.http_port).start()
             log.info("listening", extra={"host": settings.http_host, "port": settings.http_port})
         stopping = asyncio.Event()
@@ -201,9 +254,5 @@ async def serve(settings: Settings, dsn: str, *, workers: bool, http: bool = Tru
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stopping.set)
-        try:
-            await stopping.wait()
-            log.info("stopping: finishing in-flight work")
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+        await stopping.wait()
+        log.info("stopping: finishing in-flight work")

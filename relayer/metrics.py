@@ -44,6 +44,12 @@ class Metrics:
             ["action", "code"],
             registry=self.registry,
         )
+        self.error_responses = Counter(
+            "relayer_http_error_responses_total",
+            "HTTP error responses by spec error code (internal_error: an unexpected exception).",
+            ["code"],
+            registry=self.registry,
+        )
         self.request_seconds = Histogram(
             "relayer_http_request_duration_seconds",
             "HTTP request duration by action.",

@@ -90,6 +90,7 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
         rpc_url=chain["rpcUrl"],
         chain_id=chain["chainId"],
         deployment_file=Path(chain["deploymentFile"]),
+        executor_private_key=chain["executor"]["privateKey"],
         http_port=port,
         public_base_url=base,
         settle_wait_s=30,

@@ -1,6 +1,7 @@
 """HTTP surface of the x402 retirement endpoint (aiohttp): routes, strict parsing, the
 spec's JSON error envelope, ``/metrics``, ``/healthz``, ``/readyz``. The only module that
-knows HTTP; every error body comes from the error registry."""
+knows HTTP: it alone maps an error's spec code to its status (from the registry), and any
+exception that is not a :class:`RelayerError` is the only way to a 500."""
 
 from __future__ import annotations
 
@@ -9,22 +10,36 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from relayer.domain.errors import Rejection
+from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
 from relayer.service.catalog import Catalog
+from relayer.service.certificate import Certificates
+from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 
 log = logging.getLogger(__name__)
 
 API_VERSION: Final = "1.0.0"
-CATALOG: Final = web.AppKey("catalog", Catalog)
-RELAY: Final = web.AppKey("relay", Relay)
+
+
+@dataclass(frozen=True, slots=True)
+class AppServices:
+    """The services the routes call."""
+
+    catalog: Catalog
+    prepare: Prepare
+    relay: Relay
+    certificates: Certificates
+
+
+SERVICES: Final = web.AppKey("services", AppServices)
 METRICS: Final = web.AppKey("metrics", Metrics)
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
 
@@ -35,18 +50,20 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
-def error_response(rej: Rejection) -> web.Response:
-    return _json(rej.body(), rej.spec.http_status)
+def error_response(error: RelayerError) -> web.Response:
+    """The spec's envelope with the status the registry gives the error's code."""
+    return _json(error.body(), error.spec.http_status)
 
 
 @web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request id, error envelope for every failure, no internals leaked."""
+    """Request id, error envelope for every failure, no internals leaked; counts error
+    responses by code."""
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
     try:
         response = await handler(request)
-    except Rejection as rej:
-        response = error_response(rej)
+    except RelayerError as err:
+        response = error_response(err)
     except web.HTTPRequestEntityTooLarge:
         response = error_response(
             Rejection(
@@ -64,8 +81,19 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
         response = error_response(Rejection("internal_error", requestId=request_id))
+    if response.status >= 400 and isinstance(response, web.Response):
+        request.app[METRICS].error_responses.labels(_code(response)).inc()
     response.headers["x-request-id"] = request_id
     return response
+
+
+def _code(response: web.Response) -> str:
+    """The spec code of an error response this module made."""
+    try:
+        code = json.loads(response.text or "{}").get("error")
+    except ValueError:
+        code = None
+    return code if isinstance(code, str) else "unknown"
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -87,34 +115,33 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
     try:
         if action not in ACTIONS:
             raise Rejection("unknown_action", supported=list(ACTIONS), action=action)
-        req = parse_request(body)
-        response = await _run(request.app, action, req)
-        if response.status >= 400:
-            code = json.loads(response.text or "{}").get("error", "error")
-        return response
-    except Rejection as rej:
-        code = rej.code
+        return await _run(request.app[SERVICES], action, parse_request(body))
+    except RelayerError as err:
+        code = err.code
+        raise
+    except Exception:
+        code = "internal_error"
         raise
     finally:
         metrics.requests.labels(label, code).inc()
         metrics.request_seconds.labels(label).observe(time.perf_counter() - started)
 
 
-async def _run(app: web.Application, action: str, req: ActionRequest) -> web.Response:
+async def _run(services: AppServices, action: str, req: ActionRequest) -> web.Response:
     now = int(time.time())
-    catalog, relay = app[CATALOG], app[RELAY]
     if action == "discover":
-        return _json(await catalog.discover(req, now))
+        return _json(await services.catalog.discover(req, now))
     if action == "quote":
-        return _json(catalog.quote_body(await catalog.resolve(req, now)))
+        return _json(services.catalog.quote_body(await services.catalog.resolve(req, now)))
     if action == "prepare-auth":
-        return _json(await relay.prepare_auth(req, now))
+        return _json(await services.prepare.prepare_auth(req, now))
     if action == "prepare/retire":
-        return _json(await relay.prepare_retire(req, now))
+        return _json(await services.prepare.prepare_retire(req, now))
     if action == "certificate":
-        return _json(await relay.certificate(req))
-    outcome = await relay.retire(req, now)
-    return _json(outcome.body, outcome.status)
+        return _json(await services.certificates.certificate(req))
+    outcome = await services.relay.retire(req, now)
+    # Past its wait, a relay still on its way answers 202 (post the identical request again).
+    return _json(outcome.body, 200 if outcome.final else 202)
 
 
 async def post_api(request: web.Request) -> web.Response:
@@ -147,14 +174,14 @@ async def post_action(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
-    relay = request.app[RELAY]
+    catalog = request.app[SERVICES].catalog
     return _json(
         {
             "name": "x402 carbon retirement endpoint",
             "apiVersion": API_VERSION,
             "x402FacilitatorVersion": 2,
-            "chainId": relay.chain.chain_id,
-            "settlement": relay.chain.addresses["settlement"],
+            "chainId": catalog.chain_id,
+            "settlement": catalog.contracts.settlement,
             "actions": [
                 {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
                 for a in ACTIONS
@@ -181,9 +208,14 @@ async def not_found(request: web.Request) -> web.Response:
     raise Rejection("not_found", path=request.path)
 
 
-def build_app(max_body_bytes: int) -> web.Application:
-    """The aiohttp application (state keys filled in by the composition root)."""
+def build_app(
+    services: AppServices, metrics: Metrics, ready: Callable[[], Awaitable[bool]], max_body_bytes: int
+) -> web.Application:
+    """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``)."""
     app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
+    app[SERVICES] = services
+    app[METRICS] = metrics
+    app[READY] = ready
     app.router.add_get("/", index)
     app.router.add_get("/api", index)
     app.router.add_post("/api", post_api)

@@ -31,6 +31,20 @@ DETAILS_TYPEHASH: Final = keccak(text=DETAILS_TYPE)
 RETIREMENT_TYPEHASH: Final = keccak(text=RETIREMENT_TYPE)
 
 
+DETAIL_KEYS: Final = (
+    "retiringAddress",
+    "beneficiaryAddress",
+    "beneficiaryString",
+    "retiringEntityString",
+    "retirementMessage",
+    "beneficiaryLocation",
+    "consumptionCountryCode",
+    "consumptionPeriodStart",
+    "consumptionPeriodEnd",
+)
+"""The wire names of the nine details fields, in the contract's struct order."""
+
+
 @dataclass(frozen=True, slots=True)
 class RetirementDetails:
     """Attribution and consumption metadata (the contract's 9-field struct).
@@ -61,6 +75,10 @@ class RetirementDetails:
             self.consumption_period_start,
             self.consumption_period_end,
         )
+
+    def as_record(self) -> dict[str, str]:
+        """The nine fields under their wire names (``beneficiaryString``, ...)."""
+        return dict(zip(DETAIL_KEYS, self.as_tuple(), strict=True))
 
     def struct_hash(self) -> bytes:
         return keccak(

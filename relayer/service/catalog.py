@@ -10,7 +10,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
-from relayer.chain.client import ChainClient, ClassInfo, CreditInfo, ListingInfo
+from relayer.chain.reads import ChainReads
+from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo
 from relayer.config import Settings
 from relayer.domain import fees
 from relayer.domain.amounts import (
@@ -24,22 +25,26 @@ from relayer.domain.amounts import (
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.schemas import ActionRequest, require
+from relayer.domain.verify import Scheme
 
 SUPPORTED_CHAINS: Final = (8453, 84532)
-CONSUMPTION_FIELDS: Final = (
-    "beneficiaryLocation",
-    "consumptionCountryCode",
-    "consumptionPeriodStart",
-    "consumptionPeriodEnd",
-)
 
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    key: str  # "usdc" | "kvcm"
+    """An accepted input token: ``key`` "usdc" (EIP-3009) or "kvcm" (EIP-2612), its
+    checksummed address, decimals and contract name in contracts_abi/."""
+
+    key: str
     symbol: str
     address: str
     decimals: int
+    contract: str
+
+    @property
+    def scheme(self) -> Scheme:
+        """The gasless authorization scheme this token is paid with."""
+        return "eip3009" if self.key == "usdc" else "eip2612"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,22 +89,24 @@ class Catalog:
     """Discovery, resolution and quoting against live chain state."""
 
     def __init__(
-        self, chain: ChainClient, settings: Settings, projects: dict[str, ProjectFacts] | None = None
+        self, reads: ChainReads, settings: Settings, projects: dict[str, ProjectFacts] | None = None
     ) -> None:
-        self.chain = chain
+        self.chain = reads
+        self.chain_id = reads.node.chain_id
+        self.contracts = reads.contracts
         self.settings = settings
         self.projects = projects or {}
         self.tokens = {
-            "usdc": Token("usdc", "USDC", chain.addresses["usdc"], USDC_DECIMALS),
-            "kvcm": Token("kvcm", "kVCM", chain.addresses["kvcm"], KVCM_DECIMALS),
+            "usdc": Token("usdc", "USDC", reads.contracts.usdc, USDC_DECIMALS, "UsdcEip3009"),
+            "kvcm": Token("kvcm", "kVCM", reads.contracts.kvcm, KVCM_DECIMALS, "KlimaVcm"),
         }
 
     # ------------------------------------------------------------------ parameters
 
     def check_chain(self, chain_id: int | None) -> None:
         """Raises ``unsupported_chain_id`` unless ``chain_id`` is None or this daemon's chain."""
-        if chain_id is not None and (chain_id not in SUPPORTED_CHAINS or chain_id != self.chain.chain_id):
-            raise Rejection("unsupported_chain_id", supported=[self.chain.chain_id])
+        if chain_id is not None and (chain_id not in SUPPORTED_CHAINS or chain_id != self.chain_id):
+            raise Rejection("unsupported_chain_id", supported=[self.chain_id])
 
     def token(self, text: str | None) -> Token:
         """Resolve ``inputToken`` (symbol or address; default USDC).
@@ -180,7 +187,7 @@ class Catalog:
                     continue
                 out_listings.append(self.listing_view(li, credits[li.token_id]))
         return {
-            "chainId": self.chain.chain_id,
+            "chainId": self.chain_id,
             "carbonClasses": out_classes,
             "marketplaceListings": out_listings,
             "marketplaceEnabled": True,
@@ -198,7 +205,7 @@ class Catalog:
 
     def _credit_view(self, credit: CreditInfo, available: int) -> dict[str, Any]:
         return {
-            "tokenAddress": self.chain.addresses["carbonCredits"],
+            "tokenAddress": self.contracts.carbon_credits,
             "tokenId": str(credit.token_id),
             "credit": f"{credit.project_id}-{credit.vintage}",
             "registry": credit.registry,
@@ -281,7 +288,7 @@ class Catalog:
         assert req.amount is not None
         units = parse_tonnes(req.amount)
         token = self.token(req.inputToken)
-        if req.creditToken is not None and req.creditToken != self.chain.addresses["carbonCredits"]:
+        if req.creditToken is not None and req.creditToken != self.contracts.carbon_credits:
             raise Rejection("credit_not_found", f"unknown credit token {req.creditToken}")
         if req.listingId is not None:
             return await self._resolve_listing(req.listingId, units, token, now)
@@ -357,7 +364,7 @@ class Catalog:
             chosen,
             None,
             credit,
-            self.chain.addresses["carbonCredits"],
+            self.contracts.carbon_credits,
             token,
             units,
             quote,
@@ -375,7 +382,7 @@ class Catalog:
         )
         tonnes = format_tonnes(route.units)
         return {
-            "chainId": self.chain.chain_id,
+            "chainId": self.chain_id,
             **source,
             "inputToken": {"symbol": route.token.symbol, "address": route.token.address, "decimals": d},
             "amount": tonnes,
@@ -414,10 +421,3 @@ def _has_credit_filter(req: ActionRequest) -> bool:
 def _check_whole_tonnes(credit: CreditInfo, units: int) -> None:
     if credit.whole_tonnes_only and units % 1000:
         raise Rejection("amount_not_whole_tonnes", registry=credit.registry, increment="1")
-
-
-def missing_registry_details(credit: CreditInfo, details: dict[str, Any]) -> list[str]:
-    """Consumption fields a whole-tonne registry needs that ``details`` lacks (spec rule 5)."""
-    if not credit.requires_consumption_metadata:
-        return []
-    return [f for f in CONSUMPTION_FIELDS if not details.get(f)]

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import asyncpg
 
-from relayer.store.jobs import NOTIFY_CHANNEL
+from relayer.store.relay_jobs import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,16 @@
-"""Indexed retirements and the indexer's cursor (block number and hash)."""
+"""Indexed retirements (one row per ``RetirementSettled`` event) and the indexer's cursor
+(block number and hash). Rows are inserted idempotently with the cursor in one transaction."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
+
+from relayer.store.pool import Database
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,32 @@ _COLUMNS = (
     "credit_token, token_id, amount_units, project_id, vintage, registry, authorization_nonce, details"
 )
 
+# The indexer cursor named $2.
+CURSOR: Final = "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1 AND name = $2"
+# Insert one indexed retirement; nothing when it is already there.
+INSERT_RETIREMENT: Final = f"""
+INSERT INTO retirements ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                             $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25::jsonb)
+ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING
+"""
+# Advance (never rewind) the cursor named $2 to block $3 with hash $4.
+ADVANCE_CURSOR: Final = """
+INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) VALUES ($1, $2, $3, $4)
+ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number,
+    block_hash = EXCLUDED.block_hash, updated_at = now()
+WHERE indexer_cursor.block_number <= EXCLUDED.block_number
+"""
+# Retirements settled with authorization nonce $2, in whatever transaction.
+BY_AUTHORIZATION: Final = f"""
+SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND authorization_nonce = $2
+ORDER BY block_number, retirement_index
+"""
+# Retirements of one transaction (one index when $3 is not NULL), by index.
+BY_TRANSACTION: Final = f"""
+SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2
+AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index
+"""
+
 
 def _from_row(row: asyncpg.Record) -> IndexedRetirement:
     values = dict(row)
@@ -70,17 +99,16 @@ def _from_row(row: asyncpg.Record) -> IndexedRetirement:
 
 
 class RetirementStore:
-    """Repository of indexed retirements and the indexer cursor."""
+    """Repository of indexed retirements and the indexer cursor.
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
+    Every method raises ``StoreUnavailable`` when the database fails.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     async def cursor(self, chain_id: int, name: str) -> tuple[int, bytes | None] | None:
-        row = await self._pool.fetchrow(
-            "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1 AND name = $2",
-            chain_id,
-            name,
-        )
+        row = await self.db.fetchrow(CURSOR, chain_id, name)
         if row is None:
             return None
         return int(row["block_number"]), None if row["block_hash"] is None else bytes(row["block_hash"])
@@ -94,12 +122,10 @@ class RetirementStore:
         retirements: Sequence[IndexedRetirement],
     ) -> None:
         """Insert retirements (idempotent) and advance the cursor in one transaction."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self.db.transaction() as conn:
             if retirements:
                 await conn.executemany(
-                    f"INSERT INTO retirements ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, "
-                    "$11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25::jsonb) "
-                    "ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING",
+                    INSERT_RETIREMENT,
                     [
                         (
                             r.chain_id,
@@ -131,37 +157,16 @@ class RetirementStore:
                         for r in retirements
                     ],
                 )
-            await conn.execute(
-                "INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) "
-                "VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number, "
-                "block_hash = EXCLUDED.block_hash, updated_at = now() "
-                "WHERE indexer_cursor.block_number <= EXCLUDED.block_number",
-                chain_id,
-                name,
-                block_number,
-                block_hash,
-            )
+            await conn.execute(ADVANCE_CURSOR, chain_id, name, block_number, block_hash)
 
     async def by_authorization(self, chain_id: int, nonce: bytes) -> list[IndexedRetirement]:
         """Retirements settled with this authorization nonce, in whatever transaction."""
-        rows = await self._pool.fetch(
-            f"SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND authorization_nonce = $2 "
-            "ORDER BY block_number, retirement_index",
-            chain_id,
-            nonce,
-        )
+        rows = await self.db.fetch(BY_AUTHORIZATION, chain_id, nonce)
         return [_from_row(r) for r in rows]
 
     async def by_transaction(
         self, chain_id: int, tx_hash: bytes, index: int | None = None
     ) -> list[IndexedRetirement]:
         """Retirements of one transaction (optionally one index), by index."""
-        rows = await self._pool.fetch(
-            f"SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2 "
-            "AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index",
-            chain_id,
-            tx_hash,
-            index,
-        )
+        rows = await self.db.fetch(BY_TRANSACTION, chain_id, tx_hash, index)
         return [_from_row(r) for r in rows]

@@ -12,6 +12,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
+from tests.chain_helpers import chain_hash_retirement, eth_balance, token_balance
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.integration
@@ -43,14 +44,12 @@ def signed_request(ch: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 async def balances(d: Daemon, token: str, *owners: str) -> list[int]:
-    chain = d.runtime.chain
-    return [await chain.token_balance(token, o) for o in owners]
+    return [await token_balance(d.runtime.node, token, o) for o in owners]
 
 
 async def executor_state(d: Daemon) -> tuple[int, int]:
-    chain = d.runtime.chain
     ex = d.chain["executor"]["address"]
-    return await chain.eth_balance(ex), await chain.pending_nonce(ex)
+    return await eth_balance(d.runtime.node, ex), await d.runtime.executor.pending_nonce(ex)
 
 
 async def test_usdc_class_retirement_settles_with_exact_accounting(daemon: Daemon) -> None:
@@ -72,7 +71,7 @@ async def test_usdc_class_retirement_settles_with_exact_accounting(daemon: Daemo
     assert before[0] - after[0] == int(quote["total"]) + allowance
     assert after[1] - before[1] == int(quote["fee"])
     assert after[2] - before[2] == allowance
-    assert await daemon.runtime.chain.eth_balance(payer["address"]) == 0
+    assert await eth_balance(daemon.runtime.node, payer["address"]) == 0
     status, cert = await daemon.get("/api/certificate", txHash=result["transactionHash"])
     assert status == 200 and cert["retirements"][0]["certificateUrl"].endswith("/certificate")
 
@@ -115,7 +114,7 @@ async def test_identical_request_twice_and_concurrently_broadcasts_once(daemon: 
     assert len(hashes) == 1
     _, nonce_after = await executor_state(daemon)
     assert nonce_after - nonce_before == 1
-    rows = await daemon.runtime.jobs._pool.fetchval(  # one signed transaction for the job
+    rows = await daemon.runtime.db.fetchval(  # one signed transaction for the job
         "SELECT count(*) FROM relay_transactions t JOIN relay_jobs j ON j.id = t.job_id WHERE j.salt = $1",
         bytes.fromhex(body["salt"][2:]),
     )
@@ -175,7 +174,7 @@ async def test_reverting_simulation_gives_contract_revert_and_costs_no_gas(daemo
 
 
 async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daemon) -> None:
-    c = daemon.runtime.chain
+    node = daemon.runtime.node
     details = RetirementDetails(
         retiring_address=daemon.chain["payers"][0]["address"],
         beneficiary_address="0x000000000000000000000000000000000000dEaD",
@@ -186,9 +185,9 @@ async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daem
         consumption_period_start="2025-01-01",
         consumption_period_end="2025-12-31",
     )
-    r = Retirement(1, 7, c.addresses["carbonCredits"], 3, 12_345, c.addresses["usdc"], 999, details)
+    r = Retirement(1, 7, node.contracts.carbon_credits, 3, 12_345, node.contracts.usdc, 999, details)
     salt = bytes(range(32))
-    assert await c.chain_hash_retirement(r, salt) == authorization_nonce(r, salt)
+    assert await chain_hash_retirement(node, r, salt) == authorization_nonce(r, salt)
 
 
 async def test_signature_from_another_key_is_invalid_auth_payload(daemon: Daemon) -> None:
@@ -219,9 +218,10 @@ async def test_metrics_expose_job_states_and_stage_histograms(daemon: Daemon) ->
 
 
 async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemon) -> None:
-    from relayer.jobs.follower import STALE_ACCEPTED_S
+    from relayer.domain.errors import Rejection
+    from relayer.workers.follower import STALE_ACCEPTED_S
 
-    relay = daemon.runtime.relay
+    relay = daemon.runtime.services.relay
     payer = daemon.chain["payers"][0]
     ch = await challenge(daemon, payer, carbonClass="IND", amount="0.2", inputToken="USDC")
     body = signed_request(ch, payer["privateKey"])
@@ -237,34 +237,35 @@ async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemo
         relay._simulate = real  # type: ignore[method-assign]
     assert (status, data["error"]) == (500, "internal_error")
     salt = bytes.fromhex(body["salt"][2:])
-    pool = daemon.runtime.jobs._pool
+    pool = daemon.runtime.db
     assert await pool.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt) == "accepted"
     # Not yet stale: the sweep leaves it; once older than the threshold it is rejected.
-    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"error": "x"}) == 0
+    interrupted = Rejection("internal_error")
+    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, interrupted) == 0
     await pool.execute(
         "UPDATE relay_jobs SET accepted_at = now() - make_interval(secs => $2) WHERE salt = $1",
         salt,
         STALE_ACCEPTED_S + 1,
     )
-    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"error": "x"}) == 1
+    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, interrupted) == 1
     status, data = await daemon.post(body)
     assert (status, data["status"]) == (200, "settled"), data
 
 
 async def test_failed_broadcast_is_resent_with_the_same_bytes(daemon: Daemon) -> None:
-    from relayer.chain.client import ChainUnavailable
+    from relayer.chain.errors import ChainUnavailable, SendOutcome
 
-    chain = daemon.runtime.chain
+    chain = daemon.runtime.executor
     payer = daemon.chain["payers"][1]
     ch = await challenge(daemon, payer, carbonClass="IND", amount="0.3", inputToken="USDC")
     body = signed_request(ch, payer["privateKey"])
     real_send = chain.send_raw
     sent: list[bytes] = []
 
-    async def flaky_send(raw: bytes) -> str:
+    async def flaky_send(raw: bytes) -> SendOutcome:
         sent.append(raw)
         if len(sent) == 1:
-            raise ChainUnavailable("RPC unavailable: connection reset")
+            raise ChainUnavailable()
         return await real_send(raw)
 
     chain.send_raw = flaky_send  # type: ignore[method-assign]
@@ -274,7 +275,7 @@ async def test_failed_broadcast_is_resent_with_the_same_bytes(daemon: Daemon) ->
         chain.send_raw = real_send  # type: ignore[method-assign]
     assert (status, data["status"]) == (200, "settled"), data
     assert len(sent) == 2 and sent[0] == sent[1]  # the same signed bytes, never a second transaction
-    rows = await daemon.runtime.jobs._pool.fetchval(
+    rows = await daemon.runtime.db.fetchval(
         "SELECT count(*) FROM relay_transactions t JOIN relay_jobs j ON j.id = t.job_id WHERE j.salt = $1",
         bytes.fromhex(body["salt"][2:]),
     )
@@ -289,9 +290,9 @@ async def test_database_loss_cannot_spend_an_authorization_twice(daemon: Daemon)
     body = signed_request(ch, payer["privateKey"])
     status, first = await daemon.post(body)
     assert (status, first["status"]) == (200, "settled")
-    pool = daemon.runtime.jobs._pool
+    pool = daemon.runtime.db
     salt = bytes.fromhex(body["salt"][2:])
-    async with pool.acquire() as conn, conn.transaction():
+    async with pool.transaction() as conn:
         job_id = await conn.fetchval("SELECT id FROM relay_jobs WHERE salt = $1", salt)
         await conn.execute("DELETE FROM spent_salts WHERE job_id = $1", job_id)
         await conn.execute("DELETE FROM relay_transactions WHERE job_id = $1", job_id)
@@ -384,8 +385,9 @@ async def test_rejected_kvcm_attempt_does_not_lock_the_permit_nonce(daemon: Daem
 
 
 async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
+    from relayer.domain.errors import Rejection
     from relayer.domain.states import JobState
-    from relayer.store.jobs import NewJob, PermitInUse
+    from relayer.store.relay_jobs import NewJob, PermitInUse
 
     jobs = daemon.runtime.jobs
 
@@ -411,7 +413,7 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
     assert owned
     with pytest.raises(PermitInUse):
         await jobs.reserve(job(b"\x02" * 31))
-    await jobs.move(first.id, JobState.REJECTED, error={"error": "contract_revert"})
+    await jobs.move(first.id, JobState.REJECTED, error=Rejection("contract_revert"))
     second, owned = await jobs.reserve(job(b"\x02" * 31))  # freed once nothing can spend it
     assert owned and second.id != first.id
     with pytest.raises(PermitInUse):  # and the rejected one cannot come back while it is live
@@ -421,8 +423,10 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
 async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> None:
     import time
 
+    from relayer.domain.errors import Rejection
     from relayer.domain.states import JobState
-    from relayer.store.jobs import NewJob
+    from relayer.store.executor_lane import ExecutorLane
+    from relayer.store.relay_jobs import NewJob
 
     jobs = daemon.runtime.jobs
     salt = b"\x07" * 32
@@ -448,7 +452,9 @@ async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> 
     def must_not_sign(*_args: Any) -> Any:
         raise AssertionError("signed an authorization that expires before it can be mined")
 
-    assert await jobs.sign_simulated(99, "0xexecutor", 10, must_not_sign, expiry_margin_s=20) == []
+    lane = ExecutorLane(daemon.runtime.db, 99)
+    expired = Rejection("invalid_auth_payload")
+    assert await lane.sign_simulated("0xexecutor", 10, must_not_sign, 20, expired) == []
     rejected = await jobs.get(job.id)
     assert rejected is not None and rejected.state is JobState.REJECTED and rejected.tx_hash is None
 
@@ -466,7 +472,7 @@ async def test_authorization_settled_by_another_sender_is_reported_settled(daemo
     w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
     try:
         relay = asyncio.create_task(daemon.post(body))
-        pool = daemon.runtime.jobs._pool
+        pool = daemon.runtime.db
         salt = bytes.fromhex(body["salt"][2:])
         for _ in range(200):
             row = await pool.fetchrow(

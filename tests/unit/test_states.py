@@ -154,13 +154,14 @@ def test_literal_sql_moves_in_the_store_are_allowed_by_the_table() -> None:
     import re
     from pathlib import Path
 
-    from relayer.store import jobs
+    from relayer.store import executor_lane, relay_jobs
 
-    for source, target in jobs.FIXED_TRANSITIONS:
+    for source, target in relay_jobs.FIXED_TRANSITIONS:
         assert can_move(source, target), (source, target)
     # every literal "SET state = 'x' ... state = 'y'" in the store is one of the declared moves
-    sql = Path(jobs.__file__).read_text()
     found = set()
-    for match in re.finditer(r"SET state = '(\w+)'.*?WHERE[^\n]*?state = '(\w+)'", sql, re.S):
-        found.add((JobState(match.group(2)), JobState(match.group(1))))
-    assert found and found <= set(jobs.FIXED_TRANSITIONS), found - set(jobs.FIXED_TRANSITIONS)
+    for module in (relay_jobs, executor_lane):
+        sql = Path(module.__file__ or "").read_text()
+        for match in re.finditer(r"SET state = '(\w+)'.*?WHERE[^\n]*?state = '(\w+)'", sql, re.S):
+            found.add((JobState(match.group(2)), JobState(match.group(1))))
+    assert found == set(relay_jobs.FIXED_TRANSITIONS), found ^ set(relay_jobs.FIXED_TRANSITIONS)

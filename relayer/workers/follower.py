@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import Final
 
-from relayer.chain.client import ChainClient, ChainUnavailable, SettledLog
+from relayer.chain.errors import ChainUnavailable
+from relayer.chain.follower import FollowerChain
+from relayer.chain.reads import ChainReads
+from relayer.chain.types import SettledLog
 from relayer.domain.errors import Rejection
 from relayer.domain.states import JobState
-from relayer.jobs import sleep_or_stop
 from relayer.metrics import Metrics
-from relayer.store.jobs import JobStore
+from relayer.store.pool import StoreUnavailable
+from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
+from relayer.workers import sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +29,8 @@ MAX_LOG_RANGE: Final = 2_000
 STALE_ACCEPTED_S: Final = 120.0
 SWEEP_EVERY_S: Final = 15.0
 
-_DETAIL_KEYS: Final = (
-    "retiringAddress",
-    "beneficiaryAddress",
-    "beneficiaryString",
-    "retiringEntityString",
-    "retirementMessage",
-    "beneficiaryLocation",
-    "consumptionCountryCode",
-    "consumptionPeriodStart",
-    "consumptionPeriodEnd",
+INTERRUPTED: Final = Rejection(
+    "internal_error", "the relay was interrupted before signing; post the request again"
 )
 
 
@@ -44,8 +39,9 @@ class ChainFollower:
 
     def __init__(
         self,
-        chain: ChainClient,
-        jobs: JobStore,
+        chain: FollowerChain,
+        reads: ChainReads,
+        jobs: RelayJobs,
         retirements: RetirementStore,
         metrics: Metrics,
         confirmations: int,
@@ -53,6 +49,8 @@ class ChainFollower:
         poll_interval_s: float,
     ) -> None:
         self.chain = chain
+        self.chain_id = chain.node.chain_id
+        self.reads = reads
         self.jobs = jobs
         self.retirements = retirements
         self.metrics = metrics
@@ -68,21 +66,21 @@ class ChainFollower:
         is left to catch up."""
         head = await self.chain.head()
         if self._indexed is None or self._scanned is None:
-            cursor = await self.retirements.cursor(self.chain.chain_id, CURSOR)
+            cursor = await self.retirements.cursor(self.chain_id, CURSOR)
             self._indexed = self.start_block - 1 if cursor is None else cursor[0]
             self._scanned = self._indexed
         elif head == self._scanned and self._indexed >= head - self.confirmations + 1:
             return
         indexed = self._indexed
         if head > self._scanned:
-            pending = await self.jobs.pending_hashes(self.chain.chain_id)
+            pending = await self.jobs.pending_hashes(self.chain_id)
             last = min(head, self._scanned + MAX_RECEIPT_BLOCKS)
             if pending:
                 for number in range(self._scanned + 1, last + 1):
                     await self._receipts(number, pending)
             self._scanned = last
         safe = min(head - self.confirmations + 1, self._scanned)
-        for job in await self.jobs.mined_up_to(self.chain.chain_id, safe):
+        for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra={"job_id": job.id})
         if safe > indexed:
@@ -111,10 +109,10 @@ class ChainFollower:
         stamps = await self.chain.block_timestamps({entry.block_number for entry in logs}) if logs else {}
         rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
         to_hash = await self.chain.block_hash(to_block)
-        await self.retirements.save(self.chain.chain_id, CURSOR, to_block, to_hash, rows)
+        await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows)
         self._indexed = to_block
         self.metrics.indexed_block.set(to_block)
-        for job in await self.jobs.index_jobs(self.chain.chain_id, sorted({r.tx_hash for r in rows})):
+        for job in await self.jobs.mark_indexed(self.chain_id, sorted({r.tx_hash for r in rows})):
             self.metrics.job_transitions.labels("indexed").inc()
             self.metrics.observe_stage(
                 "mined_to_indexed", job.timestamps["mined_at"], job.timestamps["indexed_at"]
@@ -123,10 +121,9 @@ class ChainFollower:
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:
         r = entry.retirement
-        credit = await self.chain.credit(int(r["tokenId"]))
-        details = dict(zip(_DETAIL_KEYS, _details_tuple(r["details"]), strict=True))
+        credit = await self.reads.credit(r.token_id)
         return IndexedRetirement(
-            chain_id=self.chain.chain_id,
+            chain_id=self.chain_id,
             tx_hash=entry.tx_hash,
             retirement_index=entry.retirement_index,
             block_number=entry.block_number,
@@ -135,28 +132,27 @@ class ChainFollower:
             block_timestamp=timestamp,
             payer=entry.payer,
             beneficiary=entry.beneficiary,
-            input_token=str(r["inputToken"]),
+            input_token=r.input_token,
             value=entry.value,
             fee=entry.fee,
             retirement_cost=entry.retirement_cost,
             refunded=entry.refunded,
-            gas_allowance=int(r["gasAllowance"]),
-            source=int(r["source"]),
-            source_id=int(r["sourceId"]),
-            credit_token=str(r["creditToken"]),
-            token_id=int(r["tokenId"]),
-            amount_units=int(r["amount"]),
+            gas_allowance=r.gas_allowance,
+            source=r.source,
+            source_id=r.source_id,
+            credit_token=r.credit_token,
+            token_id=r.token_id,
+            amount_units=r.amount,
             project_id=credit.project_id,
             vintage=credit.vintage,
             registry=credit.registry,
             authorization_nonce=entry.authorization_nonce,
-            details=details,
+            details=r.details.as_record(),
         )
 
     async def sweep(self) -> None:
         """Reject jobs a crashed process left in ``accepted`` (they signed nothing)."""
-        rej = Rejection("internal_error", "the relay was interrupted before signing; post the request again")
-        expired = await self.jobs.expire_stale_accepted(STALE_ACCEPTED_S, {"status": 500, **rej.body()})
+        expired = await self.jobs.expire_stale_accepted(STALE_ACCEPTED_S, INTERRUPTED)
         if expired:
             log.warning("rejected stale accepted jobs", extra={"count": expired})
 
@@ -171,13 +167,8 @@ class ChainFollower:
                 await self.step()
             except ChainUnavailable:
                 self.metrics.rpc_errors.labels("follower").inc()
+            except StoreUnavailable:
+                log.warning("database unavailable; retrying")
             except Exception:
                 log.exception("follower step failed")
             await sleep_or_stop(stop, self.poll_interval_s)
-
-
-def _details_tuple(value: object) -> tuple[object, ...]:
-    if isinstance(value, Mapping):
-        return tuple(value[k] for k in _DETAIL_KEYS)
-    assert isinstance(value, (tuple, list))
-    return tuple(value)

@@ -10,14 +10,17 @@ import contextlib
 import logging
 from typing import Final
 
-from relayer.chain.client import ChainClient, ChainUnavailable
+from relayer.chain.errors import ChainUnavailable
+from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection
-from relayer.jobs import sleep_or_stop
 from relayer.metrics import Metrics
-from relayer.store.jobs import Job, JobStore, SignedTx
+from relayer.store.executor_lane import ExecutorLane, SignedTx
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
+from relayer.store.pool import StoreUnavailable
+from relayer.store.relay_jobs import Job
+from relayer.workers import sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,7 @@ LEASE_RETRY_S: Final = 5.0
 RESEND_UNSENT_AFTER_S: Final = 2.0
 SIGN_EXPIRY_MARGIN_S: Final = 20
 RESEND_UNMINED_AFTER_S: Final = 30.0
+EXPIRED: Final = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
 
 
 class Broadcaster:
@@ -34,15 +38,15 @@ class Broadcaster:
 
     def __init__(
         self,
-        chain: ChainClient,
-        jobs: JobStore,
+        chain: ExecutorChain,
+        lane: ExecutorLane,
         signer: ExecutorSigner,
         lease: ExecutorLease,
         notifications: JobNotifications,
         metrics: Metrics,
     ) -> None:
         self.chain = chain
-        self.jobs = jobs
+        self.lane = lane
         self.signer = signer
         self.lease = lease
         self.notifications = notifications
@@ -65,14 +69,14 @@ class Broadcaster:
         sent: list[SignedTx] = []
         for tx in txs:
             try:
-                result = await self.chain.send_raw(tx.raw)
+                outcome = await self.chain.send_raw(tx.raw)
             except ChainUnavailable as exc:
                 self.metrics.rpc_errors.labels("broadcaster").inc()
-                log.warning("broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": str(exc)})
+                log.warning("broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": exc.code})
                 continue
-            self.metrics.broadcasts.labels(result).inc()
+            self.metrics.broadcasts.labels(outcome.value).inc()
             sent.append(tx)
-        for job in await self.jobs.mark_broadcast(sent):
+        for job in await self.lane.mark_broadcast(sent):
             self.metrics.job_transitions.labels("submitted").inc()
             self.metrics.observe_stage(
                 "accepted_to_submitted", job.timestamps["accepted_at"], job.timestamps["submitted_at"]
@@ -82,8 +86,8 @@ class Broadcaster:
     async def start_lane(self) -> None:
         """Reconcile the nonce lane with the chain and re-send unsettled transactions."""
         pending = await self.chain.pending_nonce(self.signer.address)
-        nxt = await self.jobs.reconcile_nonce(self.chain.chain_id, self.signer.address, pending)
-        unsettled = await self.jobs.unsettled_transactions(self.chain.chain_id, self.signer.address)
+        nxt = await self.lane.reconcile_nonce(self.signer.address, pending)
+        unsettled = await self.lane.unsettled_transactions(self.signer.address)
         log.info(
             "executor lane ready",
             extra={"executor": self.signer.address, "next_nonce": nxt, "resending": len(unsettled)},
@@ -93,20 +97,14 @@ class Broadcaster:
     async def step(self) -> int:
         """Sign and send one batch of simulated jobs, then re-send (same bytes) what a failed
         send left signed or what has sat unmined too long; returns how many were signed."""
-        expired = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
-        signed = await self.jobs.sign_simulated(
-            self.chain.chain_id,
-            self.signer.address,
-            BATCH,
-            self._sign,
-            SIGN_EXPIRY_MARGIN_S,
-            {"status": expired.spec.http_status, **expired.body()},
+        signed = await self.lane.sign_simulated(
+            self.signer.address, BATCH, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
         )
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
         await self._send(signed)
-        stale = await self.jobs.stale_transactions(
-            self.chain.chain_id, self.signer.address, RESEND_UNSENT_AFTER_S, RESEND_UNMINED_AFTER_S
+        stale = await self.lane.stale_transactions(
+            self.signer.address, RESEND_UNSENT_AFTER_S, RESEND_UNMINED_AFTER_S
         )
         if stale:
             log.info("re-sending transactions", extra={"count": len(stale)})
@@ -142,6 +140,8 @@ class Broadcaster:
                         continue
                 except ChainUnavailable:
                     self.metrics.rpc_errors.labels("broadcaster").inc()
+                except StoreUnavailable:
+                    log.warning("database unavailable; retrying")
                 except Exception:
                     log.exception("broadcaster step failed")
                 with contextlib.suppress(TimeoutError):

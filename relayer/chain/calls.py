@@ -1,0 +1,62 @@
+"""Call data of the settlement and token calls the relay makes, as plain functions of the
+domain types (no client instance). Amounts are atomic units; signatures are canonical.
+Spec: prepare/retire (``[approve, retire]``) and actions/retire (the two gasless paths)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relayer.chain import codec
+from relayer.domain.eip712 import Signature
+from relayer.domain.retirement import Retirement, RetirementDetails
+
+SETTLEMENT = "RetirementSettlement"
+
+
+def approve(token_contract: str, spender: str, amount: int) -> bytes:
+    """ERC-20 ``approve(spender, amount)`` on ``token_contract`` (``UsdcEip3009`` or ``KlimaVcm``)."""
+    return codec.function(token_contract, "approve").encode(spender, amount)
+
+
+def retire(retirement: Retirement, max_input: int) -> bytes:
+    """The caller-paid ``retire(r, maxInput)`` (the retirement's gas allowance must be 0)."""
+    return codec.function(SETTLEMENT, "retire").encode(retirement.as_tuple(), max_input)
+
+
+def retire_with_authorization(
+    retirement: Retirement,
+    salt: bytes,
+    payer: str,
+    value: int,
+    valid_after: int,
+    valid_before: int,
+    signature: Signature,
+) -> bytes:
+    """The USDC gasless path: ``retireWithAuthorization(r, salt, (from, value, validAfter,
+    validBefore, v, r, s))``; the contract recomputes the EIP-3009 nonce from ``r`` and ``salt``."""
+    auth = (payer, value, valid_after, valid_before, signature.v, signature.r_bytes, signature.s_bytes)
+    return codec.function(SETTLEMENT, "retireWithAuthorization").encode(retirement.as_tuple(), salt, auth)
+
+
+def retire_with_permit(
+    retirement: Retirement, salt: bytes, owner: str, value: int, deadline: int, signature: Signature
+) -> bytes:
+    """The kVCM gasless path: ``retireWithPermit(r, salt, (owner, value, deadline, v, r, s))``;
+    the deadline carries the bound nonce's high 192 bits and the expiry in its low 64."""
+    permit = (owner, value, deadline, signature.v, signature.r_bytes, signature.s_bytes)
+    return codec.function(SETTLEMENT, "retireWithPermit").encode(retirement.as_tuple(), salt, permit)
+
+
+def retirement_from_tuple(value: Any) -> Retirement:
+    """A decoded ABI ``Retirement`` tuple (as in the ``RetirementSettled`` event) as the domain type."""
+    source, source_id, credit_token, token_id, amount, input_token, gas_allowance, details = value
+    return Retirement(
+        source=int(source),
+        source_id=int(source_id),
+        credit_token=str(credit_token),
+        token_id=int(token_id),
+        amount=int(amount),
+        input_token=str(input_token),
+        gas_allowance=int(gas_allowance),
+        details=RetirementDetails(*(str(field) for field in details)),
+    )

@@ -1,0 +1,133 @@
+"""ABI encoding and decoding of the reference protocol's calls and events, straight from the
+committed ABIs with eth_abi: no web3 contract object and no client instance. Selectors,
+topics and canonical types are derived once per function or event and cached."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from eth_abi.abi import decode as abi_decode
+from eth_abi.abi import encode
+from eth_abi.grammar import ABIType, BasicType, TupleType, parse
+from eth_utils.address import to_checksum_address
+from eth_utils.crypto import keccak
+
+from relayer.chain.abi import abi
+
+
+def decode(types: Sequence[str], data: bytes) -> tuple[Any, ...]:
+    """eth_abi decoding with every address checksummed (eth_abi gives lower case).
+
+    Raises:
+        eth_abi.exceptions.DecodingError: ``data`` does not decode as ``types``.
+    """
+    values = abi_decode(list(types), data)
+    return tuple(_checksummed(parse(t), v) for t, v in zip(types, values, strict=True))
+
+
+def _checksummed(kind: ABIType, value: Any) -> Any:
+    if kind.is_array:
+        return tuple(_checksummed(kind.item_type, v) for v in value)
+    if isinstance(kind, TupleType):
+        return tuple(_checksummed(c, v) for c, v in zip(kind.components, value, strict=True))
+    if isinstance(kind, BasicType) and kind.base == "address":
+        return str(to_checksum_address(value))
+    return value
+
+
+def canonical_type(param: dict[str, Any]) -> str:
+    """The ABI's canonical type of one parameter (tuples spelled out, arrays kept)."""
+    kind: str = param["type"]
+    if kind.startswith("tuple"):
+        inner = ",".join(canonical_type(c) for c in param["components"])
+        return f"({inner}){kind[5:]}"
+    return kind
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionAbi:
+    """One contract function: 4-byte selector and canonical input and output types."""
+
+    contract: str
+    name: str
+    selector: bytes
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def encode(self, *args: Any) -> bytes:
+        """Call data: selector + ABI-encoded ``args`` (tuples for structs, bytes for bytesN).
+
+        Raises:
+            eth_abi.exceptions.EncodingError: an argument does not fit its type.
+        """
+        return self.selector + encode(list(self.inputs), list(args))
+
+    def decode(self, data: bytes) -> tuple[Any, ...]:
+        """The return values of an ``eth_call`` (addresses as checksummed strings)."""
+        return decode(self.outputs, data)
+
+
+@dataclass(frozen=True, slots=True)
+class EventAbi:
+    """One event: topic 0 and the canonical types of its indexed and data fields."""
+
+    contract: str
+    name: str
+    topic: bytes
+    indexed: tuple[str, ...]
+    data: tuple[str, ...]
+
+    def decode(self, topics: Sequence[bytes], data: bytes) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(indexed values, data values) of one log of this event.
+
+        Raises:
+            ValueError: topic 0 is not this event's, or the topics do not match.
+            eth_abi.exceptions.DecodingError: the data does not decode.
+        """
+        if len(topics) != 1 + len(self.indexed) or topics[0] != self.topic:
+            raise ValueError(f"not a {self.name} log")
+        indexed = tuple(decode([t], topic)[0] for t, topic in zip(self.indexed, topics[1:], strict=True))
+        return indexed, decode(self.data, data)
+
+
+def _item(contract: str, kind: str, name: str) -> dict[str, Any]:
+    found = [i for i in abi(contract) if i.get("type") == kind and i.get("name") == name]
+    if len(found) != 1:
+        raise LookupError(f"{contract} has {len(found)} {kind}s named {name}")
+    return found[0]
+
+
+@cache
+def function(contract: str, name: str) -> FunctionAbi:
+    """The (not overloaded) function ``name`` of ``contract`` (a name in contracts_abi/).
+
+    Raises:
+        LookupError: no such function, or it is overloaded.
+    """
+    item = _item(contract, "function", name)
+    inputs = tuple(canonical_type(p) for p in item["inputs"])
+    outputs = tuple(canonical_type(p) for p in item.get("outputs", ()))
+    selector = keccak(text=f"{name}({','.join(inputs)})")[:4]
+    return FunctionAbi(contract, name, selector, inputs, outputs)
+
+
+@cache
+def event(contract: str, name: str) -> EventAbi:
+    """The event ``name`` of ``contract``.
+
+    Raises:
+        LookupError: no such event, or it is overloaded.
+    """
+    item = _item(contract, "event", name)
+    params = item["inputs"]
+    signature = f"{name}({','.join(canonical_type(p) for p in params)})"
+    return EventAbi(
+        contract,
+        name,
+        keccak(text=signature),
+        tuple(canonical_type(p) for p in params if p["indexed"]),
+        tuple(canonical_type(p) for p in params if not p["indexed"]),
+    )

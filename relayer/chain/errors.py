@@ -1,0 +1,105 @@
+"""The chain layer's errors, and the one place where web3's and the transport's exceptions
+are translated into them: a revert becomes :class:`ChainRevert` (its custom error decoded
+from the ABIs), anything else that fails on the way to or at the node becomes
+:class:`ChainUnavailable`. Nothing above this layer catches a web3 or aiohttp type."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from enum import StrEnum
+from typing import Any, Final, TypeVar
+
+import aiohttp
+from web3.exceptions import ContractLogicError, Web3Exception, Web3RPCError
+
+from relayer.chain.abi import decode_revert
+from relayer.domain.errors import RelayerError, Unavailable
+
+T = TypeVar("T")
+
+
+class ChainUnavailable(Unavailable):
+    """The node could not be reached, timed out, or answered with an error that is not a
+    revert (transient: retry later)."""
+
+    upstream = "chain node"
+
+
+class ChainRevert(RelayerError):
+    """A call or gas estimate reverted (``contract_revert``). ``info`` is the decoded revert:
+    ``{selector, decoded: {errorName, args}, contract, function}``."""
+
+    default_code = "contract_revert"
+
+    def __init__(self, data: bytes | None, function: str | None = None, reason: str | None = None) -> None:
+        if data:
+            info = decode_revert(data)
+        else:
+            info = {"selector": None, "decoded": {"errorName": None, "args": {}}, "contract": None}
+            if reason:
+                info["reason"] = reason[:200]
+        self.info: dict[str, Any] = {**info, "function": function}
+        super().__init__(**self.info)
+
+    @property
+    def error_name(self) -> str | None:
+        """The decoded custom error's name (``ListingNotFound``), if the selector is known."""
+        name = self.info["decoded"]["errorName"]
+        return None if name is None else str(name)
+
+
+class SendOutcome(StrEnum):
+    """What broadcasting signed bytes came to."""
+
+    SENT = "sent"
+    KNOWN = "known"  # the node already holds this transaction
+    STALE = "stale"  # its nonce is already used on-chain (mined earlier, or replaced)
+
+
+# The node's words for a transaction it already has or whose nonce is used (geth, reth and
+# anvil agree on these; JSON-RPC gives them no distinct codes).
+_KNOWN: Final = ("already known", "already imported")
+_STALE: Final = ("nonce too low",)
+
+
+def translate(exc: BaseException, function: str | None = None) -> RelayerError | None:
+    """The chain error for an exception raised by web3 or the transport, or None for an
+    exception that is neither (a programming error, left to propagate)."""
+    if isinstance(exc, RelayerError):
+        return exc
+    if isinstance(exc, ContractLogicError):
+        data = exc.data if isinstance(exc.data, str) and exc.data.startswith("0x") else None
+        return ChainRevert(bytes.fromhex(data[2:]) if data else None, function, exc.message)
+    if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError, Web3Exception)):
+        return ChainUnavailable()
+    return None
+
+
+def send_outcome(exc: BaseException) -> SendOutcome | None:
+    """KNOWN or STALE when the node refused a broadcast because it already has the
+    transaction or its nonce is used; None for any other failure."""
+    if not isinstance(exc, Web3RPCError) or not isinstance(exc.rpc_response, dict):
+        return None
+    error = exc.rpc_response.get("error")
+    message = str(error.get("message", "") if isinstance(error, dict) else error).lower()
+    if any(words in message for words in _KNOWN):
+        return SendOutcome.KNOWN
+    if any(words in message for words in _STALE):
+        return SendOutcome.STALE
+    return None
+
+
+async def rpc(awaitable: Awaitable[T], function: str | None = None) -> T:
+    """Await one web3 request, translating its failure (see :func:`translate`).
+
+    Raises:
+        ChainRevert: the call reverted.
+        ChainUnavailable: the node failed or was unreachable.
+    """
+    try:
+        return await awaitable
+    except Exception as exc:
+        mapped = translate(exc, function)
+        if mapped is None or mapped is exc:
+            raise
+        raise mapped from None

@@ -1,0 +1,90 @@
+"""The follower's side of the chain: heads, block receipts (one ``eth_getBlockReceipts`` per
+block), ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI
+codec into domain types) and block timestamps. A new head clears the node's read cache."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from eth_typing import BlockNumber, HexStr
+from web3.types import FilterParams
+
+from relayer.chain import calls, codec
+from relayer.chain.errors import rpc
+from relayer.chain.node import ChainNode, address
+from relayer.chain.types import Receipt, SettledLog
+
+_SETTLED: Final = codec.event("RetirementSettlement", "RetirementSettled")
+
+
+class FollowerChain:
+    """Reads that follow the chain block by block.
+
+    Every method raises ``ChainUnavailable`` when the node fails.
+    """
+
+    def __init__(self, node: ChainNode) -> None:
+        self.node = node
+
+    async def head(self) -> int:
+        """Latest block number; a change drops the node's cached reads."""
+        number = int(await rpc(self.node.w3.eth.block_number))
+        self.node.observe_head(number)
+        return number
+
+    async def block_hash(self, number: int) -> bytes:
+        block = await rpc(self.node.w3.eth.get_block(BlockNumber(number)))
+        return bytes(block["hash"])
+
+    async def block_timestamps(self, numbers: set[int]) -> dict[int, int]:
+        """Unix timestamps of the given blocks (one ``eth_getBlockByNumber`` each, concurrently)."""
+        blocks = await asyncio.gather(
+            *(rpc(self.node.w3.eth.get_block(BlockNumber(n))) for n in sorted(numbers))
+        )
+        return {int(b["number"]): int(b["timestamp"]) for b in blocks}
+
+    async def block_receipts(self, number: int) -> list[Receipt]:
+        """All receipts of one block (one ``eth_getBlockReceipts``)."""
+        receipts = await rpc(self.node.w3.eth.get_block_receipts(BlockNumber(number)))
+        return [
+            Receipt(
+                tx_hash=bytes(r["transactionHash"]),
+                block_number=int(r["blockNumber"]),
+                block_hash=bytes(r["blockHash"]),
+                status=int(r["status"]),
+                gas_used=int(r["gasUsed"]),
+            )
+            for r in receipts
+        ]
+
+    async def settled_logs(self, from_block: int, to_block: int) -> list[SettledLog]:
+        """``RetirementSettled`` events of the settlement in a block range (one ``eth_getLogs``)."""
+        query: FilterParams = {
+            "address": address(self.node.contracts.settlement),
+            "fromBlock": BlockNumber(from_block),
+            "toBlock": BlockNumber(to_block),
+            "topics": [HexStr("0x" + _SETTLED.topic.hex())],
+        }
+        return [_settled(entry) for entry in await rpc(self.node.w3.eth.get_logs(query))]
+
+
+def _settled(entry: Any) -> SettledLog:
+    (payer, beneficiary, index), (value, fee, cost, refunded, nonce, retirement) = _SETTLED.decode(
+        [bytes(t) for t in entry["topics"]], bytes(entry["data"])
+    )
+    return SettledLog(
+        tx_hash=bytes(entry["transactionHash"]),
+        block_number=int(entry["blockNumber"]),
+        block_hash=bytes(entry["blockHash"]),
+        log_index=int(entry["logIndex"]),
+        payer=payer,
+        beneficiary=beneficiary,
+        retirement_index=int(index),
+        value=int(value),
+        fee=int(fee),
+        retirement_cost=int(cost),
+        refunded=int(refunded),
+        authorization_nonce=bytes(nonce),
+        retirement=calls.retirement_from_tuple(retirement),
+    )

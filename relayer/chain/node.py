@@ -1,0 +1,107 @@
+"""One chain node: the AsyncWeb3 session over the keep-alive transport, the deployment's
+contracts, ``eth_call`` with the ABI codec, and a single-flight read cache that a new head
+clears. The catalogue, executor and follower views share one node.
+
+Policy: mutable reads are cached per head (and for at most ``read_ttl_s`` seconds);
+constant facts are read once; every failure is translated by :mod:`relayer.chain.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from eth_typing import ChecksumAddress, HexStr
+from web3 import AsyncWeb3
+
+from relayer.chain.codec import FunctionAbi
+from relayer.chain.errors import ChainUnavailable, rpc
+from relayer.chain.transport import KeepAliveHTTPProvider
+from relayer.chain.types import Contracts
+
+T = TypeVar("T")
+
+
+def address(value: str) -> ChecksumAddress:
+    """``value`` typed as web3 wants it; callers pass checksummed addresses."""
+    return cast(ChecksumAddress, value)
+
+
+class ChainNode:
+    """Async access to the reference protocol on one chain.
+
+    Args:
+        rpc_url: the node's HTTP JSON-RPC URL.
+        chain_id: the chain it must serve (8453 or 84532).
+        contracts: the deployment's contract addresses.
+        timeout_s: limit per JSON-RPC request, seconds.
+        read_ttl_s: longest a cached read of mutable state is reused, seconds.
+    """
+
+    def __init__(
+        self,
+        rpc_url: str,
+        chain_id: int,
+        contracts: Contracts,
+        timeout_s: float = 10.0,
+        read_ttl_s: float = 1.0,
+    ) -> None:
+        self.chain_id = chain_id
+        self.contracts = contracts
+        # No default middleware: the validation middleware asks eth_chainId on every call,
+        # and the chain id is checked once in check() instead.
+        self.w3 = AsyncWeb3(KeepAliveHTTPProvider(rpc_url, timeout_s), middleware=[])
+        self.read_ttl_s = read_ttl_s
+        self._head: int | None = None
+        self._reads: dict[str, tuple[int | None, float, asyncio.Future[Any]]] = {}
+
+    async def check(self) -> None:
+        """Verify the node answers and serves the configured chain id.
+
+        Raises:
+            ChainUnavailable: it does not answer, or serves another chain.
+        """
+        got = await rpc(self.w3.eth.chain_id)
+        if int(got) != self.chain_id:
+            raise ChainUnavailable(f"the chain node serves chain {got}, configured {self.chain_id}")
+
+    async def close(self) -> None:
+        await self.w3.provider.disconnect()
+
+    async def call(self, to: str, function: FunctionAbi, *args: Any) -> tuple[Any, ...]:
+        """``eth_call`` of ``function`` on ``to`` at the latest block; its decoded outputs.
+
+        Raises:
+            ChainRevert: the call reverted (custom error decoded).
+            ChainUnavailable: the node failed.
+        """
+        data = function.encode(*args)
+        raw = await rpc(
+            self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}), function.name
+        )
+        return function.decode(bytes(raw))
+
+    def observe_head(self, number: int) -> None:
+        """A new head was seen: drop every cached read of mutable state."""
+        if number != self._head:
+            self._head = number
+            self._reads.clear()
+
+    async def cached(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
+        """Single-flight read cache: concurrent callers share one load per head and TTL; a
+        failed load is not cached."""
+        now = time.monotonic()
+        hit = self._reads.get(key)
+        if hit is not None and hit[0] == self._head and now - hit[1] < self.read_ttl_s:
+            shared: asyncio.Future[T] = hit[2]
+            return await asyncio.shield(shared)
+        task: asyncio.Future[T] = asyncio.ensure_future(load())
+        self._reads[key] = (self._head, now, task)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if key in self._reads and self._reads[key][2] is task:
+                del self._reads[key]
+            raise

@@ -1,0 +1,142 @@
+"""Catalogue and token reads: carbon classes, listings, credits, pool reserves, the fee
+schedule, permit nonces and EIP-3009 authorization state. Mutable state is cached per head
+(see :meth:`ChainNode.cached`); credit metadata never changes and is cached for good."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from relayer.chain import codec
+from relayer.chain.errors import ChainRevert
+from relayer.chain.node import ChainNode
+from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo
+from relayer.domain.fees import FeeSchedule, PoolReserves
+
+LISTING_PAGE: Final = 200
+
+_FEES: Final = codec.function("RetirementSettlement", "fees")
+_RESERVES: Final = codec.function("UsdcKvcmPool", "getReserves")
+_CREDIT_INFO: Final = codec.function("CarbonCredits", "creditInfo")
+_ALL_CLASSES: Final = codec.function("CarbonClasses", "allClasses")
+_GET_LISTING: Final = codec.function("Marketplace", "getListing")
+_GET_LISTINGS: Final = codec.function("Marketplace", "getListings")
+_NONCES: Final = codec.function("KlimaVcm", "nonces")
+_AUTHORIZATION_STATE: Final = codec.function("UsdcEip3009", "authorizationState")
+
+
+class ChainReads:
+    """Reads of the protocol's state for discovery, quotes and prepare-auth.
+
+    Every method raises ``ChainUnavailable`` when the node fails, and ``ChainRevert`` when a
+    read reverts unexpectedly.
+    """
+
+    def __init__(self, node: ChainNode) -> None:
+        self.node = node
+        self.contracts = node.contracts
+        self._credits: dict[int, CreditInfo] = {}
+
+    async def fee_schedule(self) -> FeeSchedule:
+        """The settlement's protocol fees (cached per head: the owner may change them)."""
+
+        async def load() -> FeeSchedule:
+            class_bps, class_floor, listing_bps, listing_floor = await self.node.call(
+                self.contracts.settlement, _FEES
+            )
+            return FeeSchedule(int(class_bps), int(class_floor), int(listing_bps), int(listing_floor))
+
+        return await self.node.cached("fees", load)
+
+    async def reserves(self) -> PoolReserves:
+        """USDC/kVCM pool reserves, atomic units (cached per head)."""
+
+        async def load() -> PoolReserves:
+            usdc, kvcm = await self.node.call(self.contracts.pool, _RESERVES)
+            return PoolReserves(int(usdc), int(kvcm))
+
+        return await self.node.cached("reserves", load)
+
+    async def credit(self, token_id: int) -> CreditInfo:
+        """Credit metadata (cached for good: it never changes)."""
+        cached = self._credits.get(token_id)
+        if cached is None:
+            project, vintage, registry, whole, meta = await self.node.call(
+                self.contracts.carbon_credits, _CREDIT_INFO, token_id
+            )
+            cached = CreditInfo(token_id, str(project), int(vintage), str(registry), bool(whole), bool(meta))
+            self._credits[token_id] = cached
+        return cached
+
+    async def classes(self) -> list[ClassInfo]:
+        """All carbon classes with their credits' liquidity (cached per head)."""
+
+        async def load() -> list[ClassInfo]:
+            infos, token_ids, available = await self.node.call(self.contracts.carbon_classes, _ALL_CLASSES)
+            return [
+                ClassInfo(
+                    class_id=i + 1,
+                    symbol=str(info[0]),
+                    name=str(info[1]),
+                    price_kvcm_per_tonne=int(info[2]),
+                    min_retirement_units=int(info[3]),
+                    credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
+                )
+                for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
+            ]
+
+        return await self.node.cached("classes", load)
+
+    async def listing(self, listing_id: int) -> ListingInfo | None:
+        """A listing, or None when no listing has this id (cached per head)."""
+
+        async def load() -> ListingInfo | None:
+            try:
+                (raw,) = await self.node.call(self.contracts.marketplace, _GET_LISTING, listing_id)
+            except ChainRevert as exc:
+                if exc.error_name == "ListingNotFound":
+                    return None
+                raise
+            return _listing(listing_id, raw)
+
+        return await self.node.cached(f"listing:{listing_id}", load)
+
+    async def listings(self) -> list[ListingInfo]:
+        """All listings (cached per head)."""
+
+        async def load() -> list[ListingInfo]:
+            out: list[ListingInfo] = []
+            while True:  # bounded by listingCount: each page moves `first` forward or ends
+                (page,) = await self.node.call(
+                    self.contracts.marketplace, _GET_LISTINGS, len(out) + 1, LISTING_PAGE
+                )
+                out.extend(_listing(len(out) + i + 1, raw) for i, raw in enumerate(page))
+                if len(page) < LISTING_PAGE:
+                    return out
+
+        return await self.node.cached("listings", load)
+
+    async def permit_nonce(self, owner: str) -> int:
+        """The kVCM EIP-2612 nonce ``owner`` signs its next permit with (not cached)."""
+        (nonce,) = await self.node.call(self.contracts.kvcm, _NONCES, owner)
+        return int(nonce)
+
+    async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
+        """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""
+        (used,) = await self.node.call(self.contracts.usdc, _AUTHORIZATION_STATE, authorizer, nonce)
+        return bool(used)
+
+
+def _listing(listing_id: int, raw: Any) -> ListingInfo:
+    seller, token, token_id, price, total, left, min_fill, expiration, active = raw
+    return ListingInfo(
+        listing_id=listing_id,
+        seller=str(seller),
+        credit_token=str(token),
+        token_id=int(token_id),
+        unit_price=int(price),
+        total_amount=int(total),
+        left_to_sell=int(left),
+        min_fill=int(min_fill),
+        expiration=int(expiration),
+        active=bool(active),
+    )

@@ -1,0 +1,132 @@
+"""Typed values the chain layer returns: the deployment's contract addresses, credits,
+classes, listings, receipts and settled retirements. Amounts are atomic units of their
+token, credit amounts are credit units (1000 a tonne), times are unix seconds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Final
+
+from eth_utils.address import is_address, to_checksum_address
+
+from relayer.domain.retirement import Retirement
+
+# Deployment description key -> Contracts field (the keys `relayer devnet up` writes).
+_DEPLOYMENT_KEYS: Final = {
+    "usdc": "usdc",
+    "kvcm": "kvcm",
+    "carbonCredits": "carbon_credits",
+    "carbonClasses": "carbon_classes",
+    "pool": "pool",
+    "marketplace": "marketplace",
+    "settlement": "settlement",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Contracts:
+    """Checksummed addresses of the reference protocol on one chain."""
+
+    usdc: str
+    kvcm: str
+    carbon_credits: str
+    carbon_classes: str
+    pool: str
+    marketplace: str
+    settlement: str
+
+    @classmethod
+    def from_deployment(cls, contracts: Mapping[str, str]) -> Contracts:
+        """From a deployment description's ``contracts`` object (``usdc``, ``kvcm``,
+        ``carbonCredits``, ``carbonClasses``, ``pool``, ``marketplace``, ``settlement``).
+
+        Raises:
+            ValueError: a contract is missing or its address is malformed.
+        """
+        missing = sorted(set(_DEPLOYMENT_KEYS) - set(contracts))
+        if missing:
+            raise ValueError(f"deployment lacks contract addresses: {missing}")
+        bad = sorted(k for k in _DEPLOYMENT_KEYS if not is_address(contracts[k]))
+        if bad:
+            raise ValueError(f"deployment has malformed contract addresses: {bad}")
+        return cls(
+            **{field: str(to_checksum_address(contracts[key])) for key, field in _DEPLOYMENT_KEYS.items()}
+        )
+
+    def as_deployment(self) -> dict[str, str]:
+        """The deployment description's ``contracts`` object (inverse of :meth:`from_deployment`)."""
+        by_field = {f: k for k, f in _DEPLOYMENT_KEYS.items()}
+        return {by_field[f.name]: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class CreditInfo:
+    """An ERC-1155 carbon credit (one project and vintage) and its registry's rules."""
+
+    token_id: int
+    project_id: str
+    vintage: int
+    registry: str
+    whole_tonnes_only: bool
+    requires_consumption_metadata: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A carbon class: price in kVCM atomic units per tonne, minimum in credit units, and
+    ``credits`` as (token id, credit units available)."""
+
+    class_id: int
+    symbol: str
+    name: str
+    price_kvcm_per_tonne: int
+    min_retirement_units: int
+    credits: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListingInfo:
+    """A marketplace listing: ``unit_price`` in USDC atomic units per tonne, amounts in
+    credit units, ``expiration`` unix seconds."""
+
+    listing_id: int
+    seller: str
+    credit_token: str
+    token_id: int
+    unit_price: int
+    total_amount: int
+    left_to_sell: int
+    min_fill: int
+    expiration: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A transaction receipt: ``status`` 1 success, 0 reverted."""
+
+    tx_hash: bytes
+    block_number: int
+    block_hash: bytes
+    status: int
+    gas_used: int
+
+
+@dataclass(frozen=True, slots=True)
+class SettledLog:
+    """A decoded ``RetirementSettled`` event. Money in input-token atomic units."""
+
+    tx_hash: bytes
+    block_number: int
+    block_hash: bytes
+    log_index: int
+    payer: str
+    beneficiary: str
+    retirement_index: int
+    value: int
+    fee: int
+    retirement_cost: int
+    refunded: int
+    authorization_nonce: bytes
+    retirement: Retirement

@@ -1,0 +1,72 @@
+"""Certificates of indexed retirements: the ``certificate`` action and the certificate
+entry every settled answer carries (spec: certificate; retirement_not_found). Retirement
+ids are ``{chainId}-{txHash}-{retirementIndex}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relayer.domain.amounts import format_tonnes
+from relayer.domain.errors import Rejection
+from relayer.domain.schemas import ActionRequest, require
+from relayer.service.catalog import Catalog
+from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+
+class Certificates:
+    """Looks retirements up by transaction and shapes their certificate entries.
+
+    Args:
+        public_base_url: where callers reach this daemon (no trailing slash).
+    """
+
+    def __init__(self, retirements: RetirementStore, catalog: Catalog, public_base_url: str) -> None:
+        self.retirements = retirements
+        self.catalog = catalog
+        self.chain_id = catalog.chain_id
+        self.public_base_url = public_base_url
+
+    def entry(self, r: IndexedRetirement) -> dict[str, Any]:
+        """One retirement's certificate entry (amount in tonnes, timestamp unix seconds)."""
+        rid = f"{r.chain_id}-0x{r.tx_hash.hex()}-{r.retirement_index}"
+        d = r.details
+        return {
+            "retirementId": rid,
+            "retirementIndex": r.retirement_index,
+            "certificateUrl": f"{self.public_base_url}/retirements/{rid}/certificate",
+            "viewRetirementUrl": f"{self.public_base_url}/retirements/{rid}",
+            "amountInTonnes": format_tonnes(r.amount_units),
+            "beneficiaryAddress": r.beneficiary,
+            "beneficiaryName": d.get("beneficiaryString", ""),
+            "beneficiaryLocation": d.get("beneficiaryLocation", ""),
+            "message": d.get("retirementMessage", ""),
+            "projectId": r.project_id,
+            "creditId": f"{r.project_id}-{r.vintage}",
+            "registry": r.registry,
+            "retiringAddress": r.payer,
+            "timestamp": r.block_timestamp,
+            "transactionHash": "0x" + r.tx_hash.hex(),
+            "blockNumber": r.block_number,
+        }
+
+    async def certificate(self, request: ActionRequest) -> dict[str, Any]:
+        """Certificate URL(s) of an indexed transaction (optionally one ``index``).
+
+        Raises:
+            Rejection: unsupported_chain_id, schema_validation (no ``txHash``),
+                retirement_not_found (not indexed, or not yet: poll again).
+            Unavailable: the database failed.
+        """
+        self.catalog.check_chain(request.chainId)
+        require(request, "txHash")
+        assert request.txHash is not None
+        found = await self.retirements.by_transaction(
+            self.chain_id, bytes.fromhex(request.txHash[2:]), request.index
+        )
+        if not found:
+            raise Rejection("retirement_not_found", txHash=request.txHash, retryAfterSeconds=3)
+        return {
+            "chainId": self.chain_id,
+            "transactionHash": request.txHash,
+            "retirements": [self.entry(r) for r in found],
+        }

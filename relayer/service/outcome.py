@@ -1,0 +1,140 @@
+"""The outcome of a relay job, waited for within a bound (settings ``settle_wait_s``):
+settled with certificate entries, mined but not yet indexed (``pending_index``), still on
+its way (``submitted``/``accepted``, answered 202 by the API), or the error stored with the
+job, raised. Spec: actions/retire, States; transaction_reverted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from relayer.chain.errors import ChainUnavailable
+from relayer.chain.reads import ChainReads
+from relayer.domain.errors import Rejection, RelayerError
+from relayer.domain.states import JobState
+from relayer.service.certificate import Certificates
+from relayer.store.relay_jobs import Job, RelayJobs
+from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+Status = Literal["settled", "pending_index", "submitted", "accepted"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetireOutcome:
+    """What actions/retire answers when nothing failed: ``settled`` and ``pending_index`` are
+    final answers; ``submitted`` and ``accepted`` mean the wait ran out first (post the
+    identical request again for the final answer)."""
+
+    status: Status
+    body: dict[str, Any]
+
+    @property
+    def final(self) -> bool:
+        return self.status in ("settled", "pending_index")
+
+
+class Outcomes:
+    """Waits for relay jobs to settle or fail."""
+
+    def __init__(
+        self,
+        jobs: RelayJobs,
+        retirements: RetirementStore,
+        reads: ChainReads,
+        certificates: Certificates,
+        settle_wait_s: float,
+        wait_for_change: Callable[[int, float], Awaitable[None]],
+    ) -> None:
+        self.jobs = jobs
+        self.retirements = retirements
+        self.reads = reads
+        self.certificates = certificates
+        self.settle_wait_s = settle_wait_s
+        self._wait_for_change = wait_for_change
+
+    async def wait(self, job_id: int) -> RetireOutcome:
+        """Wait (at most ``settle_wait_s``) until the job settles or fails, then answer.
+
+        Raises:
+            RelayerError: the error stored with a rejected job (its spec code), or
+                ``transaction_reverted`` (``transactionHash``).
+            Unavailable: the database failed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settle_wait_s
+        while True:
+            job = await self.jobs.get(job_id)
+            assert job is not None
+            remaining = deadline - loop.time()
+            answer = await self._answer(job, remaining)
+            if answer is not None:
+                return answer
+            await self._wait_for_change(job_id, max(0.0, min(remaining, 1.0)))
+
+    async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
+        """The answer the job gives now, or None to keep waiting."""
+        if job.state is JobState.REJECTED and job.error is not None:
+            raise RelayerError.from_record(job.error)
+        if job.state is JobState.REVERTED:
+            return await self._reverted(job, remaining)
+        if job.state is JobState.INDEXED:
+            return self._body(job, "settled", job.tx_hash, await self._indexed(job))
+        if remaining > 0:
+            return None
+        if job.state in (JobState.MINED, JobState.CONFIRMED):
+            return self._body(job, "pending_index", job.tx_hash, [])
+        status: Status = "submitted" if job.tx_hash else "accepted"
+        return RetireOutcome(
+            status,
+            {
+                "status": status,
+                "transactionHash": _hex(job.tx_hash),
+                "jobId": job.id,
+                "chainId": job.chain_id,
+            },
+        )
+
+    async def _reverted(self, job: Job, remaining: float) -> RetireOutcome | None:
+        """Anyone may submit a bound authorization; if another transaction settled it first,
+        the payer's retirement exists: answer with that, never "re-sign"."""
+        elsewhere = await self.retirements.by_authorization(job.chain_id, job.auth_key)
+        if elsewhere:
+            return self._body(job, "settled", elsewhere[0].tx_hash, elsewhere)
+        if remaining > 0 and await self._consumed_elsewhere(job):
+            return None  # settled by another sender: wait for the indexer to see it
+        raise Rejection("transaction_reverted", transactionHash=_hex(job.tx_hash))
+
+    async def _consumed_elsewhere(self, job: Job) -> bool:
+        """Whether the job's EIP-3009 authorization was used on-chain (by another transaction,
+        since this one reverted) and only waits to be indexed."""
+        if job.scheme != "eip3009":
+            return False
+        try:
+            return await self.reads.authorization_used(job.payer, job.auth_key)
+        except ChainUnavailable:
+            return False
+
+    async def _indexed(self, job: Job) -> list[IndexedRetirement]:
+        if job.tx_hash is None:
+            return []
+        return await self.retirements.by_transaction(job.chain_id, job.tx_hash)
+
+    def _body(
+        self, job: Job, status: Status, tx_hash: bytes | None, found: list[IndexedRetirement]
+    ) -> RetireOutcome:
+        return RetireOutcome(
+            status,
+            {
+                "status": status,
+                "chainId": job.chain_id,
+                "transactionHash": _hex(tx_hash),
+                "retirements": [self.certificates.entry(r) for r in found],
+                "submitted": job.summary,
+            },
+        )
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else "0x" + value.hex()

@@ -1,0 +1,347 @@
+"""Relay jobs and spent salts: the exactly-once record of every accepted authorization.
+
+Policy: the salt and the authorization key are unique in Postgres, so an identical request
+finds its job; every state change is ``UPDATE ... WHERE state = ANY(allowed sources)``
+(mirroring ``domain.states``); the ``relay_jobs_notify`` trigger announces every new job and
+every change of state on channel ``relay_jobs``. Errors are stored as ``{code, message,
+context}`` records, never as HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import asyncpg
+
+from relayer.domain.errors import RelayerError
+from relayer.domain.states import JobState, sources_of
+from relayer.store.pool import Database
+
+NOTIFY_CHANNEL: Final = "relay_jobs"
+
+# Moves written as literal SQL below (batch paths) or in store/executor_lane.py; each must be
+# allowed by the domain's transition table (tests/unit/test_states.py checks it).
+# Everything else goes through RelayJobs.move().
+FIXED_TRANSITIONS: Final = (
+    (JobState.REJECTED, JobState.ACCEPTED),  # REOPEN_JOB
+    (JobState.ACCEPTED, JobState.REJECTED),  # EXPIRE_STALE_ACCEPTED
+    (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.REJECT_EXPIRING
+    (JobState.SIMULATED, JobState.SIGNED),  # executor_lane.MARK_SIGNED
+    (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
+    (JobState.MINED, JobState.CONFIRMED),  # CONFIRM_MINED
+    (JobState.CONFIRMED, JobState.INDEXED),  # MARK_INDEXED
+)
+
+# -- statements -------------------------------------------------------------------------
+
+# Record an accepted request as a new job; nothing when its authorization key exists.
+INSERT_JOB: Final = """
+INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value, gas_allowance,
+                        request_hash, settlement, call_data, summary, permit_key, auth_expires_at, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, 'accepted')
+ON CONFLICT (chain_id, auth_key) DO NOTHING
+RETURNING *
+"""
+# Spend a salt for a job; nothing (NULL) when another job spent it first.
+INSERT_SALT: Final = """
+INSERT INTO spent_salts (chain_id, salt, job_id) VALUES ($1, $2, $3)
+ON CONFLICT (chain_id, salt) DO NOTHING
+RETURNING job_id
+"""
+# The job that spent a salt.
+JOB_BY_SALT: Final = """
+SELECT j.* FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id WHERE s.chain_id = $1 AND s.salt = $2
+"""
+# The job of an authorization key.
+JOB_BY_AUTH_KEY: Final = "SELECT * FROM relay_jobs WHERE chain_id = $1 AND auth_key = $2"
+# One job by id.
+JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
+# Take up a job rejected before anything was signed, for the identical request only.
+REOPEN_JOB: Final = """
+UPDATE relay_jobs SET state = 'accepted', error = NULL, attempts = attempts + 1,
+       accepted_at = now(), updated_at = now()
+WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
+RETURNING *
+"""
+# Move a job to $2 if it is in one of the states $3; stamp the target's column; set the
+# given columns ($4-$9) and keep the others.
+MOVE_JOB: Final = """
+UPDATE relay_jobs SET
+    state = $2, updated_at = now(),
+    accepted_at  = CASE WHEN $2 = 'accepted'  THEN now() ELSE accepted_at END,
+    simulated_at = CASE WHEN $2 = 'simulated' THEN now() ELSE simulated_at END,
+    signed_at    = CASE WHEN $2 = 'signed'    THEN now() ELSE signed_at END,
+    submitted_at = CASE WHEN $2 = 'submitted' THEN now() ELSE submitted_at END,
+    mined_at     = CASE WHEN $2 = 'mined'     THEN now() ELSE mined_at END,
+    confirmed_at = CASE WHEN $2 = 'confirmed' THEN now() ELSE confirmed_at END,
+    indexed_at   = CASE WHEN $2 = 'indexed'   THEN now() ELSE indexed_at END,
+    error = COALESCE($4::jsonb, error),
+    gas_limit = COALESCE($5, gas_limit),
+    max_fee_per_gas = COALESCE($6, max_fee_per_gas),
+    max_priority_fee_per_gas = COALESCE($7, max_priority_fee_per_gas),
+    block_number = COALESCE($8, block_number),
+    block_hash = COALESCE($9, block_hash)
+WHERE id = $1 AND state = ANY($3::text[])
+RETURNING *
+"""
+# Reject jobs left in accepted (nothing signed) for longer than $1 seconds.
+EXPIRE_STALE_ACCEPTED: Final = """
+UPDATE relay_jobs SET state = 'rejected', error = $2::jsonb, updated_at = now()
+WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1)
+RETURNING id
+"""
+# Jobs per state (for the gauge).
+COUNT_BY_STATE: Final = "SELECT state, count(*) AS n FROM relay_jobs GROUP BY state"
+# Transaction hash -> job id of every job waiting for its receipt.
+PENDING_HASHES: Final = """
+SELECT tx_hash, id FROM relay_jobs WHERE chain_id = $1 AND state IN ('signed', 'submitted')
+"""
+# Confirm the jobs mined at or below block $2.
+CONFIRM_MINED: Final = """
+UPDATE relay_jobs SET state = 'confirmed', confirmed_at = now(), updated_at = now()
+WHERE chain_id = $1 AND state = 'mined' AND block_number <= $2
+RETURNING *
+"""
+# Mark the confirmed jobs of these transactions indexed.
+MARK_INDEXED: Final = """
+UPDATE relay_jobs SET state = 'indexed', indexed_at = now(), updated_at = now()
+WHERE chain_id = $1 AND state = 'confirmed' AND tx_hash = ANY($2::bytea[])
+RETURNING *
+"""
+
+
+# -- values -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What ``reserve`` records for an accepted request. Money in atomic units, times in
+    unix seconds (``auth_expires_at`` at most 2**63 - 1)."""
+
+    chain_id: int
+    auth_key: bytes
+    permit_key: bytes | None
+    salt: bytes
+    scheme: str
+    payer: str
+    input_token: str
+    auth_value: int
+    auth_expires_at: int
+    gas_allowance: int
+    request_hash: bytes
+    settlement: str
+    call_data: bytes
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection."""
+
+    id: int
+    chain_id: int
+    state: JobState
+    auth_key: bytes
+    salt: bytes
+    scheme: str
+    payer: str
+    request_hash: bytes
+    settlement: str
+    call_data: bytes
+    gas_allowance: int
+    summary: dict[str, Any]
+    error: dict[str, Any] | None
+    gas_limit: int | None
+    max_fee_per_gas: int | None
+    max_priority_fee_per_gas: int | None
+    executor: str | None
+    executor_nonce: int | None
+    tx_hash: bytes | None
+    block_number: int | None
+    timestamps: dict[str, float | None]
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Job:
+        def opt_int(v: Any) -> int | None:
+            return None if v is None else int(v)
+
+        return cls(
+            id=row["id"],
+            chain_id=row["chain_id"],
+            state=JobState(row["state"]),
+            auth_key=bytes(row["auth_key"]),
+            salt=bytes(row["salt"]),
+            scheme=row["scheme"],
+            payer=row["payer"],
+            request_hash=bytes(row["request_hash"]),
+            settlement=row["settlement"],
+            call_data=bytes(row["call_data"]),
+            gas_allowance=int(row["gas_allowance"]),
+            summary=json.loads(row["summary"]),
+            error=None if row["error"] is None else json.loads(row["error"]),
+            gas_limit=opt_int(row["gas_limit"]),
+            max_fee_per_gas=opt_int(row["max_fee_per_gas"]),
+            max_priority_fee_per_gas=opt_int(row["max_priority_fee_per_gas"]),
+            executor=row["executor"],
+            executor_nonce=opt_int(row["executor_nonce"]),
+            tx_hash=None if row["tx_hash"] is None else bytes(row["tx_hash"]),
+            block_number=opt_int(row["block_number"]),
+            timestamps={col: (None if row[col] is None else row[col].timestamp()) for col in STAMPS},
+        )
+
+
+STAMPS: Final = (
+    "accepted_at",
+    "simulated_at",
+    "signed_at",
+    "submitted_at",
+    "mined_at",
+    "confirmed_at",
+    "indexed_at",
+)
+
+
+class PermitInUse(RelayerError):
+    """Another live job already holds this EIP-2612 permit nonce."""
+
+    default_code = "params_mismatch"
+
+
+class SaltReused(RelayerError):
+    """The salt was already spent by another authorization (``job`` is that job)."""
+
+    default_code = "params_mismatch"
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(message="salt already spent by another authorization")
+        self.job = job
+
+
+# -- repository -------------------------------------------------------------------------
+
+
+class RelayJobs:
+    """Repository of relay jobs and spent salts (one round trip per state change).
+
+    Every method raises ``StoreUnavailable`` when the database fails.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def reserve(self, new: NewJob) -> tuple[Job, bool]:
+        """Record the job and spend its salt, or find the job the identical request made.
+
+        Returns:
+            (job, owned): ``owned`` is True when this caller must drive the job (it was
+            created now, or re-opened after a rejection that signed nothing).
+
+        Raises:
+            SaltReused: the salt belongs to a different authorization.
+            PermitInUse: another live job holds the same permit nonce.
+        """
+        try:
+            async with self.db.transaction() as conn:
+                row = await conn.fetchrow(INSERT_JOB, *_job_args(new))
+                if row is not None:
+                    if await conn.fetchval(INSERT_SALT, new.chain_id, new.salt, row["id"]) is None:
+                        other = await conn.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
+                        assert other is not None
+                        raise SaltReused(Job.from_row(other))
+                    return Job.from_row(row), True
+                existing = await conn.fetchrow(JOB_BY_AUTH_KEY, new.chain_id, new.auth_key)
+                assert existing is not None
+                reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash)
+                return Job.from_row(reopened or existing), reopened is not None
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name == "relay_jobs_live_permit":
+                raise PermitInUse() from None
+            raise
+
+    async def find_by_salt(self, chain_id: int, salt: bytes) -> Job | None:
+        """The job that spent ``salt``, if any."""
+        row = await self.db.fetchrow(JOB_BY_SALT, chain_id, salt)
+        return None if row is None else Job.from_row(row)
+
+    async def get(self, job_id: int) -> Job | None:
+        row = await self.db.fetchrow(JOB_BY_ID, job_id)
+        return None if row is None else Job.from_row(row)
+
+    async def move(
+        self,
+        job_id: int,
+        target: JobState,
+        *,
+        error: RelayerError | None = None,
+        gas_limit: int | None = None,
+        max_fee_per_gas: int | None = None,
+        max_priority_fee_per_gas: int | None = None,
+        block_number: int | None = None,
+        block_hash: bytes | None = None,
+    ) -> Job | None:
+        """Move a job to ``target`` if the transition table allows it from its current
+        state, setting the given columns (wei per gas for fees).
+
+        Returns:
+            The updated job, or None when the job was not in an allowed source state.
+        """
+        row = await self.db.fetchrow(
+            MOVE_JOB,
+            job_id,
+            target.value,
+            [s.value for s in sources_of(target)],
+            None if error is None else json.dumps(error.record()),
+            gas_limit,
+            max_fee_per_gas,
+            max_priority_fee_per_gas,
+            block_number,
+            block_hash,
+        )
+        return None if row is None else Job.from_row(row)
+
+    async def expire_stale_accepted(self, older_than_s: float, error: RelayerError) -> int:
+        """Reject jobs left in ``accepted`` (nothing signed) by a process that died mid-check,
+        so the identical request can take them up again. Returns how many."""
+        rows = await self.db.fetch(EXPIRE_STALE_ACCEPTED, older_than_s, json.dumps(error.record()))
+        return len(rows)
+
+    async def count_by_state(self) -> dict[str, int]:
+        rows = await self.db.fetch(COUNT_BY_STATE)
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    async def pending_hashes(self, chain_id: int) -> dict[bytes, int]:
+        """Transaction hash -> job id of every job waiting for its receipt."""
+        rows = await self.db.fetch(PENDING_HASHES, chain_id)
+        return {bytes(r["tx_hash"]): r["id"] for r in rows}
+
+    async def confirm_mined(self, chain_id: int, block_number: int) -> list[Job]:
+        """Move jobs mined at or below ``block_number`` to confirmed."""
+        return [Job.from_row(r) for r in await self.db.fetch(CONFIRM_MINED, chain_id, block_number)]
+
+    async def mark_indexed(self, chain_id: int, tx_hashes: Sequence[bytes]) -> list[Job]:
+        """Move the confirmed jobs of these transactions to indexed."""
+        if not tx_hashes:
+            return []
+        return [Job.from_row(r) for r in await self.db.fetch(MARK_INDEXED, chain_id, list(tx_hashes))]
+
+
+def _job_args(new: NewJob) -> tuple[Any, ...]:
+    return (
+        new.chain_id,
+        new.auth_key,
+        new.salt,
+        new.scheme,
+        new.payer,
+        new.input_token,
+        new.auth_value,
+        new.gas_allowance,
+        new.request_hash,
+        new.settlement,
+        new.call_data,
+        json.dumps(new.summary),
+        new.permit_key,
+        new.auth_expires_at,
+    )
