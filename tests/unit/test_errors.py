@@ -153,3 +153,45 @@ def test_vendored_specs_match_shared() -> None:
     for shared in sorted(SHARED_SPEC_DIR.glob("*.md")):
         vendored = ROOT / "docs" / "spec" / shared.name
         assert vendored.read_text() == shared.read_text(), f"docs/spec/{shared.name} is stale: copy it again"
+
+
+def test_every_error_shares_one_root_with_a_code_and_transient_flag() -> None:
+    from relayer.chain.errors import ChainRevert, ChainUnavailable
+    from relayer.domain.errors import RelayerError, Unavailable
+    from relayer.store.pool import StoreUnavailable
+    from relayer.store.relay_jobs import PermitInUse
+
+    for err in (
+        Rejection("listing_expired"),
+        ChainUnavailable(),
+        StoreUnavailable(),
+        ChainRevert(None),
+        PermitInUse(),
+        RelayerError(),
+    ):
+        assert isinstance(err, RelayerError)
+        assert err.code in REGISTRY and isinstance(err.transient, bool)
+    assert RelayerError().code == "internal_error"
+    for outage in (ChainUnavailable(), StoreUnavailable()):
+        assert isinstance(outage, Unavailable)
+        assert (outage.code, outage.transient, outage.spec.http_status) == ("gas_estimate_unavailable", True, 503)
+    assert ChainUnavailable().context == {"upstream": "chain node"}
+    assert StoreUnavailable().context == {"upstream": "database"}
+    assert Rejection("listing_expired").transient is False
+    assert Rejection("insufficient_liquidity").transient is True
+
+
+def test_an_error_record_has_no_http_and_round_trips() -> None:
+    from relayer.domain.errors import RelayerError
+
+    rej = Rejection("insufficient_authorized_value", "gas moved", requiredMinimum="12")
+    record = rej.record()
+    assert record == {
+        "code": "insufficient_authorized_value",
+        "message": "gas moved",
+        "context": {"requiredMinimum": "12"},
+    }
+    assert "status" not in json.dumps(record)
+    back = RelayerError.from_record(json.loads(json.dumps(record)))
+    assert back.body() == rej.body()
+    assert RelayerError.from_record({"code": "no_such_code"}).code == "internal_error"

@@ -1,0 +1,47 @@
+"""The runtime's life cycle: resources opened before a failure are closed in reverse order,
+and the failure itself comes out (nothing swallowed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from relayer import app
+from relayer.app import open_runtime
+from relayer.chain.node import ChainNode
+from relayer.store.pool import StoreUnavailable
+from tests.conftest import Daemon, free_port
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_failure_after_the_node_opened_closes_the_node(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[ChainNode] = []
+
+    class RecordingNode(ChainNode):
+        async def close(self) -> None:
+            closed.append(self)
+            await super().close()
+
+    monkeypatch.setattr(app, "ChainNode", RecordingNode)
+    unreachable = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    with pytest.raises(StoreUnavailable):
+        async with open_runtime(daemon.runtime.settings, unreachable, workers=False):
+            pytest.fail("the runtime must not open without its database")
+    assert len(closed) == 1
+
+
+async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(
+    daemon: Daemon, database_url: str
+) -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        async with open_runtime(daemon.runtime.settings, database_url, workers=True) as rt:
+            assert {t.get_name() for t in rt.tasks} == {"broadcaster", "follower", "gauges"}
+            tasks = list(rt.tasks)
+            raise Boom
+    assert all(t.done() for t in tasks)
+    assert rt.db.pool.is_closing()

@@ -1,0 +1,144 @@
+"""Upstream outages answer the spec's retryable 503, never 500: a daemon (HTTP only) reaches
+its chain node and its database through TCP forwarders that the test cuts and restores."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from relayer.app import make_web_app, open_runtime
+from tests.conftest import Daemon, free_port
+from tests.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Site:
+    base: str
+    session: aiohttp.ClientSession
+    rpc: TcpProxy
+    db: TcpProxy
+    daemon: Daemon
+
+    async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
+        async with self.session.get(f"{self.base}{path}", params=params) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(f"{self.base}/api", json=body) as r:
+            return r.status, await r.json(content_type=None)
+
+
+@pytest.fixture
+async def site(daemon: Daemon, database_url: str) -> AsyncIterator[Site]:
+    rpc_url = urlsplit(daemon.runtime.settings.rpc_url)
+    db_url = urlsplit(database_url)
+    assert rpc_url.port and db_url.port and db_url.hostname, "outage tests need URL-form upstreams"
+    rpc = TcpProxy(rpc_url.hostname or "127.0.0.1", rpc_url.port)
+    db = TcpProxy(db_url.hostname, db_url.port)
+    await rpc.start()
+    await db.start()
+    user = f"{db_url.username}@" if db_url.username else ""
+    dsn = urlunsplit((db_url.scheme, f"{user}127.0.0.1:{db.port}", db_url.path, db_url.query, ""))
+    port = free_port()
+    settings = daemon.runtime.settings.model_copy(
+        update={"rpc_url": f"http://127.0.0.1:{rpc.port}", "http_port": port, "settle_wait_s": 5.0}
+    )
+    async with open_runtime(settings, dsn, workers=False) as rt:
+        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                yield Site(f"http://127.0.0.1:{port}", session, rpc, db, daemon)
+        finally:
+            await rpc.start()  # let the runtime close its connections normally
+            await db.start()
+            await runner.cleanup()
+    await rpc.cut()
+    await db.cut()
+
+
+def _unavailable(status: int, body: dict[str, Any], upstream: str) -> bool:
+    return (status, body.get("error"), body.get("upstream")) == (503, "gas_estimate_unavailable", upstream)
+
+
+def _retire(site: Site, **extra: Any) -> dict[str, Any]:
+    return {
+        "action": "actions/retire",
+        "carbonClass": "NBO",
+        "amount": "1",
+        "from": site.daemon.chain["payers"][0]["address"],
+        "details": {"beneficiaryIsPayer": True},
+        **extra,
+    }
+
+
+async def test_a_node_outage_answers_503_and_recovers(site: Site) -> None:
+    status, _ = await site.get("/api/quote", carbonClass="NBO", amount="1")
+    assert status == 200
+    await site.rpc.cut()
+    await asyncio.sleep(1.1)  # past the per-head read cache's time limit
+    payer = site.daemon.chain["payers"][0]["address"]
+    for status, body in await asyncio.gather(
+        site.get("/api/discover"),
+        site.get("/api/quote", carbonClass="NBO", amount="1"),
+        site.get("/api/quote", listingId="1", amount="1"),
+        site.get(
+            "/api/prepare-auth",
+            carbonClass="NBO",
+            amount="1",
+            **{"from": payer, "details.beneficiaryIsPayer": "true"},
+        ),
+        site.get("/api/prepare/retire", carbonClass="NBO", amount="1", **{"from": payer}),
+        site.post(_retire(site)),
+    ):
+        assert _unavailable(status, body, "chain node"), (status, body)
+        assert body["x402FacilitatorVersion"] == 2 and "127.0.0.1" not in body["message"]
+    status, ready = await site.get("/readyz")
+    assert (status, ready["status"]) == (503, "not_ready")
+    await site.rpc.start()
+    status, body = await site.get("/api/quote", carbonClass="NBO", amount="1")
+    assert status == 200, body
+
+
+async def test_a_database_outage_answers_503_and_recovers(site: Site) -> None:
+    status, body = await site.get("/api/certificate", txHash="0x" + "ab" * 32)
+    assert (status, body["error"]) == (404, "retirement_not_found")
+    status, challenge = await site.post(_retire(site))
+    assert status == 402, challenge
+    signed = challenge["actionsRetireRequest"]
+    signed["authPayload"]["signature"] = "0x" + "11" * 64 + "1b"
+    await site.db.cut()
+    for status, body in await asyncio.gather(
+        site.get("/api/certificate", txHash="0x" + "ab" * 32), site.post(signed)
+    ):
+        assert _unavailable(status, body, "database"), (status, body)
+        assert "postgres" not in body["message"].lower()
+    status, _ = await site.get("/api/quote", carbonClass="NBO", amount="1")
+    assert status == 200  # the catalogue does not need the database
+    status, ready = await site.get("/readyz")
+    assert (status, ready["status"]) == (503, "not_ready")
+    await site.db.start()
+    status, body = await site.get("/api/certificate", txHash="0x" + "ab" * 32)
+    assert (status, body["error"]) == (404, "retirement_not_found"), body
+
+
+async def test_outages_produce_no_internal_error(site: Site) -> None:
+    await site.rpc.cut()
+    await site.db.cut()
+    await asyncio.sleep(1.1)
+    results = await asyncio.gather(*(site.get("/api/discover") for _ in range(5)))
+    assert [s for s, _ in results] == [503] * 5
+    async with site.session.get(f"{site.base}/metrics") as r:
+        text = await r.text()
+    assert 'relayer_http_error_responses_total{code="internal_error"}' not in text
+    assert 'relayer_http_error_responses_total{code="gas_estimate_unavailable"} 5.0' in text

@@ -1,0 +1,175 @@
+"""The chain layer's pure parts: call data from domain types equals web3's own contract
+encoding, the settled event decodes into domain types, and web3's typed exceptions translate
+into the error tree (one module, no message matching except the node's broadcast refusals)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from eth_abi.abi import encode
+from web3 import Web3
+from web3.exceptions import ContractCustomError, ContractLogicError, Web3RPCError
+
+from relayer.chain import calls, codec
+from relayer.chain.abi import abi
+from relayer.chain.errors import ChainRevert, ChainUnavailable, SendOutcome, send_outcome, translate
+from relayer.chain.types import Contracts
+from relayer.domain.eip712 import Signature
+from relayer.domain.errors import RelayerError
+from relayer.domain.retirement import Retirement, RetirementDetails
+
+PAYER = "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed"
+OTHER = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359"
+TOKEN = "0x036CbD53842c5426634e7929541eC2318f3dCF7e"
+DETAILS = RetirementDetails(
+    PAYER, OTHER, "Bénéficiaire ✓", "", "m" * 300, "Oslo", "NO", "2025-01-01", "2025-12-31"
+)
+RETIREMENT = Retirement(1, 7, OTHER, 3, 12_345, TOKEN, 999, DETAILS)
+SALT = bytes(range(32))
+SIG = Signature(28, 2**200 + 5, 2**100 + 7)
+
+
+def _web3(contract: str, function: str, *args: Any) -> bytes:
+    c = Web3().eth.contract(address=OTHER, abi=abi(contract))  # type: ignore[call-overload]
+    return bytes.fromhex(c.encode_abi(function, args=list(args))[2:])
+
+
+def test_retire_with_authorization_matches_web3() -> None:
+    ours = calls.retire_with_authorization(RETIREMENT, SALT, PAYER, 10**7, 0, 2**256 - 1, SIG)
+    auth = (PAYER, 10**7, 0, 2**256 - 1, 28, SIG.r_bytes, SIG.s_bytes)
+    assert ours == _web3("RetirementSettlement", "retireWithAuthorization", RETIREMENT.as_tuple(), SALT, auth)
+
+
+def test_retire_with_permit_matches_web3() -> None:
+    ours = calls.retire_with_permit(RETIREMENT, SALT, PAYER, 10**20, 2**200 + 99, SIG)
+    permit = (PAYER, 10**20, 2**200 + 99, 28, SIG.r_bytes, SIG.s_bytes)
+    assert ours == _web3("RetirementSettlement", "retireWithPermit", RETIREMENT.as_tuple(), SALT, permit)
+
+
+def test_approve_and_retire_match_web3() -> None:
+    plain = Retirement(0, 2, OTHER, 3, 1000, TOKEN, 0, DETAILS)
+    assert calls.retire(plain, 5 * 10**6) == _web3(
+        "RetirementSettlement", "retire", plain.as_tuple(), 5 * 10**6
+    )
+    for contract in ("UsdcEip3009", "KlimaVcm"):
+        assert calls.approve(contract, PAYER, 77) == _web3(contract, "approve", PAYER, 77)
+
+
+def test_function_outputs_decode_with_checksummed_addresses() -> None:
+    listing = codec.function("Marketplace", "getListing")
+    raw = encode(list(listing.outputs), [(PAYER.lower(), OTHER.lower(), 3, 4, 5, 6, 7, 8, True)])
+    assert listing.decode(raw) == ((PAYER, OTHER, 3, 4, 5, 6, 7, 8, True),)
+
+
+def test_settled_event_decodes_into_domain_types() -> None:
+    event = codec.event("RetirementSettlement", "RetirementSettled")
+    assert event.topic == Web3.keccak(
+        text="RetirementSettled(address,address,uint256,uint256,uint256,uint256,uint256,bytes32,"
+        "(uint8,uint256,address,uint256,uint256,address,uint256,"
+        "(address,address,string,string,string,string,string,string,string)))"
+    )
+    topics = [
+        event.topic,
+        encode(["address"], [PAYER]),
+        encode(["address"], [OTHER]),
+        encode(["uint256"], [2]),
+    ]
+    data = encode(list(event.data), [10, 1, 8, 1, b"\x09" * 32, RETIREMENT.as_tuple()])
+    (payer, beneficiary, index), (value, fee, cost, refunded, nonce, r) = event.decode(topics, data)
+    assert (payer, beneficiary, index, value, fee, cost, refunded, nonce) == (
+        PAYER,
+        OTHER,
+        2,
+        10,
+        1,
+        8,
+        1,
+        b"\x09" * 32,
+    )
+    assert calls.retirement_from_tuple(r) == RETIREMENT
+    with pytest.raises(ValueError):
+        event.decode([b"\x00" * 32, *topics[1:]], data)
+
+
+def test_unknown_or_overloaded_names_are_lookup_errors() -> None:
+    with pytest.raises(LookupError):
+        codec.function("RetirementSettlement", "noSuchFunction")
+    with pytest.raises(LookupError):
+        codec.event("RetirementSettlement", "NoSuchEvent")
+
+
+def test_contracts_from_a_deployment() -> None:
+    deployment = {
+        k: OTHER.lower()
+        for k in ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
+    }
+    contracts = Contracts.from_deployment(deployment)
+    assert contracts.carbon_credits == OTHER
+    assert Contracts.from_deployment(contracts.as_deployment()) == contracts
+    with pytest.raises(ValueError, match="lacks"):
+        Contracts.from_deployment({k: v for k, v in deployment.items() if k != "pool"})
+    with pytest.raises(ValueError, match="malformed"):
+        Contracts.from_deployment({**deployment, "pool": "0x1234"})
+
+
+# ------------------------------------------------------------------ error translation
+
+
+def test_a_custom_error_revert_is_decoded() -> None:
+    data = "0x" + (Web3.keccak(text="ListingNotFound(uint256)")[:4] + encode(["uint256"], [9])).hex()
+    err = translate(ContractCustomError(data, data=data), "getListing")
+    assert isinstance(err, ChainRevert)
+    assert err.code == "contract_revert" and err.error_name == "ListingNotFound"
+    assert err.context["decoded"]["args"] == {"listingId": "9"}
+    assert err.context["function"] == "getListing" and err.context["contract"] == "Marketplace"
+
+
+def test_a_revert_without_data_keeps_the_reason() -> None:
+    err = translate(ContractLogicError("execution reverted: nope", data="0x"))
+    assert isinstance(err, ChainRevert)
+    assert err.error_name is None and err.context["reason"] == "execution reverted: nope"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        aiohttp.ClientConnectionError("refused"),
+        ConnectionRefusedError(),
+        TimeoutError(),
+        Web3RPCError(
+            "boom", rpc_response={"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "x"}}
+        ),
+    ],
+    ids=["aiohttp", "refused", "timeout", "rpc-error"],
+)
+def test_transport_and_node_failures_are_unavailable(exc: Exception) -> None:
+    err = translate(exc)
+    assert isinstance(err, ChainUnavailable)
+    assert (err.code, err.transient, err.spec.http_status) == ("gas_estimate_unavailable", True, 503)
+    assert err.context == {"upstream": "chain node"}
+
+
+def test_other_exceptions_are_not_translated() -> None:
+    assert translate(ValueError("a bug")) is None
+    own = RelayerError("not_found")
+    assert translate(own) is own
+
+
+@pytest.mark.parametrize(
+    ("message", "outcome"),
+    [
+        ("already known", SendOutcome.KNOWN),
+        ("ALREADY IMPORTED", SendOutcome.KNOWN),
+        ("nonce too low", SendOutcome.STALE),
+        ("replacement transaction underpriced", None),
+        ("insufficient funds for gas * price + value", None),
+    ],
+)
+def test_broadcast_refusals(message: str, outcome: SendOutcome | None) -> None:
+    exc = Web3RPCError(
+        message, rpc_response={"jsonrpc": "2.0", "id": 1, "error": {"code": -32003, "message": message}}
+    )
+    assert send_outcome(exc) is outcome
+    assert send_outcome(ValueError(message)) is None
