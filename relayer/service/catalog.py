@@ -145,47 +145,18 @@ class Catalog:
         )
         out_classes = []
         if req.source in (None, "carbonClass", "carbonClasses"):
-            for c in classes:
-                if req.carbonClass and req.carbonClass.lower() not in (c.symbol.lower(), str(c.class_id)):
-                    continue
-                per_tonne = fees.pool_amount_in(
-                    fees.class_cost_kvcm(c.price_kvcm_per_tonne, 1000), reserves.usdc, reserves.kvcm
-                )
-                if max_price is not None and per_tonne > max_price:
-                    continue
-                detailed = [
-                    self._credit_view(credits[t], a)
-                    for t, a in c.credits
-                    if self._credit_matches(credits[t], req)
-                ]
-                if not detailed and _has_credit_filter(req):
-                    continue
-                out_classes.append(
-                    {
-                        "carbonClassId": c.symbol,
-                        "classId": c.class_id,
-                        "name": c.name,
-                        "priceKvcmPerTonne": str(c.price_kvcm_per_tonne),
-                        "priceKvcmPerTonneFormatted": format_units(c.price_kvcm_per_tonne, KVCM_DECIMALS),
-                        "priceUsdcPerTonne": str(per_tonne),
-                        "priceUsdcPerTonneFormatted": format_units(per_tonne, USDC_DECIMALS),
-                        "minRetirementTonnesFormatted": format_tonnes(c.min_retirement_units),
-                        "inputTokens": ["USDC", "kVCM"],
-                        "creditsDetailed": detailed,
-                    }
-                )
+            out_classes = [
+                view
+                for c in classes
+                if (view := self._class_view(c, credits, reserves, req, max_price)) is not None
+            ]
         out_listings = []
         if req.source in (None, "listing", "marketplace", "marketplaceListings"):
-            for li in listings:
-                if not li.active or li.left_to_sell == 0 or li.expiration <= now:
-                    continue
-                if req.listingId is not None and li.listing_id != req.listingId:
-                    continue
-                if not self._credit_matches(credits[li.token_id], req):
-                    continue
-                if max_price is not None and li.unit_price > max_price:
-                    continue
-                out_listings.append(self.listing_view(li, credits[li.token_id]))
+            out_listings = [
+                self.listing_view(li, credits[li.token_id])
+                for li in listings
+                if self._listing_matches(li, credits[li.token_id], req, max_price, now)
+            ]
         return {
             "chainId": self.chain_id,
             "carbonClasses": out_classes,
@@ -202,6 +173,50 @@ class Catalog:
                 "listingFeeFloorUsdc": str(fee_schedule.listing_fee_floor_usdc),
             },
         }
+
+    def _class_view(
+        self,
+        c: ClassInfo,
+        credits: dict[int, CreditInfo],
+        reserves: fees.PoolReserves,
+        req: ActionRequest,
+        max_price: int | None,
+    ) -> dict[str, Any] | None:
+        """A class as discover lists it, or None when the request's filters exclude it."""
+        if req.carbonClass and req.carbonClass.lower() not in (c.symbol.lower(), str(c.class_id)):
+            return None
+        per_tonne = fees.pool_amount_in(
+            fees.class_cost_kvcm(c.price_kvcm_per_tonne, 1000), reserves.usdc, reserves.kvcm
+        )
+        if max_price is not None and per_tonne > max_price:
+            return None
+        detailed = [
+            self._credit_view(credits[t], a) for t, a in c.credits if self._credit_matches(credits[t], req)
+        ]
+        if not detailed and _has_credit_filter(req):
+            return None
+        return {
+            "carbonClassId": c.symbol,
+            "classId": c.class_id,
+            "name": c.name,
+            "priceKvcmPerTonne": str(c.price_kvcm_per_tonne),
+            "priceKvcmPerTonneFormatted": format_units(c.price_kvcm_per_tonne, KVCM_DECIMALS),
+            "priceUsdcPerTonne": str(per_tonne),
+            "priceUsdcPerTonneFormatted": format_units(per_tonne, USDC_DECIMALS),
+            "minRetirementTonnesFormatted": format_tonnes(c.min_retirement_units),
+            "inputTokens": ["USDC", "kVCM"],
+            "creditsDetailed": detailed,
+        }
+
+    def _listing_matches(
+        self, li: ListingInfo, credit: CreditInfo, req: ActionRequest, max_price: int | None, now: int
+    ) -> bool:
+        """Whether discover lists ``li``: live (active, supply left, unexpired) and passing the filters."""
+        if not li.active or li.left_to_sell == 0 or li.expiration <= now:
+            return False
+        if req.listingId is not None and li.listing_id != req.listingId:
+            return False
+        return self._credit_matches(credit, req) and (max_price is None or li.unit_price <= max_price)
 
     def _credit_view(self, credit: CreditInfo, available: int) -> dict[str, Any]:
         return {
