@@ -3,7 +3,12 @@ advisory lock on a dedicated connection (released when the connection or process
 
 from __future__ import annotations
 
+from typing import Final
+
 import asyncpg
+
+# Take the session advisory lock named $1 if free; true when this session now holds it.
+TRY_LOCK: Final = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
 
 
 class ExecutorLease:
@@ -20,9 +25,7 @@ class ExecutorLease:
         if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn)
         try:
-            held = await self._conn.fetchval(
-                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", self._name
-            )
+            held = await self._conn.fetchval(TRY_LOCK, self._name)
         except Exception:
             await self.release()
             raise
