@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import asyncpg
 
+from relayer.store.pool import translated
 from relayer.store.relay_jobs import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,11 @@ class JobNotifications:
         self.any_change = asyncio.Event()
 
     async def start(self, dsn: str) -> None:
-        self._conn = await asyncpg.connect(dsn)
-        await self._conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        """Open the LISTEN connection. Raises ``StoreUnavailable`` when the server cannot
+        be reached."""
+        with translated():
+            self._conn = await asyncpg.connect(dsn)
+            await self._conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
 
     async def stop(self) -> None:
         if self._conn is not None:
