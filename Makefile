@@ -13,10 +13,12 @@ BIN := $(VENV)/bin
 DEVDATA := .devdata
 DAEMON_PID := $(DEVDATA)/daemon.pid
 DAEMON_LOG := $(DEVDATA)/daemon.log
+DEV_ENV := $(DEVDATA)/relayer.env
+DEV := $(BIN)/python -m relayer_dev
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 # Directories git does not keep while empty: lint only those that exist.
-LINT_PATHS := $(wildcard relayer tests bench)
+LINT_PATHS := $(wildcard relayer relayer_dev tests bench)
 PYTEST_ARGS ?=
 
 # True when pid $1 is a live `relayer all` (judged by its command line, so a recycled pid is left alone).
@@ -59,19 +61,20 @@ $(NODE_STAMP): package.json package-lock.json
 	@touch $@
 
 demo: install ## Bring up devnet, database and daemon as needed and run one gasless retirement
-	$(BIN)/relayer demo
+	$(DEV) demo
 
 test: install ## Run the whole test suite (PYTEST_ARGS=... to pass options)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-devnet: install ## Start devnet (anvil + contracts) and the daemon in the background
-	$(BIN)/relayer devnet up
+devnet: install ## Start devnet (anvil + contracts) and the daemon (`relayer all`) in the background
+	$(DEV) devnet up
 	@mkdir -p $(DEVDATA)
 	@set -- "$$(cat $(DAEMON_PID) 2>/dev/null || true)"; \
 	if $(is_daemon); then \
 		echo "daemon already running (pid $$1), logs in $(DAEMON_LOG)"; \
 		exit 0; \
 	fi; \
+	set -a; . $(DEV_ENV); set +a; \
 	nohup $(BIN)/relayer all >>$(DAEMON_LOG) 2>&1 </dev/null & \
 	pid=$$!; echo "$$pid" >$(DAEMON_PID); \
 	sleep 2; \
@@ -92,7 +95,7 @@ devnet-down: ## Stop the daemon started by `make devnet`, then the devnet
 		echo "pid $$1 in $(DAEMON_PID) is not a running daemon; leaving it alone"; \
 	fi; \
 	rm -f $(DAEMON_PID)
-	@if [ -x $(BIN)/relayer ]; then $(BIN)/relayer devnet down; else echo "$(BIN)/relayer missing: nothing to stop"; fi
+	@if [ -x $(BIN)/python ]; then $(DEV) devnet down; else echo "$(BIN)/python missing: nothing to stop"; fi
 
 compile: $(NODE_STAMP) ## Compile contracts/src into contracts_abi/ with the pinned solc
 	node contracts/compile.js
@@ -100,5 +103,5 @@ compile: $(NODE_STAMP) ## Compile contracts/src into contracts_abi/ with the pin
 lint: install ## ruff check, ruff format --check, mypy --strict, import-linter contracts
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/mypy --strict relayer
+	$(BIN)/mypy --strict relayer relayer_dev
 	$(BIN)/lint-imports

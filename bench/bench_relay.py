@@ -31,11 +31,11 @@ from eth_account.messages import encode_typed_data
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from relayer import devdb, devnet  # noqa: E402
 from relayer.app import make_web_app, open_runtime  # noqa: E402
-from relayer.chain.deploy import deploy_and_seed  # noqa: E402
 from relayer.config import Settings  # noqa: E402
-from relayer.store.db import migrate  # noqa: E402
+from relayer.store.migrations import migrate  # noqa: E402
+from relayer_dev import devdb, devnet  # noqa: E402
+from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 
 def free_port() -> int:
@@ -90,6 +90,8 @@ async def main(n: int, concurrency: int, block_time: float | None) -> None:
         proxy_port = free_port()
         proxy = await start_counting_proxy(proxy_port, info["rpcUrl"], calls)
         settings = Settings(
+            database_url=dsn,
+            executor_private_key=info["executor"]["privateKey"],
             rpc_url=f"http://127.0.0.1:{proxy_port}",
             chain_id=84532,
             deployment_file=state / "devnet.json",
@@ -97,7 +99,7 @@ async def main(n: int, concurrency: int, block_time: float | None) -> None:
             public_base_url=base,
             settle_wait_s=60,
         )
-        async with open_runtime(settings, dsn, workers=True) as rt:
+        async with open_runtime(settings, workers=True) as rt:
             runner = web.AppRunner(make_web_app(rt), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", http_port).start()

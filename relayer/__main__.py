@@ -1,46 +1,61 @@
-"""The ``relayer`` command line: serve, work, all, migrate, devnet up|down, demo."""
+"""The product's command line: ``relayer serve | work | all | migrate``. Each command checks
+the settings it needs before it connects anywhere; a missing or malformed one stops it with
+exit code 2 and one line naming the environment variable (never its value)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import sys
-from pathlib import Path
-from urllib.parse import urlsplit
+from collections.abc import Coroutine
+from typing import Any, Final, NoReturn
 
 import click
 
-from relayer.config import Settings
+from relayer.config import ConfigError, Settings, load_settings
+from relayer.domain.errors import RelayerError
 from relayer.logs import setup_logging
 
-ROOT = Path(__file__).resolve().parents[1]
-STATE_DIR = ROOT / ".devdata"
-log = logging.getLogger("relayer")
+DAEMON_SETTINGS: Final = ("database_url", "rpc_url", "deployment_file", "executor_private_key")
+EXIT_CONFIG: Final = 2
+EXIT_UNAVAILABLE: Final = 1
 
 
-def _settings() -> Settings:
-    return Settings()
+def _fail(error: RelayerError) -> NoReturn:
+    """One line on stderr; exit 2 for a setting, 1 for anything else (e.g. an upstream down)."""
+    click.echo(f"relayer: {error.message}", err=True)
+    sys.exit(EXIT_CONFIG if isinstance(error, ConfigError) else EXIT_UNAVAILABLE)
 
 
-def database_url(settings: Settings) -> str:
-    """RELAYER_DATABASE_URL, or a private throwaway cluster under .devdata/ (dev tooling)."""
-    from relayer.devdb import ensure_database_url
-
-    given = settings.database_url.get_secret_value() if settings.database_url else None
-    return ensure_database_url(given, STATE_DIR)
-
-
-def _migrate(dsn: str) -> list[str]:
-    from relayer.store.db import migrate
-
-    return migrate(dsn)
+def _settings(*required: str) -> Settings:
+    """Load the settings and insist on ``required``; exits 2 on any problem."""
+    try:
+        settings = load_settings()
+        settings.require(*required)
+    except ConfigError as exc:
+        _fail(exc)
+    setup_logging(settings.log_level)
+    return settings
 
 
-def _run(coro_factory: object) -> None:
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(coro_factory)  # type: ignore[arg-type]
+def _migrate(settings: Settings) -> list[str]:
+    from relayer.store.migrations import migrate
+
+    assert settings.database_url is not None
+    try:
+        return migrate(settings.database_url.get_secret_value())
+    except RelayerError as exc:
+        _fail(exc)
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run until SIGTERM/SIGINT; a failure to start (an upstream down, an unusable
+    deployment) is one line on stderr, not a traceback."""
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(coro)
+    except RelayerError as exc:
+        _fail(exc)
 
 
 @click.group()
@@ -50,21 +65,17 @@ def main() -> None:
 
 @main.command()
 def migrate() -> None:
-    """Apply pending database migrations (safe to run concurrently)."""
-    settings = _settings()
-    setup_logging(settings.log_level)
-    applied = _migrate(database_url(settings))
+    """Apply pending database migrations (safe to run concurrently). Needs RELAYER_DATABASE_URL."""
+    applied = _migrate(_settings("database_url"))
     click.echo(f"migrations applied: {len(applied)}" + (f" ({', '.join(applied)})" if applied else ""))
 
 
 def _daemon(workers: bool, http: bool) -> None:
     from relayer.app import serve
 
-    settings = _settings()
-    setup_logging(settings.log_level)
-    dsn = database_url(settings)
-    _migrate(dsn)
-    _run(serve(settings, dsn, workers=workers, http=http))
+    settings = _settings(*DAEMON_SETTINGS)
+    _migrate(settings)
+    _run(serve(settings, workers=workers, http=http))
 
 
 @main.command("serve")
@@ -81,66 +92,8 @@ def work() -> None:
 
 @main.command("all")
 def all_cmd() -> None:
-    """HTTP API and workers in one process (the local default)."""
+    """HTTP API and workers in one process."""
     _daemon(workers=True, http=True)
-
-
-@main.group()
-def devnet() -> None:
-    """Local chain: anvil with the reference protocol deployed and seeded."""
-
-
-def _anvil_port(settings: Settings) -> int:
-    return urlsplit(settings.rpc_url).port or 8545
-
-
-@devnet.command("up")
-def devnet_up() -> None:
-    """Start anvil, deploy, seed, and write .devdata/devnet.json."""
-    from relayer import devnet as dn
-
-    settings = _settings()
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    info = dn.up(
-        ROOT, port=_anvil_port(settings), chain_id=settings.chain_id, x402_base_url=settings.x402_base_url
-    )
-    click.echo(
-        f"devnet up: {info['rpcUrl']} chain {info['chainId']}, settlement {info['contracts']['settlement']}"
-    )
-
-
-@devnet.command("down")
-def devnet_down() -> None:
-    """Stop exactly the anvil that `devnet up` started, and the private dev database cluster
-    under .devdata/ if the dev tooling started one (a server given by URL is never touched)."""
-    from relayer import devnet as dn
-    from relayer.devdb import stop_private_cluster
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    click.echo("devnet stopped" if dn.down(ROOT) else "devnet was not running")
-    stop_private_cluster(STATE_DIR)  # logs what it stopped
-
-
-@main.command()
-@click.option("--amount", default="1", show_default=True, help="Tonnes to retire.")
-@click.option("--carbon-class", default=None, help="Carbon class symbol (default: the first discovered).")
-def demo(amount: str, carbon_class: str | None) -> None:
-    """A full gasless retirement on the local chain, over HTTP only, as a client does it."""
-    from relayer import devnet as dn
-    from relayer.demo import run_demo
-
-    settings = _settings()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("relayer.devnet").setLevel(logging.INFO)
-    info = dn.up(
-        ROOT, port=_anvil_port(settings), chain_id=settings.chain_id, x402_base_url=settings.x402_base_url
-    )
-    dsn = database_url(settings)
-    _migrate(dsn)
-    result = asyncio.run(run_demo(settings, dsn, info, amount=amount, carbon_class=carbon_class))
-    click.echo(json.dumps(result))
-    if result.get("status") != "settled":
-        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
@@ -23,7 +23,7 @@ from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner
 from relayer.chain.types import Contracts
-from relayer.config import Settings
+from relayer.config import ConfigError, Settings
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
@@ -49,16 +49,20 @@ STOP_GRACE_S: Final = 5.0
 """How long workers get to finish their step on shutdown before they are cancelled."""
 
 
-def load_deployment(path: Path) -> dict[str, Any]:
-    """The deployment description (``contracts``, ``deployBlock``, ...).
+def load_deployment(path: Path) -> tuple[Contracts, int]:
+    """The deployment's contract addresses and first block, from its description file
+    (``contracts``, ``deployBlock``).
 
     Raises:
-        FileNotFoundError: the file does not exist.
+        ConfigError: the file is missing, not JSON, or lacks a contract address.
     """
-    if not path.exists():
-        raise FileNotFoundError(f"deployment file {path} not found (RELAYER_DEPLOYMENT_FILE)")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    try:
+        data = json.loads(path.read_text())
+        return Contracts.from_deployment(data["contracts"]), int(data.get("deployBlock", 0))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            message=f"RELAYER_DEPLOYMENT_FILE {path}: not a usable deployment ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 @dataclass
@@ -101,19 +105,19 @@ class Runtime:
 
 
 @contextlib.asynccontextmanager
-async def open_runtime(settings: Settings, dsn: str, *, workers: bool) -> AsyncIterator[Runtime]:
+async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Runtime]:
     """Open the chain node, the pool and the LISTEN connection, wire the services, and start
     the workers when asked; on exit stop them and close everything in reverse order.
 
     Raises:
-        FileNotFoundError: the deployment file is missing.
-        ValueError: the deployment lacks a contract address.
+        ConfigError: a setting the daemon needs is missing, or the deployment is unusable.
         Unavailable: the chain node or the database cannot be reached at start.
     """
-    if settings.executor_private_key is None:
-        raise RelayerError(message="no executor key: set RELAYER_EXECUTOR_PRIVATE_KEY")
-    deployment = load_deployment(settings.deployment_file)
-    contracts = Contracts.from_deployment(deployment["contracts"])
+    settings.require("database_url", "rpc_url", "deployment_file", "executor_private_key")
+    assert settings.database_url and settings.rpc_url and settings.deployment_file
+    assert settings.executor_private_key is not None
+    dsn = settings.database_url.get_secret_value()
+    contracts, deploy_block = load_deployment(settings.deployment_file)
     signer = ExecutorSigner(settings.executor_private_key.get_secret_value(), settings.chain_id)
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
@@ -124,7 +128,7 @@ async def open_runtime(settings: Settings, dsn: str, *, workers: bool) -> AsyncI
         notifications = JobNotifications()
         await notifications.start(dsn)
         stack.push_async_callback(notifications.stop)
-        rt = _wire(settings, dsn, db, node, notifications, signer, int(deployment.get("deployBlock", 0)))
+        rt = _wire(settings, dsn, db, node, notifications, signer, deploy_block)
         stack.push_async_callback(rt.stop_tasks)
         if workers:
             start_workers(rt)
@@ -143,7 +147,7 @@ def _wire(
 ) -> Runtime:
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
-    projects = project_facts(json.loads(settings.projects_file.read_text()))
+    projects = project_facts(json.loads(settings.projects()))
     catalog = Catalog(reads, settings, projects)
     gas = GasPricer(executor, reads, settings)
     certificates = Certificates(retirements, catalog, settings.public_base_url)
@@ -238,11 +242,15 @@ def make_web_app(rt: Runtime) -> web.Application:
     return build_app(rt.services, rt.metrics, ready, rt.settings.max_body_bytes)
 
 
-async def serve(settings: Settings, dsn: str, *, workers: bool, http: bool = True) -> None:
+async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
     """Run the daemon until SIGTERM/SIGINT (or cancellation); then stop accepting requests,
     stop the workers and close every resource. Jobs are durable in Postgres, so an
-    interrupted relay resumes on the next start."""
-    async with open_runtime(settings, dsn, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
+    interrupted relay resumes on the next start.
+
+    Raises:
+        ConfigError, Unavailable: as :func:`open_runtime`.
+    """
+    async with open_runtime(settings, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
         if http:
             runner = web.AppRunner(make_web_app(rt), access_log=None)
             await runner.setup()

@@ -2,50 +2,62 @@
 
 Secrets are ``SecretStr`` (never printed); on Kubernetes they can come from files in
 ``secrets_dir`` (one file per setting, named like the env variable without the prefix).
-Nothing else in the package reads ``os.environ``.
+Nothing else in the package reads ``os.environ``. There are no development defaults: a
+command that needs the database, the chain node, the deployment or the executor key stops at
+once, naming the missing setting; a malformed value stops it without being echoed.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Final
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-SECRETS_DIR = "/var/run/secrets/relayer"
+from relayer.domain.errors import RelayerError
+from relayer.package_data import projects_json
+
+SECRETS_DIR: Final = "/var/run/secrets/relayer"
+ENV_PREFIX: Final = "RELAYER_"
+SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+_KEY: Final = re.compile(r"(0x)?[0-9a-fA-F]{64}")
+
+
+class ConfigError(RelayerError):
+    """A setting is missing or malformed. The message names the environment variable and
+    never carries the value."""
 
 
 class Settings(BaseSettings):
-    """All daemon and dev-tool settings. Units are in the field names or descriptions."""
+    """All daemon settings. Units are in the field names or descriptions."""
 
     model_config = SettingsConfigDict(
-        env_prefix="RELAYER_",
+        env_prefix=ENV_PREFIX,
         extra="forbid",
         secrets_dir=SECRETS_DIR if os.path.isdir(SECRETS_DIR) else None,
+        hide_input_in_errors=True,
     )
 
     # --- storage -----------------------------------------------------------------------
-    database_url: SecretStr | None = Field(
-        default=None,
-        description="Postgres DSN. Unset: dev tooling starts a private throwaway cluster.",
-    )
+    database_url: SecretStr | None = Field(default=None, description="Postgres DSN")
     db_pool_min: int = Field(default=2, ge=1)
     db_pool_max: int = Field(default=10, ge=1)
 
     # --- chain -------------------------------------------------------------------------
-    rpc_url: str = "http://127.0.0.1:8545"
+    rpc_url: str | None = Field(default=None, description="JSON-RPC URL of the chain node")
     chain_id: int = Field(default=84532, description="8453 (Base) or 84532 (Base Sepolia).")
-    deployment_file: Path = Field(
-        default=Path(".devdata/devnet.json"),
-        description="JSON with `contracts` addresses (written by `relayer devnet up`).",
+    deployment_file: Path | None = Field(
+        default=None, description="JSON file with the deployment's `contracts` addresses and `deployBlock`"
     )
-    projects_file: Path = Field(
-        default=Path(__file__).resolve().parents[1] / "data" / "carbon-projects.json",
-        description="Carbon project facts (country, category, methodologies) for discover filters.",
+    projects_file: Path | None = Field(
+        default=None,
+        description="Carbon project facts for discover filters (default: the packaged data set).",
     )
     executor_private_key: SecretStr | None = Field(
-        default=None, description="Executor key (hex). Unset locally: taken from the deployment file."
+        default=None, description="the executor's secp256k1 key: 64 hex digits, optionally 0x-prefixed"
     )
     confirmations: int = Field(default=1, ge=1, description="Blocks a receipt must be buried under.")
     gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
@@ -81,6 +93,56 @@ class Settings(BaseSettings):
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
 
+    @field_validator("executor_private_key")
+    @classmethod
+    def _executor_key(cls, value: SecretStr | None) -> SecretStr | None:
+        """Exactly 32 bytes (a 63-digit key would otherwise load as another address)."""
+        if value is None:
+            return None
+        text = value.get_secret_value().strip()
+        if not _KEY.fullmatch(text) or not 0 < int(text.removeprefix("0x"), 16) < SECP256K1_N:
+            raise ValueError(
+                "must be 32 bytes: 64 hex digits (optionally 0x-prefixed), a valid secp256k1 key"
+            )
+        return SecretStr(text)
+
     @property
     def x402_base_url(self) -> str:
         return f"{self.public_base_url}/api"
+
+    def projects(self) -> bytes:
+        """The carbon projects JSON: ``projects_file`` if set, else the packaged data set."""
+        return projects_json() if self.projects_file is None else self.projects_file.read_bytes()
+
+    def require(self, *names: str) -> None:
+        """Stop unless every named setting is present.
+
+        Raises:
+            ConfigError: naming each missing environment variable and what it is.
+        """
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            fields = type(self).model_fields
+            described = ", ".join(f"{env_name(n)} ({fields[n].description})" for n in missing)
+            raise ConfigError(message=f"missing setting{'s' if len(missing) > 1 else ''} {described}")
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a setting (``rpc_url`` -> ``RELAYER_RPC_URL``)."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def load_settings() -> Settings:
+    """Settings from the environment and secret files.
+
+    Raises:
+        ConfigError: a value is malformed; the message names the variable and the rule,
+            never the value.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{env_name(str(e['loc'][0])) if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(message=f"invalid setting {problems}") from None

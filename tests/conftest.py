@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer import devdb, devnet
 from relayer.app import Runtime, make_web_app, open_runtime
-from relayer.chain.deploy import deploy_and_seed
 from relayer.config import Settings
-from relayer.store.db import migrate
+from relayer.store.migrations import migrate
+from relayer_dev import devdb, devnet
+from relayer_dev.deploy import deploy_and_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
@@ -65,13 +65,23 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @dataclass
 class Daemon:
-    """The running daemon: its HTTP base, runtime objects and the devnet it drives."""
+    """The running daemon: its HTTP base, runtime objects and the devnet it drives.
+
+    ``expected_internal_errors`` counts the 500s tests provoke on purpose; the session ends
+    with a check that the suite produced no other.
+    """
 
     base_url: str
     api: str
     runtime: Runtime
     chain: dict[str, Any]
     session: aiohttp.ClientSession
+    expected_internal_errors: int = 0
+
+    def internal_errors(self) -> int:
+        """``internal_error`` responses this daemon gave so far."""
+        metric = self.runtime.metrics.error_responses.labels("internal_error")
+        return int(metric._value.get())
 
     async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         async with self.session.post(self.api, json=body) as r:
@@ -87,6 +97,7 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     settings = Settings(
+        database_url=database_url,
         rpc_url=chain["rpcUrl"],
         chain_id=chain["chainId"],
         deployment_file=Path(chain["deploymentFile"]),
@@ -96,10 +107,14 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
         settle_wait_s=30,
         block_poll_interval_s=0.05,
     )
-    async with open_runtime(settings, database_url, workers=True) as rt:
+    async with open_runtime(settings, workers=True) as rt:
         runner = web.AppRunner(make_web_app(rt), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-            yield Daemon(base, f"{base}/api", rt, chain, session)
+            daemon = Daemon(base, f"{base}/api", rt, chain, session)
+            yield daemon
         await runner.cleanup()
+    # The only way to a 500 is an unexpected exception: the suite must have produced none
+    # beyond those its tests provoke on purpose.
+    assert daemon.internal_errors() == daemon.expected_internal_errors, "the suite produced a 500"

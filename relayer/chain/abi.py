@@ -1,19 +1,18 @@
-"""Contract ABIs from ``contracts_abi/`` (the only ABIs the daemon loads) and custom-error
-decoding: a selector table built from every ABI, so a revert's data becomes
+"""Contract ABIs from the packaged ``contracts_abi/`` (the only ABIs the daemon loads) and
+custom-error decoding: a selector table built from every ABI, so a revert's data becomes
 ``{selector, errorName, contract, args}``."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any, Final
 
 from eth_abi.abi import decode
 from eth_utils.crypto import keccak
 
-ABI_DIR: Final = Path(__file__).resolve().parents[2] / "contracts_abi"
+from relayer.package_data import abi_artifact
+
 CONTRACT_NAMES: Final = (
     "UsdcEip3009",
     "KlimaVcm",
@@ -28,8 +27,7 @@ CONTRACT_NAMES: Final = (
 @cache
 def artifact(name: str) -> dict[str, Any]:
     """``{contractName, abi, bytecode}`` of a compiled contract."""
-    data: dict[str, Any] = json.loads((ABI_DIR / f"{name}.json").read_text())
-    return data
+    return abi_artifact(name)
 
 
 def abi(name: str) -> list[dict[str, Any]]:
@@ -37,10 +35,11 @@ def abi(name: str) -> list[dict[str, Any]]:
     return result
 
 
-def _canonical_type(param: dict[str, Any]) -> str:
+def canonical_type(param: dict[str, Any]) -> str:
+    """The ABI's canonical type of one parameter (tuples spelled out, arrays kept)."""
     kind: str = param["type"]
     if kind.startswith("tuple"):
-        inner = ",".join(_canonical_type(c) for c in param["components"])
+        inner = ",".join(canonical_type(c) for c in param["components"])
         return f"({inner}){kind[5:]}"
     return kind
 
@@ -61,7 +60,7 @@ def error_table() -> dict[bytes, ErrorAbi]:
         for item in abi(contract):
             if item.get("type") != "error":
                 continue
-            types = tuple(_canonical_type(i) for i in item["inputs"])
+            types = tuple(canonical_type(i) for i in item["inputs"])
             selector = keccak(text=f"{item['name']}({','.join(types)})")[:4]
             table.setdefault(
                 selector, ErrorAbi(contract, item["name"], types, tuple(i["name"] for i in item["inputs"]))

@@ -15,7 +15,7 @@ from eth_abi.grammar import ABIType, BasicType, TupleType, parse
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from relayer.chain.abi import abi
+from relayer.chain.abi import abi, canonical_type
 
 
 def decode(types: Sequence[str], data: bytes) -> tuple[Any, ...]:
@@ -36,15 +36,6 @@ def _checksummed(kind: ABIType, value: Any) -> Any:
     if isinstance(kind, BasicType) and kind.base == "address":
         return str(to_checksum_address(value))
     return value
-
-
-def canonical_type(param: dict[str, Any]) -> str:
-    """The ABI's canonical type of one parameter (tuples spelled out, arrays kept)."""
-    kind: str = param["type"]
-    if kind.startswith("tuple"):
-        inner = ",".join(canonical_type(c) for c in param["components"])
-        return f"({inner}){kind[5:]}"
-    return kind
 
 
 @dataclass(frozen=True, slots=True)

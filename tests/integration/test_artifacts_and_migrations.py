@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from relayer import devdb
-from relayer.store.db import migrate
+from relayer.store.migrations import migrate
+from relayer_dev import devdb
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

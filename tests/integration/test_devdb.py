@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from relayer import devdb
+from relayer_dev import devdb
 
 SYSTEM_CLUSTER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -15,8 +15,8 @@ import pytest
 from web3 import Web3
 from web3.contract import Contract
 
-from relayer import devnet
-from relayer.chain.deploy import deploy_and_seed, load_artifact
+from relayer_dev import devnet
+from relayer_dev.deploy import deploy_and_seed, load_artifact
 
 pytestmark = pytest.mark.integration
 

@@ -4,6 +4,7 @@ and the failure itself comes out (nothing swallowed)."""
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 
 from relayer import app
 from relayer.app import open_runtime
@@ -25,21 +26,20 @@ async def test_a_failure_after_the_node_opened_closes_the_node(
             await super().close()
 
     monkeypatch.setattr(app, "ChainNode", RecordingNode)
-    unreachable = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    unreachable = SecretStr(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
+    settings = daemon.runtime.settings.model_copy(update={"database_url": unreachable})
     with pytest.raises(StoreUnavailable):
-        async with open_runtime(daemon.runtime.settings, unreachable, workers=False):
+        async with open_runtime(settings, workers=False):
             pytest.fail("the runtime must not open without its database")
     assert len(closed) == 1
 
 
-async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(
-    daemon: Daemon, database_url: str
-) -> None:
+async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(daemon: Daemon) -> None:
     class Boom(Exception):
         pass
 
     with pytest.raises(Boom):
-        async with open_runtime(daemon.runtime.settings, database_url, workers=True) as rt:
+        async with open_runtime(daemon.runtime.settings, workers=True) as rt:
             assert {t.get_name() for t in rt.tasks} == {"broadcaster", "follower", "gauges"}
             tasks = list(rt.tasks)
             raise Boom

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import pytest
 from aiohttp import web
+from pydantic import SecretStr
 
 from relayer.app import make_web_app, open_runtime
 from tests.conftest import Daemon, free_port
@@ -50,9 +51,14 @@ async def site(daemon: Daemon, database_url: str) -> AsyncIterator[Site]:
     dsn = urlunsplit((db_url.scheme, f"{user}127.0.0.1:{db.port}", db_url.path, db_url.query, ""))
     port = free_port()
     settings = daemon.runtime.settings.model_copy(
-        update={"rpc_url": f"http://127.0.0.1:{rpc.port}", "http_port": port, "settle_wait_s": 5.0}
+        update={
+            "database_url": SecretStr(dsn),
+            "rpc_url": f"http://127.0.0.1:{rpc.port}",
+            "http_port": port,
+            "settle_wait_s": 5.0,
+        }
     )
-    async with open_runtime(settings, dsn, workers=False) as rt:
+    async with open_runtime(settings, workers=False) as rt:
         runner = web.AppRunner(make_web_app(rt), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -235,6 +235,7 @@ async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemo
         status, data = await daemon.post(body)
     finally:
         relay._simulate = real  # type: ignore[method-assign]
+    daemon.expected_internal_errors += 1  # an unexpected exception, provoked: the only way to a 500
     assert (status, data["error"]) == (500, "internal_error")
     salt = bytes.fromhex(body["salt"][2:])
     pool = daemon.runtime.db

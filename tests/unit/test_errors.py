@@ -174,7 +174,11 @@ def test_every_error_shares_one_root_with_a_code_and_transient_flag() -> None:
     assert RelayerError().code == "internal_error"
     for outage in (ChainUnavailable(), StoreUnavailable()):
         assert isinstance(outage, Unavailable)
-        assert (outage.code, outage.transient, outage.spec.http_status) == ("gas_estimate_unavailable", True, 503)
+        assert (outage.code, outage.transient, outage.spec.http_status) == (
+            "gas_estimate_unavailable",
+            True,
+            503,
+        )
     assert ChainUnavailable().context == {"upstream": "chain node"}
     assert StoreUnavailable().context == {"upstream": "database"}
     assert Rejection("listing_expired").transient is False

@@ -31,6 +31,7 @@ from web3.types import Nonce, TxParams, TxReceipt, Wei
 
 from relayer.chain.abi import artifact
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
+from relayer_dev import DevError
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class CreditPick:
     country: str
 
 
-class DeployError(RuntimeError):
+class DeployError(DevError):
     """A deployment or seeding step failed (reverted, timed out, or bad input data)."""
 
 

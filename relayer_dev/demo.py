@@ -1,4 +1,4 @@
-"""``relayer demo``: the whole gasless flow as a real client does it, over HTTP only: discover,
+"""``python -m relayer_dev demo``: the whole gasless flow as a real client does it, over HTTP only: discover,
 quote, actions/retire without a signature (402 challenge), sign the EIP-712 typed data with
 eth-account as the payer, post the request back, resolve the certificate. Starts the daemon
 in-process when none answers at the configured address."""
@@ -17,6 +17,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.config import Settings
+from relayer_dev import DevError
 
 
 def _step(text: str) -> None:
@@ -32,7 +33,7 @@ async def _alive(session: aiohttp.ClientSession, base: str) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _daemon(settings: Settings, dsn: str, session: aiohttp.ClientSession) -> AsyncIterator[None]:
+async def _daemon(settings: Settings, session: aiohttp.ClientSession) -> AsyncIterator[None]:
     if await _alive(session, settings.public_base_url):
         _step(f"using the daemon at {settings.public_base_url}")
         yield
@@ -40,7 +41,7 @@ async def _daemon(settings: Settings, dsn: str, session: aiohttp.ClientSession) 
     from relayer.app import serve
 
     _step(f"starting the daemon in-process at {settings.public_base_url}")
-    task = asyncio.create_task(serve(settings, dsn, workers=True))
+    task = asyncio.create_task(serve(settings, workers=True))
     try:
         for _ in range(100):
             if task.done():
@@ -49,7 +50,7 @@ async def _daemon(settings: Settings, dsn: str, session: aiohttp.ClientSession) 
                 break
             await asyncio.sleep(0.1)
         else:
-            raise RuntimeError("daemon did not come up within 10 s")
+            raise DevError("the daemon did not come up within 10 s")
         yield
     finally:
         task.cancel()
@@ -63,14 +64,14 @@ async def _json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 
 async def run_demo(
-    settings: Settings, dsn: str, devnet: dict[str, Any], *, amount: str, carbon_class: str | None
+    settings: Settings, devnet: dict[str, Any], *, amount: str, carbon_class: str | None
 ) -> dict[str, Any]:
     """Run the flow; returns the final result line's object."""
     payer = devnet["payers"][0]
     api = settings.x402_base_url
     started = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=settings.settle_wait_s + 30)
-    async with aiohttp.ClientSession(timeout=timeout) as session, _daemon(settings, dsn, session):
+    async with aiohttp.ClientSession(timeout=timeout) as session, _daemon(settings, session):
         async with session.get(f"{api}/discover") as r:
             discovered = await _json(r)
         classes = discovered["carbonClasses"]

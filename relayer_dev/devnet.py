@@ -3,7 +3,7 @@
 Owns ``.devdata/anvil.pid``, ``.devdata/anvil.log`` and ``.devdata/devnet.json``. Policy:
 ``up`` is idempotent (a live devnet is reused, never redeployed); ``down`` stops exactly
 the process named in the pid file and nothing else. Deployment itself lives in
-:mod:`relayer.chain.deploy`; this module never imports web3.
+:mod:`relayer_dev.deploy`; this module never imports web3.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Final
 
-from relayer.chain.deploy import deploy_and_seed
+from relayer_dev import DevError
+from relayer_dev.deploy import deploy_and_seed
 
-log = logging.getLogger("relayer.devnet")
+log = logging.getLogger("relayer_dev.devnet")
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 ANVIL: Final = REPO_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" / "bin" / "anvil"
@@ -42,7 +43,7 @@ LOG_FILE: Final = "anvil.log"
 DEVNET_FILE: Final = "devnet.json"
 
 
-class DevnetError(RuntimeError):
+class DevnetError(DevError):
     """anvil could not be started, answered wrongly, or the devnet files are inconsistent."""
 
 
@@ -225,13 +226,13 @@ def up(
         projects_file: ``carbon-projects.json`` the credits are taken from.
 
     Returns:
-        The devnet description (see :func:`relayer.chain.deploy.deploy_and_seed`) plus
+        The devnet description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
         ``x402BaseUrl``.
 
     Raises:
         DevnetError: a devnet from this root is running on another port or chain, or anvil
             failed to start.
-        relayer.chain.deploy.DeployError: deployment or seeding failed (anvil is stopped).
+        relayer_dev.deploy.DeployError: deployment or seeding failed (anvil is stopped).
     """
     devdata = root / DEVDATA
     pid_path, devnet_path = devdata / PID_FILE, devdata / DEVNET_FILE
@@ -246,7 +247,7 @@ def up(
         elif existing is not None:
             raise DevnetError(
                 f"a devnet is already running (pid {pid}, {existing.get('rpcUrl')}, chain "
-                f"{existing.get('chainId')}); run `relayer devnet down` first"
+                f"{existing.get('chainId')}); run `python -m relayer_dev devnet down` first"
             )
         log.info("devnet: stopping unresponsive or undescribed anvil (pid %d)", pid)
         _terminate(pid)

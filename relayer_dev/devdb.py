@@ -34,7 +34,14 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-log = logging.getLogger("relayer.devdb")
+from relayer_dev import DevError
+
+log = logging.getLogger("relayer_dev.devdb")
+
+
+class DevDbError(DevError):
+    """The private cluster could not be found, initialised, started or stopped."""
+
 
 DATABASE_NAME: Final = "relayer"
 SUPERUSER: Final = "postgres"
@@ -85,7 +92,7 @@ def ensure_database_url(database_url: str | None, state_dir: Path) -> str:
         A DSN, e.g. ``postgresql://postgres@127.0.0.1:54329/relayer`` (no password).
 
     Raises:
-        RuntimeError: No PostgreSQL binaries were found, or the cluster failed to
+        DevDbError: No PostgreSQL binaries were found, or the cluster failed to
             initialise or start within its time limits (the message quotes the server log).
     """
     if database_url is not None:
@@ -114,7 +121,7 @@ def stop_private_cluster(state_dir: Path) -> bool:
         (or was never created).
 
     Raises:
-        RuntimeError: The server did not stop within the time limit.
+        DevDbError: The server did not stop within the time limit.
     """
     cluster = _Cluster(state_dir)
     if not (cluster.data_dir / "PG_VERSION").is_file():
@@ -201,7 +208,7 @@ class _Cluster:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(
+                        raise DevDbError(
                             f"timed out after {LOCK_TIMEOUT_SECONDS:.0f} s waiting for {self.lock_file}"
                         ) from None
                     time.sleep(0.1)
@@ -259,7 +266,7 @@ class _Cluster:
             if "could not bind" not in last_error and "already in use" not in last_error:
                 break
             log.warning("port taken while starting postgres, retrying", extra={"port": port})
-        raise RuntimeError(f"private postgres cluster in {self.data_dir} failed to start:\n{last_error}")
+        raise DevDbError(f"private postgres cluster in {self.data_dir} failed to start:\n{last_error}")
 
     def stop(self) -> None:
         """Fast shutdown (``pg_ctl stop -m fast``), waiting at most ``PG_CTL_WAIT_SECONDS``."""
@@ -270,7 +277,7 @@ class _Cluster:
             timeout=PG_CTL_WAIT_SECONDS + _SUBPROCESS_SLACK_SECONDS,
         )
         if result.returncode != 0:
-            raise RuntimeError(
+            raise DevDbError(
                 f"private postgres cluster in {self.data_dir} did not stop: {result.stderr.strip()}"
             )
         log.info("private postgres cluster stopped", extra={"data_dir": str(self.data_dir)})
@@ -280,7 +287,7 @@ class _Cluster:
     def _prepare_dirs(self, bindir: Path) -> None:
         socket_path = self.run_dir / ".s.PGSQL.65535"
         if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
-            raise RuntimeError(
+            raise DevDbError(
                 f"state directory path too long for a unix socket ({socket_path}); use a shorter one"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -317,7 +324,7 @@ class _Cluster:
             timeout=INITDB_TIMEOUT_SECONDS,
         )
         if result.returncode != 0:
-            raise RuntimeError(f"initdb failed for {self.data_dir}:\n{result.stdout}\n{result.stderr}")
+            raise DevDbError(f"initdb failed for {self.data_dir}:\n{result.stdout}\n{result.stderr}")
         with (self.data_dir / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write(
                 f"\n# Settings of the relayer dev cluster (port, sockets).\ninclude = '{_CONF_NAME}'\n"
@@ -327,7 +334,7 @@ class _Cluster:
     def _write_settings(self, port: int) -> None:
         conf = self.data_dir / _CONF_NAME
         conf.write_text(
-            "# Written by relayer.devdb on every start; edits are lost.\n"
+            "# Written by relayer_dev.devdb on every start; edits are lost.\n"
             f"listen_addresses = '{HOST}'\n"
             f"port = {port}\n"
             f"unix_socket_directories = {_conf_quote(str(self.run_dir))}\n"
@@ -379,7 +386,7 @@ class _Cluster:
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(
+            raise DevDbError(
                 f"{Path(argv[0]).name} timed out after {timeout:.0f} s: {shlex.join(argv)}"
             ) from exc
 
@@ -411,7 +418,7 @@ def _find_bindir() -> Path:
         if all(os.access(bindir / name, os.X_OK) for name in _REQUIRED_BINARIES):
             log.debug("postgres binaries found", extra={"bindir": str(bindir)})
             return bindir
-    raise RuntimeError(
+    raise DevDbError(
         "no PostgreSQL server binaries found (looked at pg_config --bindir, /usr/lib/postgresql/*/bin, "
         "PATH and the pgserver wheel): install PostgreSQL or set RELAYER_DATABASE_URL"
     )
@@ -425,7 +432,7 @@ def _run_as_user() -> str | None:
         with contextlib.suppress(KeyError):
             pwd.getpwnam(name)
             return name
-    raise RuntimeError("running as root, but there is no 'postgres' or 'nobody' user to run postgres as")
+    raise DevDbError("running as root, but there is no 'postgres' or 'nobody' user to run postgres as")
 
 
 def _grant_traverse(path: Path, entry: pwd.struct_passwd) -> None:

@@ -1,8 +1,6 @@
-"""Postgres connection pool and migrations. The store layer is the only place with SQL.
-
-Migrations are forward-only numbered SQL files in ``migrations/``, applied with
-yoyo-migrations under a Postgres advisory lock so concurrent ``relayer migrate`` runs
-(e.g. several pods starting at once) are safe.
+"""Schema migrations: forward-only numbered SQL files packaged in ``relayer/migrations/``,
+applied with yoyo-migrations under a Postgres advisory lock so concurrent ``relayer migrate``
+runs (e.g. several pods starting at once) are safe. DSNs are redacted in every message.
 """
 
 from __future__ import annotations
@@ -13,14 +11,16 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import psycopg
 from yoyo import get_backend, read_migrations
 from yoyo.connections import BadConnectionURI
 
+from relayer.config import ConfigError
+from relayer.package_data import migrations_dir as migrations_dir_of_package
+from relayer.store.pool import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR: Final = Path(__file__).resolve().parents[2] / "migrations"
 _MIGRATION_LOCK_KEY: Final = 0x5245_4C41_5945_52  # "RELAYER"
 
 
@@ -37,20 +37,29 @@ def redact(dsn: str) -> str:
     return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
 
 
-def migrate(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> list[str]:
-    """Apply pending migrations; returns the ids applied (empty when up to date).
+def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
+    """Apply pending migrations (default: the packaged ones); returns the ids applied
+    (empty when up to date).
 
     Safe to run concurrently: the whole run holds a session advisory lock.
+
+    Raises:
+        StoreUnavailable: the database cannot be reached (the message carries the DSN
+            without its password).
+        ConfigError: the URL is unusable.
     """
+    migrations_dir = migrations_dir or migrations_dir_of_package()
     yoyo_dsn = dsn.replace("postgresql://", "postgresql+psycopg://", 1).replace(
         "postgres://", "postgresql+psycopg://", 1
     )
     try:
         return _migrate(dsn, yoyo_dsn, migrations_dir)
     except psycopg.OperationalError as exc:
-        raise RuntimeError(f"cannot reach the database {redact(dsn)}: {type(exc).__name__}") from None
-    except BadConnectionURI:
-        raise RuntimeError(f"not a usable database URL: {redact(dsn)}") from None
+        raise StoreUnavailable(f"cannot reach the database {redact(dsn)}: {type(exc).__name__}") from None
+    except (BadConnectionURI, psycopg.ProgrammingError):
+        raise ConfigError(
+            message=f"RELAYER_DATABASE_URL is not a usable database URL: {redact(dsn)}"
+        ) from None
 
 
 def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
@@ -69,10 +78,3 @@ def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
     if applied:
         log.info("migrations applied", extra={"applied": applied, "database": redact(dsn)})
     return applied
-
-
-async def create_pool(dsn: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    """A connection pool; statements are prepared and cached per connection by asyncpg."""
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=30)
-    assert pool is not None
-    return pool

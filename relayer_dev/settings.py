@@ -1,0 +1,69 @@
+"""The product settings the dev tooling supplies: the database (``RELAYER_DATABASE_URL``
+when set, else the private cluster under ``.devdata/``), the local chain's RPC URL, chain id
+and deployment file, and its executor key (a public anvil key). Settings given in the
+environment win; only the missing ones are filled in. Also writes them as an env file so
+``make devnet`` runs the real product command with them."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import SecretStr
+
+from relayer.config import Settings, env_name, load_settings
+from relayer_dev import devdb
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+STATE_DIR: Final = REPO_ROOT / ".devdata"
+DEVNET_FILE: Final = STATE_DIR / "devnet.json"
+ENV_FILE: Final = STATE_DIR / "relayer.env"
+DEFAULT_RPC_PORT: Final = 8545
+
+
+def database_url(given: SecretStr | None = None, state_dir: Path = STATE_DIR) -> str:
+    """The DSN to use: ``given`` (from RELAYER_DATABASE_URL) or the private dev cluster.
+
+    Raises:
+        DevDbError: the private cluster could not be started.
+    """
+    return devdb.ensure_database_url(given.get_secret_value() if given else None, state_dir)
+
+
+def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settings:
+    """``base`` (default: the environment) with every missing daemon setting supplied for
+    the devnet described by ``devnet`` (as ``relayer_dev devnet up`` writes it)."""
+    base = base or load_settings()
+    supplied: dict[str, Any] = {
+        "database_url": SecretStr(database_url(base.database_url)),
+        "rpc_url": devnet["rpcUrl"],
+        "deployment_file": Path(devnet.get("deploymentFile", DEVNET_FILE)),
+        "executor_private_key": SecretStr(devnet["executor"]["privateKey"]),
+    }
+    updates = {k: v for k, v in supplied.items() if getattr(base, k) is None}
+    updates["chain_id"] = devnet["chainId"]
+    return base.model_copy(update=updates)
+
+
+def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:
+    """Write the daemon settings as ``RELAYER_…=value`` lines (shell-quoted, mode 0600)."""
+    values = {
+        "database_url": settings.database_url,
+        "rpc_url": settings.rpc_url,
+        "chain_id": settings.chain_id,
+        "deployment_file": settings.deployment_file,
+        "executor_private_key": settings.executor_private_key,
+    }
+    lines = [
+        f"{env_name(k)}={shlex.quote(v.get_secret_value() if isinstance(v, SecretStr) else str(v))}"
+        for k, v in values.items()
+        if v is not None
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("# Written by `python -m relayer_dev devnet up`: the dev settings of `relayer all`.\n")
+        fh.write("\n".join(lines) + "\n")
+    return path
