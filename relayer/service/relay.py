@@ -73,7 +73,7 @@ class Relay:
         verified = verify_authorization(request, terms, now)
         if isinstance(verified, Rejection):
             raise verified
-        job, owned = await self._reserve(verified, resolved, terms.summary)
+        job, owned = await self._reserve(verified, terms.summary)
         if owned:
             await self._simulate(job, resolved)
         return await self.outcomes.wait(job.id)
@@ -94,9 +94,7 @@ class Relay:
             )
         return existing
 
-    async def _reserve(
-        self, verified: VerifiedAuthorization, resolved: Resolved, summary: Mapping[str, Any]
-    ) -> tuple[Job, bool]:
+    async def _reserve(self, verified: VerifiedAuthorization, summary: Mapping[str, Any]) -> tuple[Job, bool]:
         """Record the job and spend the salt; (job, whether this caller drives it)."""
         new = NewJob(
             chain_id=self.chain_id,
@@ -105,7 +103,7 @@ class Relay:
             salt=verified.salt,
             scheme=verified.scheme,
             payer=verified.payer,
-            input_token=resolved.route.token.address,
+            input_token=verified.retirement.input_token,
             auth_value=verified.value,
             auth_expires_at=verified.expires_at,
             gas_allowance=verified.gas_allowance,
