@@ -70,7 +70,7 @@ class Runtime:
     """Everything the daemon runs, built by :func:`open_runtime`."""
 
     settings: Settings
-    dsn: str
+    dsn: str = field(repr=False)  # a DSN may carry a password: never in a repr or a log
     db: Database
     node: ChainNode
     reads: ChainReads

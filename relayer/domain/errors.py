@@ -222,7 +222,7 @@ class Unavailable(RelayerError):
     """An upstream the daemon depends on (the chain node, the database) failed or did not
     answer in time. Always transient; answers the spec's retryable 503
     ``gas_estimate_unavailable`` (nothing was attempted) with ``upstream`` naming which
-    one, never 500. Messages never carry hosts, DSNs or driver text."""
+    one, never 500. The default message carries no host, DSN or driver text."""
 
     default_code: ClassVar[str] = "gas_estimate_unavailable"
     upstream: ClassVar[str] = "upstream"
