@@ -22,6 +22,10 @@ from relayer.store.pool import StoreUnavailable
 log = logging.getLogger(__name__)
 
 _MIGRATION_LOCK_KEY: Final = 0x5245_4C41_5945_52  # "RELAYER"
+# Wait for, then hold, the migration lock for this session.
+LOCK_MIGRATIONS: Final = "SELECT pg_advisory_lock(%s)"
+# Release the migration lock.
+UNLOCK_MIGRATIONS: Final = "SELECT pg_advisory_unlock(%s)"
 
 
 def redact(dsn: str) -> str:
@@ -64,7 +68,7 @@ def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
 
 def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as lock_conn:
-        lock_conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_KEY,))
+        lock_conn.execute(LOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))
         try:
             backend = get_backend(yoyo_dsn)
             migrations = read_migrations(str(migrations_dir))
@@ -74,7 +78,7 @@ def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
             applied = [m.id for m in pending]
             backend.connection.close()
         finally:
-            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
+            lock_conn.execute(UNLOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))
     if applied:
         log.info("migrations applied", extra={"applied": applied, "database": redact(dsn)})
     return applied
