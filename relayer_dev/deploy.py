@@ -377,186 +377,18 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     node_chain_id = w3.eth.chain_id
     if node_chain_id != chain_id:
         raise DeployError(f"node at {rpc_url} has chain id {node_chain_id}, expected {chain_id}")
-
-    deployer: LocalAccount = Account.from_key(DEPLOYER_KEY)
-    executor: LocalAccount = Account.from_key(EXECUTOR_KEY)
-    seller: LocalAccount = Account.from_key(SELLER_KEY)
-    fee_recipient: LocalAccount = Account.from_key(FEE_RECIPIENT_KEY)
-    payers: list[LocalAccount] = [Account.from_key(payer_key(i)) for i in range(PAYER_COUNT)]
-
+    accounts = _Accounts.of_anvil()
     picks = pick_credits(json.loads(projects_file.read_text()))
     tx = _Sender(w3, chain_id)
-
-    # --- contracts -----------------------------------------------------------------------
-    def deploy(name: str, *args: Any) -> Callable[[TxReceipt], Contract]:
-        abi, bytecode = load_artifact(name)
-        tx.send(f"deploy {name}", deployer, w3.eth.contract(abi=abi, bytecode=bytecode).constructor(*args))
-
-        def bind(receipt: TxReceipt) -> Contract:
-            address = receipt["contractAddress"]
-            if address is None:
-                raise DeployError(f"deploy {name}: receipt has no contract address")
-            return w3.eth.contract(address=address, abi=abi)
-
-        return bind
-
-    usdc_domain = "USD Coin" if chain_id == BASE_MAINNET_CHAIN_ID else "USDC"
-    binders = [
-        deploy("UsdcEip3009", usdc_domain),
-        deploy("KlimaVcm"),
-        deploy("CarbonCredits"),
-    ]
-    receipts = tx.flush()
-    deploy_block = int(receipts[0]["blockNumber"])
-    usdc, kvcm, credits = (bind(r) for bind, r in zip(binders, receipts, strict=True))
-    binders = [
-        deploy("CarbonClasses", kvcm.address, credits.address, fee_recipient.address),
-        deploy("UsdcKvcmPool", usdc.address, kvcm.address),
-        deploy("Marketplace", usdc.address),
-    ]
-    classes, pool, market = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))
-    binders = [
-        deploy(
-            "RetirementSettlement",
-            usdc.address,
-            kvcm.address,
-            credits.address,
-            classes.address,
-            market.address,
-            pool.address,
-            fee_recipient.address,
-            # web3 8 mangles a dict for a struct argument: pass the tuple in ABI order.
-            tuple(SETTLEMENT_FEES[k] for k in _FEES_ABI_ORDER),
-        )
-    ]
-    (settlement,) = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))
-    contracts: dict[str, ChecksumAddress] = {
-        "usdc": usdc.address,
-        "kvcm": kvcm.address,
-        "carbonCredits": credits.address,
-        "carbonClasses": classes.address,
-        "pool": pool.address,
-        "marketplace": market.address,
-        "settlement": settlement.address,
-    }
-    log.info("deployed %d contracts from block %d", len(contracts), deploy_block)
-
-    # --- configuration, registries, payers, pool funding (independent) -------------------
-    all_picks = [c for spec in CLASS_SPECS for c in picks[spec.symbol]]
-    for code in sorted({c.registry for c in all_picks}):
-        whole = code in WHOLE_TONNE_REGISTRIES
-        tx.send(f"addRegistry {code}", deployer, credits.functions.addRegistry(code, whole, whole))
-    for spec in CLASS_SPECS:
-        tx.send(
-            f"createClass {spec.symbol}",
-            deployer,
-            classes.functions.createClass(
-                spec.symbol, spec.name, spec.price_kvcm_per_tonne, spec.min_retirement_units
-            ),
-        )
-    tx.send("setExecutor", deployer, settlement.functions.setExecutor(executor.address, True))
-    for payer in payers:
-        tx.send("mint USDC to payer", deployer, usdc.functions.mint(payer.address, PAYER_USDC))
-        tx.send("mint kVCM to payer", deployer, kvcm.functions.mint(payer.address, PAYER_KVCM))
-    tx.send("mint pool USDC", deployer, usdc.functions.mint(deployer.address, POOL_USDC))
-    tx.send("mint pool kVCM", deployer, kvcm.functions.mint(deployer.address, POOL_KVCM))
-    tx.send("approve pool USDC", deployer, usdc.functions.approve(pool.address, POOL_USDC))
-    tx.send("approve pool kVCM", deployer, kvcm.functions.approve(pool.address, POOL_KVCM))
-    tx.send("approve classes", deployer, credits.functions.setApprovalForAll(classes.address, True))
-    tx.send("approve marketplace", seller, credits.functions.setApprovalForAll(market.address, True))
-    tx.flush()
-
-    # --- credits (token ids are sequential from 1, class ids too) ------------------------
-    credit_rows: list[dict[str, Any]] = []
-    token_ids: dict[str, list[int]] = {}
-    for pick in all_picks:
-        tx.send(
-            f"registerCredit {pick.project_id}",
-            deployer,
-            credits.functions.registerCredit(pick.project_id, pick.vintage, pick.registry),
-        )
-    tx.flush()
-    next_id = 1
-    for spec in CLASS_SPECS:
-        token_ids[spec.symbol] = []
-        for pick in picks[spec.symbol]:
-            token_ids[spec.symbol].append(next_id)
-            credit_rows.append(
-                {
-                    "tokenId": next_id,
-                    "projectId": pick.project_id,
-                    "vintage": pick.vintage,
-                    "registry": pick.registry,
-                    "name": pick.name,
-                    "category": pick.category,
-                    "country": pick.country,
-                    "carbonClass": spec.symbol,
-                }
-            )
-            next_id += 1
-    if int(credits.functions.creditCount().call()) != len(credit_rows):
-        raise DeployError("credit count on chain does not match the registered credits")
-
-    # --- class deposits, seller inventory, pool liquidity --------------------------------
-    for class_id, spec in enumerate(CLASS_SPECS, start=1):
-        for token_id in token_ids[spec.symbol]:
-            tx.send(
-                f"class {spec.symbol} registerCredit {token_id}",
-                deployer,
-                classes.functions.registerCredit(class_id, token_id),
-            )
-            tx.send(
-                f"mint credit {token_id}",
-                deployer,
-                credits.functions.mint(deployer.address, token_id, CLASS_DEPOSIT_UNITS),
-            )
-    listing_tokens = [token_ids[ls.symbol][ls.index] for ls in LISTING_SPECS]
-    for ls, token_id in zip(LISTING_SPECS, listing_tokens, strict=True):
-        tx.send(
-            f"mint credit {token_id} to seller",
-            deployer,
-            credits.functions.mint(seller.address, token_id, ls.tonnes * UNITS_PER_TONNE),
-        )
-    tx.send("addLiquidity", deployer, pool.functions.addLiquidity(POOL_USDC, POOL_KVCM))
-    tx.flush()
-
-    expiration = int(w3.eth.get_block("latest")["timestamp"]) + LISTING_LIFETIME_S
-    for class_id, spec in enumerate(CLASS_SPECS, start=1):
-        for token_id in token_ids[spec.symbol]:
-            tx.send(
-                f"deposit {token_id} into {spec.symbol}",
-                deployer,
-                classes.functions.deposit(class_id, token_id, CLASS_DEPOSIT_UNITS),
-            )
-    listing_rows: list[dict[str, Any]] = []
-    for listing_id, (ls, token_id) in enumerate(zip(LISTING_SPECS, listing_tokens, strict=True), start=1):
-        amount = ls.tonnes * UNITS_PER_TONNE
-        tx.send(
-            f"createListing {listing_id}",
-            seller,
-            market.functions.createListing(
-                credits.address, token_id, amount, ls.unit_price, ls.min_fill, expiration
-            ),
-        )
-        listing_rows.append(
-            {
-                "listingId": listing_id,
-                "tokenId": token_id,
-                "seller": seller.address,
-                "unitPrice": str(ls.unit_price),
-                "amount": amount,
-                "minFill": ls.min_fill,
-                "expiration": expiration,
-            }
-        )
-    tx.flush()
-    if int(market.functions.listingCount().call()) != len(listing_rows):
-        raise DeployError("listing count on chain does not match the created listings")
-
-    for payer in payers:
+    protocol = _deploy_protocol(tx, accounts)
+    log.info("deployed %d contracts from block %d", len(protocol.addresses()), protocol.deploy_block)
+    _configure(tx, protocol, accounts, picks)
+    token_ids, credit_rows = _register_credits(tx, protocol, accounts.deployer, picks)
+    listing_tokens = _stock(tx, protocol, accounts, token_ids)
+    listing_rows = _deposit_and_list(tx, protocol, accounts, token_ids, listing_tokens)
+    for payer in accounts.payers:
         if w3.eth.get_balance(payer.address) != 0:
             raise DeployError(f"payer {payer.address} holds ETH; payers must be gasless")
-
     class_rows = [
         {
             "classId": class_id,
@@ -573,22 +405,251 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         len(credit_rows),
         len(class_rows),
         len(listing_rows),
-        len(payers),
+        len(accounts.payers),
         tx.sent,
         time.monotonic() - started,
     )
     return {
         "chainId": chain_id,
         "rpcUrl": rpc_url,
-        "deployBlock": deploy_block,
-        "contracts": contracts,
-        "deployer": _account_info(deployer),
-        "executor": _account_info(executor),
-        "seller": _account_info(seller),
-        "feeRecipient": _account_info(fee_recipient),
-        "payers": [_account_info(p) for p in payers],
+        "deployBlock": protocol.deploy_block,
+        "contracts": protocol.addresses(),
+        "deployer": _account_info(accounts.deployer),
+        "executor": _account_info(accounts.executor),
+        "seller": _account_info(accounts.seller),
+        "feeRecipient": _account_info(accounts.fee_recipient),
+        "payers": [_account_info(p) for p in accounts.payers],
         "fees": dict(SETTLEMENT_FEES),
         "credits": credit_rows,
         "carbonClasses": class_rows,
         "listings": listing_rows,
     }
+
+
+@dataclass(frozen=True)
+class _Accounts:
+    """The devnet's roles: anvil's accounts 0-3 and the deterministic payers."""
+
+    deployer: LocalAccount
+    executor: LocalAccount
+    seller: LocalAccount
+    fee_recipient: LocalAccount
+    payers: tuple[LocalAccount, ...]
+
+    @classmethod
+    def of_anvil(cls) -> _Accounts:
+        return cls(
+            Account.from_key(DEPLOYER_KEY),
+            Account.from_key(EXECUTOR_KEY),
+            Account.from_key(SELLER_KEY),
+            Account.from_key(FEE_RECIPIENT_KEY),
+            tuple(Account.from_key(payer_key(i)) for i in range(PAYER_COUNT)),
+        )
+
+
+@dataclass(frozen=True)
+class _Protocol:
+    """The deployed contracts, bound to their ABIs, and the block of the first deployment."""
+
+    usdc: Contract
+    kvcm: Contract
+    credits: Contract
+    classes: Contract
+    pool: Contract
+    market: Contract
+    settlement: Contract
+    deploy_block: int
+
+    def addresses(self) -> dict[str, ChecksumAddress]:
+        """Deployment key -> checksummed address (the ``contracts`` of the description)."""
+        return {
+            "usdc": self.usdc.address,
+            "kvcm": self.kvcm.address,
+            "carbonCredits": self.credits.address,
+            "carbonClasses": self.classes.address,
+            "pool": self.pool.address,
+            "marketplace": self.market.address,
+            "settlement": self.settlement.address,
+        }
+
+
+def _deploy_protocol(tx: _Sender, accounts: _Accounts) -> _Protocol:
+    """Deploy the seven contracts in three phases (each needs the addresses of the last)."""
+    w3 = tx.w3
+
+    def deploy(name: str, *args: Any) -> Callable[[TxReceipt], Contract]:
+        abi, bytecode = load_artifact(name)
+        constructor = w3.eth.contract(abi=abi, bytecode=bytecode).constructor(*args)
+        tx.send(f"deploy {name}", accounts.deployer, constructor)
+
+        def bind(receipt: TxReceipt) -> Contract:
+            address = receipt["contractAddress"]
+            if address is None:
+                raise DeployError(f"deploy {name}: receipt has no contract address")
+            return w3.eth.contract(address=address, abi=abi)
+
+        return bind
+
+    usdc_domain = "USD Coin" if tx.chain_id == BASE_MAINNET_CHAIN_ID else "USDC"
+    binders = [deploy("UsdcEip3009", usdc_domain), deploy("KlimaVcm"), deploy("CarbonCredits")]
+    receipts = tx.flush()
+    usdc, kvcm, credits = (bind(r) for bind, r in zip(binders, receipts, strict=True))
+    binders = [
+        deploy("CarbonClasses", kvcm.address, credits.address, accounts.fee_recipient.address),
+        deploy("UsdcKvcmPool", usdc.address, kvcm.address),
+        deploy("Marketplace", usdc.address),
+    ]
+    classes, pool, market = (bind(r) for bind, r in zip(binders, tx.flush(), strict=True))
+    bind_settlement = deploy(
+        "RetirementSettlement",
+        usdc.address,
+        kvcm.address,
+        credits.address,
+        classes.address,
+        market.address,
+        pool.address,
+        accounts.fee_recipient.address,
+        # web3 8 mangles a dict for a struct argument: pass the tuple in ABI order.
+        tuple(SETTLEMENT_FEES[k] for k in _FEES_ABI_ORDER),
+    )
+    (settlement_receipt,) = tx.flush()
+    settlement = bind_settlement(settlement_receipt)
+    return _Protocol(usdc, kvcm, credits, classes, pool, market, settlement, int(receipts[0]["blockNumber"]))
+
+
+def _configure(tx: _Sender, p: _Protocol, accounts: _Accounts, picks: dict[str, list[CreditPick]]) -> None:
+    """Registries, classes, the executor, funded payers and approvals (independent transactions)."""
+    deployer = accounts.deployer
+    for code in sorted({c.registry for spec in CLASS_SPECS for c in picks[spec.symbol]}):
+        whole = code in WHOLE_TONNE_REGISTRIES
+        tx.send(f"addRegistry {code}", deployer, p.credits.functions.addRegistry(code, whole, whole))
+    for spec in CLASS_SPECS:
+        tx.send(
+            f"createClass {spec.symbol}",
+            deployer,
+            p.classes.functions.createClass(
+                spec.symbol, spec.name, spec.price_kvcm_per_tonne, spec.min_retirement_units
+            ),
+        )
+    tx.send("setExecutor", deployer, p.settlement.functions.setExecutor(accounts.executor.address, True))
+    for payer in accounts.payers:
+        tx.send("mint USDC to payer", deployer, p.usdc.functions.mint(payer.address, PAYER_USDC))
+        tx.send("mint kVCM to payer", deployer, p.kvcm.functions.mint(payer.address, PAYER_KVCM))
+    tx.send("mint pool USDC", deployer, p.usdc.functions.mint(deployer.address, POOL_USDC))
+    tx.send("mint pool kVCM", deployer, p.kvcm.functions.mint(deployer.address, POOL_KVCM))
+    tx.send("approve pool USDC", deployer, p.usdc.functions.approve(p.pool.address, POOL_USDC))
+    tx.send("approve pool kVCM", deployer, p.kvcm.functions.approve(p.pool.address, POOL_KVCM))
+    tx.send("approve classes", deployer, p.credits.functions.setApprovalForAll(p.classes.address, True))
+    tx.send(
+        "approve marketplace", accounts.seller, p.credits.functions.setApprovalForAll(p.market.address, True)
+    )
+    tx.flush()
+
+
+def _register_credits(
+    tx: _Sender, p: _Protocol, deployer: LocalAccount, picks: dict[str, list[CreditPick]]
+) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """One ERC-1155 credit per picked project; token ids are sequential from 1 in class
+    order. Returns (class symbol -> token ids, the description's credit rows)."""
+    all_picks = [c for spec in CLASS_SPECS for c in picks[spec.symbol]]
+    for pick in all_picks:
+        tx.send(
+            f"registerCredit {pick.project_id}",
+            deployer,
+            p.credits.functions.registerCredit(pick.project_id, pick.vintage, pick.registry),
+        )
+    tx.flush()
+    token_ids: dict[str, list[int]] = {}
+    credit_rows: list[dict[str, Any]] = []
+    for spec in CLASS_SPECS:
+        token_ids[spec.symbol] = []
+        for pick in picks[spec.symbol]:
+            token_id = len(credit_rows) + 1
+            token_ids[spec.symbol].append(token_id)
+            credit_rows.append(
+                {
+                    "tokenId": token_id,
+                    "projectId": pick.project_id,
+                    "vintage": pick.vintage,
+                    "registry": pick.registry,
+                    "name": pick.name,
+                    "category": pick.category,
+                    "country": pick.country,
+                    "carbonClass": spec.symbol,
+                }
+            )
+    if int(p.credits.functions.creditCount().call()) != len(credit_rows):
+        raise DeployError("credit count on chain does not match the registered credits")
+    return token_ids, credit_rows
+
+
+def _stock(tx: _Sender, p: _Protocol, accounts: _Accounts, token_ids: dict[str, list[int]]) -> list[int]:
+    """Register credits with their classes, mint class deposits and the seller's inventory,
+    and add pool liquidity. Returns the token id of each listing of :data:`LISTING_SPECS`."""
+    deployer = accounts.deployer
+    for class_id, spec in enumerate(CLASS_SPECS, start=1):
+        for token_id in token_ids[spec.symbol]:
+            tx.send(
+                f"class {spec.symbol} registerCredit {token_id}",
+                deployer,
+                p.classes.functions.registerCredit(class_id, token_id),
+            )
+            tx.send(
+                f"mint credit {token_id}",
+                deployer,
+                p.credits.functions.mint(deployer.address, token_id, CLASS_DEPOSIT_UNITS),
+            )
+    listing_tokens = [token_ids[ls.symbol][ls.index] for ls in LISTING_SPECS]
+    for ls, token_id in zip(LISTING_SPECS, listing_tokens, strict=True):
+        tx.send(
+            f"mint credit {token_id} to seller",
+            deployer,
+            p.credits.functions.mint(accounts.seller.address, token_id, ls.tonnes * UNITS_PER_TONNE),
+        )
+    tx.send("addLiquidity", deployer, p.pool.functions.addLiquidity(POOL_USDC, POOL_KVCM))
+    tx.flush()
+    return listing_tokens
+
+
+def _deposit_and_list(
+    tx: _Sender,
+    p: _Protocol,
+    accounts: _Accounts,
+    token_ids: dict[str, list[int]],
+    listing_tokens: list[int],
+) -> list[dict[str, Any]]:
+    """Deposit each class's credits and place the seller's listings (expiring
+    :data:`LISTING_LIFETIME_S` after the latest block). Returns the description's listing rows."""
+    expiration = int(tx.w3.eth.get_block("latest")["timestamp"]) + LISTING_LIFETIME_S
+    for class_id, spec in enumerate(CLASS_SPECS, start=1):
+        for token_id in token_ids[spec.symbol]:
+            tx.send(
+                f"deposit {token_id} into {spec.symbol}",
+                accounts.deployer,
+                p.classes.functions.deposit(class_id, token_id, CLASS_DEPOSIT_UNITS),
+            )
+    listing_rows: list[dict[str, Any]] = []
+    for listing_id, (ls, token_id) in enumerate(zip(LISTING_SPECS, listing_tokens, strict=True), start=1):
+        amount = ls.tonnes * UNITS_PER_TONNE
+        tx.send(
+            f"createListing {listing_id}",
+            accounts.seller,
+            p.market.functions.createListing(
+                p.credits.address, token_id, amount, ls.unit_price, ls.min_fill, expiration
+            ),
+        )
+        listing_rows.append(
+            {
+                "listingId": listing_id,
+                "tokenId": token_id,
+                "seller": accounts.seller.address,
+                "unitPrice": str(ls.unit_price),
+                "amount": amount,
+                "minFill": ls.min_fill,
+                "expiration": expiration,
+            }
+        )
+    tx.flush()
+    if int(p.market.functions.listingCount().call()) != len(listing_rows):
+        raise DeployError("listing count on chain does not match the created listings")
+    return listing_rows
