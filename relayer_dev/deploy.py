@@ -389,17 +389,7 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     for payer in accounts.payers:
         if w3.eth.get_balance(payer.address) != 0:
             raise DeployError(f"payer {payer.address} holds ETH; payers must be gasless")
-    class_rows = [
-        {
-            "classId": class_id,
-            "symbol": spec.symbol,
-            "name": spec.name,
-            "priceKvcmPerTonne": str(spec.price_kvcm_per_tonne),
-            "minRetirementUnits": spec.min_retirement_units,
-            "tokenIds": token_ids[spec.symbol],
-        }
-        for class_id, spec in enumerate(CLASS_SPECS, start=1)
-    ]
+    class_rows = _class_rows(token_ids)
     log.info(
         "seeded %d credits, %d classes, %d listings, %d payers in %d transactions (%.1f s)",
         len(credit_rows),
@@ -424,6 +414,21 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         "carbonClasses": class_rows,
         "listings": listing_rows,
     }
+
+
+def _class_rows(token_ids: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """The description's carbon classes (class ids are sequential from 1)."""
+    return [
+        {
+            "classId": class_id,
+            "symbol": spec.symbol,
+            "name": spec.name,
+            "priceKvcmPerTonne": str(spec.price_kvcm_per_tonne),
+            "minRetirementUnits": spec.min_retirement_units,
+            "tokenIds": token_ids[spec.symbol],
+        }
+        for class_id, spec in enumerate(CLASS_SPECS, start=1)
+    ]
 
 
 @dataclass(frozen=True)
