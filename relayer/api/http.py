@@ -60,40 +60,29 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     """Request id, error envelope for every failure, no internals leaked; counts error
     responses by code."""
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    error: RelayerError | None = None
     try:
         response = await handler(request)
     except RelayerError as err:
-        response = error_response(err)
+        error = err
     except web.HTTPRequestEntityTooLarge:
-        response = error_response(
-            Rejection(
-                "schema_validation",
-                "request body too large",
-                issues=[{"path": [], "keys": [], "message": "body too large"}],
-            )
+        error = Rejection(
+            "schema_validation",
+            "request body too large",
+            issues=[{"path": [], "keys": [], "message": "body too large"}],
         )
     except web.HTTPNotFound:
-        response = error_response(Rejection("not_found", path=request.path))
+        error = Rejection("not_found", path=request.path)
     except web.HTTPMethodNotAllowed:
-        response = error_response(
-            Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
-        )
+        error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
-        response = error_response(Rejection("internal_error", requestId=request_id))
-    if response.status >= 400 and isinstance(response, web.Response):
-        request.app[METRICS].error_responses.labels(_code(response)).inc()
+        error = Rejection("internal_error", requestId=request_id)
+    if error is not None:
+        response = error_response(error)
+        request.app[METRICS].error_responses.labels(error.code).inc()
     response.headers["x-request-id"] = request_id
     return response
-
-
-def _code(response: web.Response) -> str:
-    """The spec code of an error response this module made."""
-    try:
-        code = json.loads(response.text or "{}").get("error")
-    except ValueError:
-        code = None
-    return code if isinstance(code, str) else "unknown"
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
