@@ -1,0 +1,67 @@
+"""The store against a real Postgres: notifications come from the trigger on every new job
+and every change of state, and errors are stored as records without HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from relayer.domain.errors import Rejection
+from relayer.domain.states import JobState
+from relayer.store.relay_jobs import NewJob
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.integration
+
+
+def _job(salt: bytes) -> NewJob:
+    return NewJob(
+        chain_id=98,  # a chain no worker serves, so only this test moves these jobs
+        auth_key=b"notify" + salt,
+        permit_key=None,
+        salt=salt,
+        scheme="eip3009",
+        payer="0xpayer",
+        input_token="0xusdc",
+        auth_value=1,
+        auth_expires_at=2**40,
+        gas_allowance=0,
+        request_hash=b"h",
+        settlement="0xsettlement",
+        call_data=b"",
+        summary={},
+    )
+
+
+async def test_every_state_change_wakes_the_waiters_of_its_job(daemon: Daemon) -> None:
+    jobs, notifications = daemon.runtime.jobs, daemon.runtime.notifications
+    job, _ = await jobs.reserve(_job(b"\x05" * 32))
+    for target, fields in (
+        (JobState.SIMULATED, {"gas_limit": 100_000, "max_fee_per_gas": 7}),
+        (JobState.REJECTED, {"error": Rejection("gas_limit_exceeds_cap", gasCap=1)}),
+    ):
+        # Waiting far longer than the test allows: only a NOTIFY can end it in time.
+        waiter = asyncio.create_task(notifications.wait(job.id, 60))
+        await asyncio.sleep(0.05)
+        moved = await jobs.move(job.id, target, **fields)  # type: ignore[arg-type]
+        assert moved is not None and moved.state is target
+        await asyncio.wait_for(waiter, 10)
+    assert moved.gas_limit == 100_000 and moved.max_fee_per_gas == 7  # kept across moves
+    assert moved.timestamps["simulated_at"] is not None and moved.timestamps["signed_at"] is None
+
+
+async def test_a_rejection_is_stored_as_a_record_without_http(daemon: Daemon) -> None:
+    jobs = daemon.runtime.jobs
+    job, _ = await jobs.reserve(_job(b"\x06" * 32))
+    await jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+    stored = json.loads(
+        await daemon.runtime.db.fetchval("SELECT error FROM relay_jobs WHERE id = $1", job.id)
+    )
+    assert stored == {
+        "code": "gas_limit_exceeds_cap",
+        "message": Rejection("gas_limit_exceeds_cap").message,
+        "context": {"gasCap": 1},
+    }
+    assert await jobs.move(job.id, JobState.SIGNED) is None  # rejected -> signed is not allowed
