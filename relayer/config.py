@@ -39,6 +39,7 @@ class Settings(BaseSettings):
         extra="forbid",
         secrets_dir=SECRETS_DIR if os.path.isdir(SECRETS_DIR) else None,
         hide_input_in_errors=True,
+        env_ignore_empty=True,  # RELAYER_RPC_URL= (e.g. from an absent ConfigMap key) is missing
     )
 
     # --- storage -----------------------------------------------------------------------
@@ -115,16 +116,23 @@ class Settings(BaseSettings):
         return projects_json() if self.projects_file is None else self.projects_file.read_bytes()
 
     def require(self, *names: str) -> None:
-        """Stop unless every named setting is present.
+        """Stop unless every named setting is present and not blank.
 
         Raises:
             ConfigError: naming each missing environment variable and what it is.
         """
-        missing = [n for n in names if getattr(self, n) is None]
+        missing = [n for n in names if _blank(getattr(self, n))]
         if missing:
             fields = type(self).model_fields
             described = ", ".join(f"{env_name(n)} ({fields[n].description})" for n in missing)
             raise ConfigError(message=f"missing setting{'s' if len(missing) > 1 else ''} {described}")
+
+
+def _blank(value: object) -> bool:
+    """Unset, or only whitespace (an empty secret file counts as missing too)."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def env_name(field: str) -> str:

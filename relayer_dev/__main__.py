@@ -22,6 +22,7 @@ from relayer_dev.settings import (
     REPO_ROOT,
     STATE_DIR,
     dev_settings,
+    env_lines,
     write_env_file,
 )
 
@@ -88,8 +89,11 @@ def env() -> None:
     if not DEVNET_FILE.is_file():
         _fail(ConfigError(message=f"{DEVNET_FILE} not found: run `python -m relayer_dev devnet up`"))
     info = {**json.loads(DEVNET_FILE.read_text()), "deploymentFile": str(DEVNET_FILE)}
-    path = write_env_file(dev_settings(info, _environment()))
-    click.echo(path.read_text(), nl=False)
+    try:
+        lines = env_lines(dev_settings(info, _environment()))
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo("\n".join(lines))
 
 
 @main.command()

@@ -47,8 +47,9 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
     return base.model_copy(update=updates)
 
 
-def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:
-    """Write the daemon settings as ``RELAYER_…=value`` lines (shell-quoted, mode 0600)."""
+def env_lines(settings: Settings) -> list[str]:
+    """The daemon settings the dev tooling supplies, as ``RELAYER_…=value`` lines
+    (values shell-quoted, secrets included: for a file of mode 0600 or a terminal)."""
     values = {
         "database_url": settings.database_url,
         "rpc_url": settings.rpc_url,
@@ -56,14 +57,19 @@ def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:
         "deployment_file": settings.deployment_file,
         "executor_private_key": settings.executor_private_key,
     }
-    lines = [
+    return [
         f"{env_name(k)}={shlex.quote(v.get_secret_value() if isinstance(v, SecretStr) else str(v))}"
         for k, v in values.items()
         if v is not None
     ]
+
+
+def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:
+    """Write :func:`env_lines` to ``path`` (mode 0600, also when it existed with another)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("# Written by `python -m relayer_dev devnet up`: the dev settings of `relayer all`.\n")
-        fh.write("\n".join(lines) + "\n")
+        fh.write("\n".join(env_lines(settings)) + "\n")
     return path

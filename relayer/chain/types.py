@@ -12,7 +12,7 @@ from eth_utils.address import is_address, to_checksum_address
 
 from relayer.domain.retirement import Retirement
 
-# Deployment description key -> Contracts field (the keys `relayer devnet up` writes).
+# Deployment description key -> Contracts field (the keys `python -m relayer_dev devnet up` writes).
 _DEPLOYMENT_KEYS: Final = {
     "usdc": "usdc",
     "kvcm": "kvcm",

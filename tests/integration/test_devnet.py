@@ -5,8 +5,11 @@ executor), and ``up``/``down`` manage exactly their own anvil. Checked on-chain.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,10 @@ import pytest
 from web3 import Web3
 from web3.contract import Contract
 
+from relayer.config import Settings
 from relayer_dev import devnet
 from relayer_dev.deploy import deploy_and_seed, load_artifact
+from relayer_dev.settings import dev_settings, env_lines, write_env_file
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +211,36 @@ def test_up_is_idempotent_and_down_stops_only_its_anvil(
     assert not (tmp_path / ".devdata" / "devnet.json").exists()
     assert devnet.down(tmp_path) is False
     assert w3.eth.chain_id == CHAIN_ID  # the module's own anvil is untouched
+
+
+def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_product(
+    tmp_path: Path, deployed: dict[str, Any]
+) -> None:
+    info = {**deployed, "deploymentFile": str(tmp_path / "devnet.json")}
+    given = "postgresql://relayer@127.0.0.1:1/given"
+    settings = dev_settings(info, Settings(database_url=given, rpc_url="http://127.0.0.1:9/given"))
+    assert settings.database_url is not None and settings.database_url.get_secret_value() == given
+    assert settings.rpc_url == "http://127.0.0.1:9/given"  # the environment wins
+    assert settings.deployment_file == tmp_path / "devnet.json"
+    assert settings.executor_private_key is not None
+    assert settings.executor_private_key.get_secret_value() == deployed["executor"]["privateKey"]
+
+    env_file = write_env_file(settings, tmp_path / "relayer.env")
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    # Sourced as `make devnet` does, the lines give the product every setting it requires.
+    probe = (
+        "from relayer.config import load_settings; s = load_settings(); "
+        "s.require('database_url', 'rpc_url', 'deployment_file', 'executor_private_key'); "
+        "print(s.rpc_url, s.chain_id, s.deployment_file)"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f'set -a; . "$1"; set +a; exec "{sys.executable}" -c "$2"', "-", str(env_file), probe],
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["http://127.0.0.1:9/given", str(CHAIN_ID), str(tmp_path / "devnet.json")]
+    assert env_lines(settings) == env_file.read_text().splitlines()[1:]

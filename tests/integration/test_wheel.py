@@ -10,11 +10,13 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,23 @@ print(json.dumps({
     assert {"serve", "work", "all", "migrate"} <= set(usage.split()) and "devnet" not in usage
 
 
+def test_the_wheel_archive_holds_relayer_only_with_real_data_files(venv: Path) -> None:
+    (wheel,) = (venv.parent / "dist").glob("relayer-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        entries = archive.infolist()
+    names = {e.filename for e in entries}
+    assert {n.split("/", 1)[0] for n in names} == {"relayer", "relayer-0.1.0.dist-info"}
+    assert not any(stat.S_ISLNK(e.external_attr >> 16) for e in entries)
+    expected = {
+        f"relayer/{p.relative_to(ROOT)}"
+        for pattern in ("contracts_abi/*.json", "migrations/*.sql", "data/*.json")
+        for p in ROOT.glob(pattern)
+    }
+    assert expected <= names and "relayer/py.typed" in names
+    sizes = {e.filename: e.file_size for e in entries}
+    assert all(sizes[n] == (ROOT / n.removeprefix("relayer/")).stat().st_size for n in expected)
+
+
 def test_installed_wheel_migrates_and_serves(
     venv: Path, outside: Path, scratch_database: str, chain: dict[str, Any]
 ) -> None:
@@ -202,6 +221,13 @@ def test_a_command_without_a_setting_stops_at_once_naming_it(
     assert missing in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - started < 20
     assert not (outside / ".devdata").exists()  # no private database started, nothing written
+
+
+@pytest.mark.parametrize("blank", ["", "  "], ids=["empty", "spaces"])
+def test_a_blank_setting_counts_as_missing(venv: Path, outside: Path, blank: str) -> None:
+    done = _relayer(venv, outside, "migrate", RELAYER_DATABASE_URL=blank)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr == "relayer: missing setting RELAYER_DATABASE_URL (Postgres DSN)\n"
 
 
 @pytest.mark.parametrize(
