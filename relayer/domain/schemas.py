@@ -14,7 +14,16 @@ from collections import defaultdict
 from typing import Annotated, Any, Final, Literal
 
 from eth_utils.address import to_checksum_address
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from relayer.domain.errors import Rejection
 
@@ -49,14 +58,12 @@ def _uint256(value: str) -> str:
     return value
 
 
+def _symbol_or_address(value: str) -> str:
+    """A token symbol, or an address under the same EIP-55 rule as every other address."""
+    return _address(value) if value[:2].lower() == "0x" and len(value) == 42 else value
+
+
 Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$"), AfterValidator(_uint256)]
-# An EIP-3009 nonce (bytes32 hex) or an EIP-2612 permit nonce (decimal uint256): ASCII digits
-# only (``str.isdigit`` would let "²" through to ``int()``).
-AuthNonce = Annotated[
-    str,
-    StringConstraints(pattern=r"^(0x[0-9a-fA-F]{64}|0|[1-9][0-9]{0,77})$"),
-    AfterValidator(lambda v: v.lower() if v.startswith("0x") else _uint256(v)),
-]
 Uint256 = Annotated[int, Field(ge=0, le=UINT256_MAX)]
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
@@ -68,6 +75,20 @@ CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable_text(cls, value: Any) -> Any:
+        """Every string must be storable and hashable: no NUL (Postgres text and JSONB
+        cannot hold it) and no lone surrogate (it has no UTF-8 form to hash or encode)."""
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise ValueError("NUL characters are not allowed")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("lone surrogates are not allowed") from None
+        return value
 
 
 class Details(_Strict):
@@ -95,9 +116,10 @@ class AuthPayload(_Strict):
     value: Atomic
     validAfter: Atomic = "0"
     validBefore: Atomic
-    nonce: AuthNonce
+    # its form depends on the scheme (bytes32 hex or decimal uint256): the verifier checks it
+    nonce: str = Field(max_length=80)
     signature: Signature | None = None
-    v: int | None = Field(default=None, ge=0, le=28)
+    v: StrictInt | None = Field(default=None, ge=0, le=28)
     r: Bytes32 | None = None
     s: Bytes32 | None = None
 
@@ -115,7 +137,7 @@ class ActionRequest(_Strict):
 
     action: str | None = None
     chainId: Uint256 | None = None
-    inputToken: str | None = Field(default=None, max_length=64)
+    inputToken: Annotated[str, AfterValidator(_symbol_or_address)] | None = Field(default=None, max_length=64)
     amount: str | None = Field(default=None, max_length=40)
     carbonClass: str | None = Field(default=None, max_length=64)
     creditToken: Address | None = None

@@ -3,14 +3,17 @@ Errors, authorization group). No I/O and no clock: the caller passes the terms i
 from live state and ``now``; the answer is the verified authorization or a refusal.
 
 Checks run cheapest first: presence and shape (from/to, salt, gas allowance, nonce form,
-canonical signature), validity window, nonce binding (two keccaks of the retirement),
-value against total + gas allowance, and last the signer recovery (an elliptic-curve
-operation).
+canonical signature; :func:`check_shape`, which needs no terms, so the service runs it before
+any I/O), validity window, nonce binding (two keccaks of the retirement), the signer recovery
+(an elliptic-curve operation), and last the value against total + gas allowance: a cheap
+check, but an economic one, so that a forged or foreign signature is refused as such and
+never told to re-sign for more.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
@@ -29,6 +32,9 @@ AUTH_EXPIRY_MARGIN_S: Final = 30
 """An authorization that expires within this many seconds is refused: it could not be mined."""
 BIGINT_MAX: Final = 2**63 - 1
 """Expiries are stored as Postgres BIGINT; a later one (up to uint256) never expires in practice."""
+UINT256_MAX: Final = 2**256 - 1
+_BYTES32_NONCE: Final = re.compile(r"0x[0-9a-fA-F]{64}")
+_PERMIT_NONCE: Final = re.compile(r"0|[1-9][0-9]{0,77}")  # ASCII digits only: "²".isdigit() is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,19 +146,18 @@ def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> Veri
     Returns:
         The verified authorization, or the refusal (never raised) with its spec code:
         ``invalid_auth_payload`` (missing authorization, salt or gas allowance; from/to
-        mismatch; nonce of the wrong scheme; non-canonical or foreign signature; expired,
-        about to expire or not yet valid), ``params_mismatch`` (the nonce or permit
+        mismatch; nonce malformed or of the wrong scheme; non-canonical or foreign
+        signature; expired or about to expire), ``params_mismatch`` (the nonce or permit
         deadline does not bind this retirement and salt; ``expectedNonce``,
         ``receivedNonce``, ``submitted``), ``insufficient_authorized_value``
         (``requiredMinimum``), ``schema_validation`` (no ``from``).
     """
-    auth = request.authPayload
-    if auth is None:
-        return Rejection("invalid_auth_payload", "actions/retire needs a signed authPayload")
-    shaped = _check_shape(request, auth, terms)
+    shaped = check_shape(request, terms.settlement, terms.scheme)
     if isinstance(shaped, Rejection):
         return shaped
     payer, salt, signature = shaped
+    auth = request.authPayload
+    assert auth is not None
     allowance = int(request.gasAllowance or 0)
     retirement = replace(terms.retirement, gas_allowance=allowance)
     value, valid_after, valid_before = int(auth.value), int(auth.validAfter), int(auth.validBefore)
@@ -162,19 +167,10 @@ def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> Veri
         return Rejection(
             "invalid_auth_payload", "authorization expired or about to expire", validBefore=str(expires_at)
         )
-    if usdc and valid_after > now:
-        return Rejection(
-            "invalid_auth_payload", "authorization is not valid yet", validAfter=str(valid_after)
-        )
     bound = authorization_nonce(retirement, salt)
     unbound = _check_binding(auth, bound, valid_before, usdc, terms.summary)
     if unbound is not None:
         return unbound
-    required = terms.total + allowance
-    if value < required:
-        return Rejection(
-            "insufficient_authorized_value", requiredMinimum=str(required), authorized=str(value)
-        )
     permit_nonce = None if usdc else int(auth.nonce)
     typed = typed_data(terms, payer, value, valid_after, valid_before, bound if usdc else int(auth.nonce))
     try:
@@ -183,6 +179,11 @@ def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> Veri
         return Rejection("invalid_auth_payload", "signature does not recover")
     if signer != payer:
         return Rejection("invalid_auth_payload", "signature is not from `from`")
+    required = terms.total + allowance
+    if value < required:
+        return Rejection(
+            "insufficient_authorized_value", requiredMinimum=str(required), authorized=str(value)
+        )
     return VerifiedAuthorization(
         scheme=terms.scheme,
         payer=payer,
@@ -201,10 +202,16 @@ def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> Veri
     )
 
 
-def _check_shape(
-    request: ActionRequest, auth: AuthPayload, terms: Terms
+def check_shape(
+    request: ActionRequest, settlement: str, scheme: Scheme
 ) -> tuple[str, bytes, eip712.Signature] | Rejection:
-    """Presence and form: returns (payer, salt, canonical signature) or the refusal."""
+    """The checks that need no terms: an authorization is present, from and to match, the
+    salt and gas allowance are there, the nonce has its scheme's form, and the signature is
+    canonical. Returns (payer, salt, signature) or the refusal (``invalid_auth_payload``, or
+    ``schema_validation`` without ``from``)."""
+    auth = request.authPayload
+    if auth is None:
+        return Rejection("invalid_auth_payload", "actions/retire needs a signed authPayload")
     if request.from_ is None:
         return Rejection(
             "schema_validation",
@@ -213,21 +220,20 @@ def _check_shape(
         )
     if auth.from_ != request.from_:
         return Rejection("invalid_auth_payload", "authPayload.from must equal from")
-    if auth.to != terms.settlement:
+    if auth.to != settlement:
         return Rejection(
-            "invalid_auth_payload",
-            "authPayload.to must be the settlement contract",
-            expectedTo=terms.settlement,
+            "invalid_auth_payload", "authPayload.to must be the settlement contract", expectedTo=settlement
         )
     if request.salt is None:
         return Rejection("invalid_auth_payload", "a relayed retirement needs the top-level salt")
     if request.gasAllowance is None:
         return Rejection("invalid_auth_payload", "gasAllowance from prepare-auth is missing")
-    is_bytes32 = auth.nonce.startswith("0x")
-    if terms.scheme == "eip3009" and not is_bytes32:
-        return Rejection("invalid_auth_payload", "USDC needs an EIP-3009 bytes32 nonce")
-    if terms.scheme == "eip2612" and is_bytes32:
-        return Rejection("invalid_auth_payload", "kVCM needs an EIP-2612 permit nonce (decimal)")
+    if scheme == "eip3009" and not _BYTES32_NONCE.fullmatch(auth.nonce):
+        return Rejection(
+            "invalid_auth_payload", "USDC needs an EIP-3009 bytes32 nonce (0x and 64 hex digits)"
+        )
+    if scheme == "eip2612" and not (_PERMIT_NONCE.fullmatch(auth.nonce) and int(auth.nonce) <= UINT256_MAX):
+        return Rejection("invalid_auth_payload", "kVCM needs an EIP-2612 permit nonce (a decimal uint256)")
     raw = auth.signature_bytes()
     if raw is None:
         return Rejection("invalid_auth_payload", "authPayload needs signature or v/r/s")
@@ -245,10 +251,13 @@ def _check_binding(
     nonce; otherwise the submitted retirement differs from the authorized one."""
     expected = "0x" + bound.hex()
     if usdc:
-        if auth.nonce == expected:
+        if auth.nonce.lower() == expected:
             return None
         return Rejection(
-            "params_mismatch", expectedNonce=expected, receivedNonce=auth.nonce, submitted=dict(summary)
+            "params_mismatch",
+            expectedNonce=expected,
+            receivedNonce=auth.nonce.lower(),
+            submitted=dict(summary),
         )
     if permit_binds(valid_before, bound):
         return None

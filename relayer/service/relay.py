@@ -1,8 +1,9 @@
 """The gasless relay (spec: actions/retire; Authentication, Errors). It orchestrates I/O
-around the pure verifier: answer an identical request from its job; resolve the terms;
-verify; reserve the salt in Postgres; simulate and price gas against the signed allowance;
-hand over to the broadcaster; wait for the outcome. Nothing is signed unless the signed gas
-allowance covers ``gasLimit * maxFeePerGas`` at the price the transaction is sent with."""
+around the pure verifier: check the authorization's shape (no I/O); answer an identical
+request from its job; resolve the terms; verify; reserve the salt in Postgres; simulate and
+price gas against the signed allowance; hand over to the broadcaster; wait for the outcome.
+Nothing is signed unless the signed gas allowance covers ``gasLimit * maxFeePerGas`` at the
+price the transaction is sent with."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
-from relayer.domain.verify import VerifiedAuthorization, request_hash, verify_authorization
+from relayer.domain.verify import VerifiedAuthorization, check_shape, request_hash, verify_authorization
 from relayer.service.catalog import Catalog
 from relayer.service.gas import GasPricer
 from relayer.service.outcome import Outcomes, RetireOutcome
@@ -58,13 +59,15 @@ class Relay:
                 contract_revert, transaction_reverted, gas_limit_exceeds_cap.
             Unavailable: the chain node or the database failed (nothing was signed).
         """
-        if request.inputToken is not None:
-            try:
-                self.catalog.token(request.inputToken)
-            except Rejection:
-                raise Rejection("invalid_input_token", inputToken=request.inputToken) from None
+        try:
+            token = self.catalog.token(request.inputToken)
+        except Rejection:
+            raise Rejection("invalid_input_token", inputToken=request.inputToken) from None
         if request.authPayload is None:
             raise Rejection("payment_required", **await self.prepare.prepare_auth(request, now))
+        shaped = check_shape(request, self.settlement, token.scheme)  # pure: before any I/O
+        if isinstance(shaped, Rejection):
+            raise shaped
         existing = await self._identical(request)
         if existing is not None:
             return await self.outcomes.wait(existing.id)

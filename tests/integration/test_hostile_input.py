@@ -86,11 +86,30 @@ async def test_a_never_expiring_usdc_authorization_settles(daemon: Daemon) -> No
     assert stored == 2**63 - 1
 
 
-async def test_kvcm_nonce_with_a_superscript_digit_is_4xx(daemon: Daemon) -> None:
+async def test_kvcm_nonce_with_a_superscript_digit_is_invalid_auth_payload(daemon: Daemon) -> None:
     body = await _signed(daemon, 2, inputToken="kVCM")
     body["authPayload"]["nonce"] = "²"
     status, data = await daemon.post(body)
-    assert (status, data["error"]) == (400, "schema_validation"), data
+    assert (status, data["error"]) == (400, "invalid_auth_payload"), data
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b: (b["authPayload"].pop("signature"), b.update(carbonClass="NOPE")),
+        lambda b: (b["authPayload"].update(to=b["from"]), b.update(amount="100000")),
+        lambda b: (b.pop("salt"), b.update(listingId="999", carbonClass=None)),
+    ],
+    ids=["no-signature+unknown-class", "wrong-to+huge-amount", "no-salt+unknown-listing"],
+)
+async def test_a_malformed_authorization_is_refused_before_any_lookup(daemon: Daemon, change: Any) -> None:
+    """The shape of the authorization is checked first: a request that can never succeed
+    is not told that supply or liquidity (retryable) is the problem."""
+    body = await _signed(daemon)
+    change(body)
+    body = {k: v for k, v in body.items() if v is not None}
+    status, data = await daemon.post(body)
+    assert (status, data["error"]) == (400, "invalid_auth_payload"), data
 
 
 async def test_bad_checksum_and_zero_address_as_from_are_4xx(daemon: Daemon) -> None:

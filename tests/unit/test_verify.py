@@ -28,6 +28,7 @@ from relayer.domain.verify import (
     BIGINT_MAX,
     Terms,
     VerifiedAuthorization,
+    check_shape,
     permit_key,
     request_hash,
     typed_data,
@@ -261,10 +262,60 @@ def test_expired_or_about_to_expire(scheme: str) -> None:
     )
 
 
-def test_usdc_authorization_not_valid_yet() -> None:
+def test_a_usdc_authorization_not_valid_yet_is_left_to_the_simulation() -> None:
+    """It becomes valid later: the simulation reverts it as a retryable contract_revert
+    rather than the verifier refusing it for good (and the clocks of two hosts may differ)."""
+    terms = _terms()
+    bound = authorization_nonce(terms.retirement, SALT)
+    typed = typed_data(terms, PAYER, TOTAL + ALLOWANCE, NOW + 60, NOW + 3600, bound)
     body = _body()
     body["authPayload"]["validAfter"] = str(NOW + 60)
-    assert _refusal(body, "invalid_auth_payload").context["validAfter"] == str(NOW + 60)
+    body["authPayload"]["signature"] = (
+        "0x" + bytes(Account.sign_message(encode_typed_data(full_message=typed), PAYER_KEY).signature).hex()
+    )
+    result = _verify(body)
+    assert isinstance(result, VerifiedAuthorization) and result.valid_after == NOW + 60, result
+
+
+@pytest.mark.parametrize(
+    ("scheme", "nonce"),
+    [
+        ("eip3009", "²"),
+        ("eip3009", "0x" + "ab" * 31),
+        ("eip3009", "0x" + "ab" * 31 + "zz"),
+        ("eip2612", "²"),
+        ("eip2612", "٣"),  # an Arabic-Indic digit: isdigit() is True, int() accepts it
+        ("eip2612", "07"),
+        ("eip2612", str(2**256)),
+        ("eip2612", "-1"),
+    ],
+)
+def test_a_malformed_nonce_is_invalid_auth_payload(scheme: str, nonce: str) -> None:
+    body = _body(scheme)
+    body["authPayload"]["nonce"] = nonce
+    _refusal(body, "invalid_auth_payload", scheme)
+
+
+def test_an_upper_case_bytes32_nonce_verifies() -> None:
+    body = _body()
+    body["authPayload"]["nonce"] = "0x" + body["authPayload"]["nonce"][2:].upper()
+    assert isinstance(_verify(body), VerifiedAuthorization)
+
+
+def test_a_foreign_signature_is_refused_as_such_whatever_the_value() -> None:
+    """The signer is checked before the value: a forged request is never told to re-sign for more."""
+    _refusal(_body(value=1, key=OTHER_KEY), "invalid_auth_payload")
+    assert _refusal(_body(value=1), "insufficient_authorized_value").context["authorized"] == "1"
+
+
+def test_the_shape_check_needs_no_terms() -> None:
+    body = _body()
+    shaped = check_shape(parse_request(body), SETTLEMENT, "eip3009")
+    assert not isinstance(shaped, Rejection) and shaped[0] == PAYER and shaped[1] == SALT
+    body["authPayload"]["to"] = CREDITS
+    refused = check_shape(parse_request(body), SETTLEMENT, "eip3009")
+    assert isinstance(refused, Rejection) and refused.code == "invalid_auth_payload"
+    assert isinstance(check_shape(parse_request(_body()), SETTLEMENT, "eip2612"), Rejection)
 
 
 @pytest.mark.parametrize(
@@ -334,14 +385,20 @@ def test_value_raised_after_signing_does_not_recover_the_payer() -> None:
         (lambda b: b.update(tokenId=2**256), ["tokenId"]),
         (lambda b: b.update(chainId=2**256), ["chainId"]),
         (lambda b: b.update(index=2**40), ["index"]),
-        (lambda b: b["authPayload"].update(nonce="²"), ["authPayload", "nonce"]),
-        (lambda b: b["authPayload"].update(nonce="0x" + "ab" * 31), ["authPayload", "nonce"]),
-        (lambda b: b["authPayload"].update(nonce=str(2**256)), ["authPayload", "nonce"]),
+        (lambda b: b["authPayload"].update(nonce="1" * 81), ["authPayload", "nonce"]),
         (lambda b: b["authPayload"].update(validBefore=str(2**256)), ["authPayload", "validBefore"]),
         (
             lambda b: b["authPayload"].update(v=36, r="0x" + "11" * 32, s="0x" + "22" * 32),
             ["authPayload", "v"],
         ),
+        (
+            lambda b: b["authPayload"].update(v=True, r="0x" + "11" * 32, s="0x" + "22" * 32),
+            ["authPayload", "v"],
+        ),
+        (lambda b: b["details"].update(beneficiaryString="a\x00b"), ["details", "beneficiaryString"]),
+        (lambda b: b["details"].update(retirementMessage="\ud800"), ["details", "retirementMessage"]),
+        (lambda b: b.update(carbonClass="NBO\x00"), ["carbonClass"]),
+        (lambda b: b.update(inputToken=USDC[:-1] + USDC[-1].swapcase()), ["inputToken"]),
         (lambda b: b.update({"from": PAYER.lower().replace("0x", "0X")}), ["from"]),
     ],
     ids=[
@@ -349,11 +406,14 @@ def test_value_raised_after_signing_does_not_recover_the_payer() -> None:
         "tokenId",
         "chainId",
         "index",
-        "nonce-superscript",
-        "nonce-short",
-        "nonce-2^256",
+        "nonce-too-long",
         "validBefore-2^256",
         "v=36",
+        "v=true",
+        "nul-in-details",
+        "lone-surrogate",
+        "nul-in-carbonClass",
+        "inputToken-bad-checksum",
         "0X-prefix",
     ],
 )
