@@ -47,8 +47,16 @@ def retire_with_permit(
     return codec.function(SETTLEMENT, "retireWithPermit").encode(retirement.as_tuple(), salt, permit)
 
 
+def stored_text(value: str | bytes) -> str:
+    """On-chain text as the daemon keeps it: invalid UTF-8 and NUL (which Postgres text
+    cannot hold) become U+FFFD."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return text.replace("\x00", "\ufffd")
+
+
 def retirement_from_tuple(value: Any) -> Retirement:
-    """A decoded ABI ``Retirement`` tuple (as in the ``RetirementSettled`` event) as the domain type."""
+    """A decoded ABI ``Retirement`` tuple (as in the ``RetirementSettled`` event) as the
+    domain type; details strings may come as bytes and go through :func:`stored_text`."""
     source, source_id, credit_token, token_id, amount, input_token, gas_allowance, details = value
     return Retirement(
         source=int(source),
@@ -58,5 +66,7 @@ def retirement_from_tuple(value: Any) -> Retirement:
         amount=int(amount),
         input_token=str(input_token),
         gas_allowance=int(gas_allowance),
-        details=RetirementDetails(*(str(field) for field in details)),
+        details=RetirementDetails(
+            str(details[0]), str(details[1]), *(stored_text(field) for field in details[2:])
+        ),
     )

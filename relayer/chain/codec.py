@@ -5,7 +5,7 @@ topics and canonical types are derived once per function or event and cached."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -70,6 +70,11 @@ class EventAbi:
     topic: bytes
     indexed: tuple[str, ...]
     data: tuple[str, ...]
+
+    def with_strings_as_bytes(self) -> EventAbi:
+        """The same event with every ``string`` decoded as ``bytes`` (their ABI encoding is
+        the same), for logs whose strings may not be valid UTF-8."""
+        return replace(self, data=tuple(t.replace("string", "bytes") for t in self.data))
 
     def decode(self, topics: Sequence[bytes], data: bytes) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """(indexed values, data values) of one log of this event.

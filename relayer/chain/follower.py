@@ -15,7 +15,9 @@ from relayer.chain.errors import rpc
 from relayer.chain.node import ChainNode, address
 from relayer.chain.types import Receipt, SettledLog
 
-_SETTLED: Final = codec.event("RetirementSettlement", "RetirementSettled")
+# Strings in the event are decoded as bytes (the same ABI encoding): anyone can settle a
+# retirement whose details hold invalid UTF-8, and the index must still move past it.
+_SETTLED: Final = codec.event("RetirementSettlement", "RetirementSettled").with_strings_as_bytes()
 
 
 class FollowerChain:

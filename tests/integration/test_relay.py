@@ -505,3 +505,65 @@ async def test_authorization_settled_by_another_sender_is_reported_settled(daemo
     assert result["retirements"][0]["retiringAddress"] == payer["address"]
     ours = await pool.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt)
     assert ours == "reverted"
+
+
+async def test_a_retirement_with_nul_and_invalid_utf8_details_does_not_stall_the_index(
+    daemon: Daemon,
+) -> None:
+    """Anyone can settle a retirement directly with any bytes in its details strings; the
+    index stores them (NUL and invalid UTF-8 as U+FFFD) and moves on to the next block."""
+    from eth_abi.abi import encode
+    from web3 import Web3
+
+    from relayer.chain import codec
+
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    caller = Account.from_key(daemon.chain["deployer"]["privateKey"])
+    contracts = daemon.chain["contracts"]
+    nbo = next(c for c in daemon.chain["carbonClasses"] if c["symbol"] == "NBO")
+    max_input = 50 * 10**6
+    details = (caller.address, caller.address, b"nul\x00name", b"\xff\xfe bad utf-8", b"", b"", b"", b"", b"")
+    retirement = (
+        0,
+        nbo["classId"],
+        contracts["carbonCredits"],
+        nbo["tokenIds"][0],
+        10,
+        contracts["usdc"],
+        0,
+        details,
+    )
+    retire = codec.function("RetirementSettlement", "retire")
+    raw_types = [t.replace("string", "bytes") for t in retire.inputs]  # the same ABI encoding
+    usdc = codec.function("UsdcEip3009", "mint"), codec.function("UsdcEip3009", "approve")
+    nonce = w3.eth.get_transaction_count(caller.address, "pending")
+    hashes = []
+    for i, (to, data) in enumerate(
+        [
+            (contracts["usdc"], usdc[0].encode(caller.address, max_input)),
+            (contracts["usdc"], usdc[1].encode(contracts["settlement"], max_input)),
+            (contracts["settlement"], retire.selector + encode(raw_types, [retirement, max_input])),
+        ]
+    ):
+        tx = {
+            "type": 2,
+            "chainId": daemon.chain["chainId"],
+            "to": to,
+            "data": data,
+            "value": 0,
+            "gas": 1_500_000,
+            "nonce": nonce + i,
+            "maxFeePerGas": 10**10,
+            "maxPriorityFeePerGas": 10**9,
+        }
+        hashes.append(w3.eth.send_raw_transaction(caller.sign_transaction(tx).raw_transaction))
+    receipt = w3.eth.wait_for_transaction_receipt(hashes[-1], timeout=30)
+    assert receipt["status"] == 1
+    # A relayed retirement after it settles and is indexed: the follower went past that block.
+    payer = daemon.chain["payers"][0]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
+    status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert (status, result["status"]) == (200, "settled"), result
+    status, cert = await daemon.get("/api/certificate", txHash="0x" + bytes(hashes[-1]).hex())
+    assert status == 200, cert
+    assert cert["retirements"][0]["beneficiaryName"] == "nul\ufffdname"

@@ -173,3 +173,20 @@ def test_broadcast_refusals(message: str, outcome: SendOutcome | None) -> None:
     )
     assert send_outcome(exc) is outcome
     assert send_outcome(ValueError(message)) is None
+
+
+def test_settled_event_strings_decode_leniently_as_stored_text() -> None:
+    event = codec.event("RetirementSettlement", "RetirementSettled").with_strings_as_bytes()
+    raw = (*RETIREMENT.as_tuple()[:7], (PAYER, OTHER, b"a\x00b", b"\xff\xfeok", b"", b"", b"", b"", b""))
+    raw_types = [t.replace("string", "bytes") for t in event.data]
+    topics = [
+        event.topic,
+        encode(["address"], [PAYER]),
+        encode(["address"], [OTHER]),
+        encode(["uint256"], [0]),
+    ]
+    _, (*_, r) = event.decode(topics, encode(raw_types, [1, 2, 3, 4, b"\x01" * 32, raw]))
+    details = calls.retirement_from_tuple(r).details
+    assert (details.beneficiary_string, details.retiring_entity_string) == ("a\ufffdb", "\ufffd\ufffdok")
+    assert details.retiring_address == PAYER
+    assert calls.stored_text("plain ✓") == "plain ✓"
