@@ -27,7 +27,7 @@ from relayer.config import ConfigError, Settings
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
-from relayer.service.catalog import Catalog, project_facts
+from relayer.service.catalog import Catalog, ProjectFacts, project_facts
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
 from relayer.service.outcome import Outcomes
@@ -118,6 +118,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     assert settings.executor_private_key is not None
     dsn = settings.database_url.get_secret_value()
     contracts, deploy_block = load_deployment(settings.deployment_file)
+    projects = _projects(settings)
     signer = ExecutorSigner(settings.executor_private_key.get_secret_value(), settings.chain_id)
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
@@ -126,14 +127,26 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
         notifications = JobNotifications()
+        stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        stack.push_async_callback(notifications.stop)
-        rt = _wire(settings, dsn, db, node, notifications, signer, deploy_block)
+        rt = _wire(settings, dsn, db, node, notifications, signer, deploy_block, projects)
         stack.push_async_callback(rt.stop_tasks)
         if workers:
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _refresh_gauges(rt), rt), name="gauges"))
         yield rt
+
+
+def _projects(settings: Settings) -> dict[str, ProjectFacts]:
+    """The carbon project facts, read before anything is connected.
+
+    Raises:
+        ConfigError: RELAYER_PROJECTS_FILE cannot be read or is not the data set's JSON.
+    """
+    try:
+        return project_facts(json.loads(settings.projects()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {type(exc).__name__}") from None
 
 
 def _wire(
@@ -144,10 +157,10 @@ def _wire(
     notifications: JobNotifications,
     signer: ExecutorSigner,
     deploy_block: int,
+    projects: dict[str, ProjectFacts],
 ) -> Runtime:
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
-    projects = project_facts(json.loads(settings.projects()))
     catalog = Catalog(reads, settings, projects)
     gas = GasPricer(executor, reads, settings)
     certificates = Certificates(retirements, catalog, settings.public_base_url)
@@ -255,7 +268,11 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
             runner = web.AppRunner(make_web_app(rt), access_log=None)
             await runner.setup()
             stack.push_async_callback(runner.cleanup)
-            await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+            try:
+                await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+            except OSError as exc:
+                address = f"{settings.http_host}:{settings.http_port}"
+                raise ConfigError(message=f"cannot listen on {address}: {exc.strerror}") from None
             log.info("listening", extra={"host": settings.http_host, "port": settings.http_port})
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -10,7 +10,14 @@ from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 import aiohttp
-from web3.exceptions import ContractLogicError, Web3Exception, Web3RPCError
+from web3.exceptions import (
+    BadResponseFormat,
+    ContractLogicError,
+    ProviderConnectionError,
+    TimeExhausted,
+    TooManyRequests,
+    Web3RPCError,
+)
 
 from relayer.chain.abi import decode_revert
 from relayer.domain.errors import RelayerError, Unavailable
@@ -62,6 +69,20 @@ _KNOWN: Final = ("already known", "already imported")
 _STALE: Final = ("nonce too low",)
 
 
+# Failures of the node or of the way to it. web3's other exceptions (Web3TypeError,
+# InvalidAddress, validation errors...) and any other OSError are bugs: left to propagate.
+NODE_FAILURES: Final = (
+    Web3RPCError,  # the node answered with an error (incl. block or transaction not found yet)
+    BadResponseFormat,  # the node's answer is not JSON-RPC (see transport.py)
+    ProviderConnectionError,
+    TooManyRequests,
+    TimeExhausted,
+    aiohttp.ClientError,
+    ConnectionError,
+    TimeoutError,
+)
+
+
 def translate(exc: BaseException, function: str | None = None) -> RelayerError | None:
     """The chain error for an exception raised by web3 or the transport, or None for an
     exception that is neither (a programming error, left to propagate)."""
@@ -70,8 +91,8 @@ def translate(exc: BaseException, function: str | None = None) -> RelayerError |
     if isinstance(exc, ContractLogicError):
         data = exc.data if isinstance(exc.data, str) and exc.data.startswith("0x") else None
         return ChainRevert(bytes.fromhex(data[2:]) if data else None, function, exc.message)
-    if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError, Web3Exception)):
-        return ChainUnavailable()
+    if isinstance(exc, NODE_FAILURES):
+        return ChainUnavailable(detail=type(exc).__name__)
     return None
 
 

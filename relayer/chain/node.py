@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
+from eth_abi.exceptions import DecodingError
 from eth_typing import ChecksumAddress, HexStr
 from web3 import AsyncWeb3
 
@@ -20,6 +21,7 @@ from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainUnavailable, rpc
 from relayer.chain.transport import KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
+from relayer.config import ConfigError
 
 T = TypeVar("T")
 
@@ -61,11 +63,14 @@ class ChainNode:
         """Verify the node answers and serves the configured chain id.
 
         Raises:
-            ChainUnavailable: it does not answer, or serves another chain.
+            ChainUnavailable: it does not answer.
+            ConfigError: it serves another chain.
         """
         got = await rpc(self.w3.eth.chain_id)
         if int(got) != self.chain_id:
-            raise ChainUnavailable(f"the chain node serves chain {got}, configured {self.chain_id}")
+            raise ConfigError(
+                message=f"the chain node serves chain {got}, RELAYER_CHAIN_ID is {self.chain_id}"
+            )
 
     async def close(self) -> None:
         await self.w3.provider.disconnect()
@@ -81,7 +86,12 @@ class ChainNode:
         raw = await rpc(
             self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}), function.name
         )
-        return function.decode(bytes(raw))
+        if not isinstance(raw, bytes):  # a null result
+            raise ChainUnavailable(detail=f"no result for {function.name}")
+        try:
+            return function.decode(raw)
+        except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
+            raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
 
     def observe_head(self, number: int) -> None:
         """A new head was seen: drop every cached read of mutable state."""

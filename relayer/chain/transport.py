@@ -7,11 +7,32 @@ synchronous web3 use in the same thread; this transport does neither.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, Final
 
 import aiohttp
+from web3.exceptions import BadResponseFormat
 from web3.providers.async_base import AsyncJSONBaseProvider
 from web3.types import RPCEndpoint, RPCResponse
+
+# The shape a healthy node's result has, per method the daemon calls. Anything else (null,
+# "0x" for a number, a bare value for a list) is a broken or lagging node: web3's formatters
+# would fail on it with a TypeError or ValueError, which would look like a bug.
+_QUANTITY: Final = re.compile(r"0x[0-9a-fA-F]+")
+_DATA: Final = re.compile(r"0x(?:[0-9a-fA-F]{2})*")
+_HASH: Final = re.compile(r"0x[0-9a-fA-F]{64}")
+RESULT_SHAPES: Final[dict[str, Callable[[Any], bool]]] = {
+    **dict.fromkeys(
+        ("eth_chainId", "eth_blockNumber", "eth_estimateGas", "eth_getTransactionCount", "eth_getBalance"),
+        lambda r: isinstance(r, str) and _QUANTITY.fullmatch(r) is not None,
+    ),
+    "eth_call": lambda r: isinstance(r, str) and _DATA.fullmatch(r) is not None,
+    "eth_sendRawTransaction": lambda r: isinstance(r, str) and _HASH.fullmatch(r) is not None,
+    "eth_getLogs": lambda r: isinstance(r, list),
+    "eth_getBlockReceipts": lambda r: r is None or isinstance(r, list),
+    "eth_getBlockByNumber": lambda r: r is None or isinstance(r, dict),
+}
 
 
 class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
@@ -41,14 +62,28 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
         return self._session
 
     async def make_request(self, method: RPCEndpoint, params: Any) -> RPCResponse:
-        """Send one JSON-RPC request; raises aiohttp/OS errors on transport failure."""
+        """Send one JSON-RPC request.
+
+        Raises:
+            aiohttp.ClientError, TimeoutError: the transport failed.
+            BadResponseFormat: the answer is not a JSON-RPC object.
+        """
         body = self.encode_rpc_request(method, params)
         async with self._client().post(
             self.endpoint, data=body, headers={"content-type": "application/json"}
         ) as response:
             response.raise_for_status()
             raw = await response.read()
-        return self.decode_rpc_response(raw)
+        try:
+            decoded = self.decode_rpc_response(raw)
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError: an HTML page, an empty body
+            raise BadResponseFormat("the node's answer is not JSON") from None
+        if not isinstance(decoded, dict):
+            raise BadResponseFormat("the node's answer is not a JSON-RPC object")
+        shape = RESULT_SHAPES.get(method)
+        if shape is not None and "error" not in decoded and not shape(decoded.get("result")):
+            raise BadResponseFormat(f"the node answered {method} with a malformed result")
+        return decoded
 
     async def is_connected(self, show_traceback: bool = False) -> bool:
         try:

@@ -227,7 +227,9 @@ class Unavailable(RelayerError):
     default_code: ClassVar[str] = "gas_estimate_unavailable"
     upstream: ClassVar[str] = "upstream"
 
-    def __init__(self, message: str | None = None, **context: Any) -> None:
+    def __init__(self, message: str | None = None, *, detail: str | None = None, **context: Any) -> None:
+        """``detail`` says what failed (an exception's class name) for logs only; it never
+        reaches an error body."""
         super().__init__(
             None,
             message or f"The {self.upstream} is unavailable; nothing was attempted. Retry with backoff.",
@@ -235,3 +237,4 @@ class Unavailable(RelayerError):
             upstream=self.upstream,
             **context,
         )
+        self.detail = detail

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -51,34 +51,43 @@ def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
         StoreUnavailable: the database cannot be reached (the message carries the DSN
             without its password).
         ConfigError: the URL is unusable.
+        psycopg.Error: a migration failed (its SQL's own error; nothing of it applied).
     """
     migrations_dir = migrations_dir or migrations_dir_of_package()
     yoyo_dsn = dsn.replace("postgresql://", "postgresql+psycopg://", 1).replace(
         "postgres://", "postgresql+psycopg://", 1
     )
     try:
-        return _migrate(dsn, yoyo_dsn, migrations_dir)
+        lock_conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.ProgrammingError:  # not a DSN libpq can parse
+        raise ConfigError(message=f"RELAYER_DATABASE_URL is not a usable URL: {redact(dsn)}") from None
     except psycopg.OperationalError as exc:
         raise StoreUnavailable(f"cannot reach the database {redact(dsn)}: {type(exc).__name__}") from None
-    except (BadConnectionURI, psycopg.ProgrammingError):
-        raise ConfigError(
-            message=f"RELAYER_DATABASE_URL is not a usable database URL: {redact(dsn)}"
-        ) from None
+    try:
+        with lock_conn:
+            applied = _apply(lock_conn, yoyo_dsn, migrations_dir)
+    except psycopg.OperationalError as exc:  # the connection was lost mid-way
+        raise StoreUnavailable(f"lost the database {redact(dsn)}: {type(exc).__name__}") from None
+    except BadConnectionURI:
+        raise ConfigError(message=f"RELAYER_DATABASE_URL is not a usable URL: {redact(dsn)}") from None
+    if applied:
+        log.info("migrations applied", extra={"applied": applied, "database": redact(dsn)})
+    return applied
 
 
-def _migrate(dsn: str, yoyo_dsn: str, migrations_dir: Path) -> list[str]:
-    with psycopg.connect(dsn, autocommit=True) as lock_conn:
-        lock_conn.execute(LOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))
+def _apply(lock_conn: psycopg.Connection[Any], yoyo_dsn: str, migrations_dir: Path) -> list[str]:
+    """Apply what is pending while holding the migration lock on ``lock_conn``. A failing
+    migration's own error (its SQL's) propagates as it is."""
+    lock_conn.execute(LOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))
+    try:
+        backend = get_backend(yoyo_dsn)
         try:
-            backend = get_backend(yoyo_dsn)
             migrations = read_migrations(str(migrations_dir))
             with backend.lock():
                 pending = backend.to_apply(migrations)
                 backend.apply_migrations(pending)
-            applied = [m.id for m in pending]
-            backend.connection.close()
+            return [m.id for m in pending]
         finally:
-            lock_conn.execute(UNLOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))
-    if applied:
-        log.info("migrations applied", extra={"applied": applied, "database": redact(dsn)})
-    return applied
+            backend.connection.close()
+    finally:
+        lock_conn.execute(UNLOCK_MIGRATIONS, (_MIGRATION_LOCK_KEY,))

@@ -11,6 +11,7 @@ from typing import Any, Final
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from relayer.config import ConfigError
 from relayer.domain.errors import Unavailable
 
 
@@ -31,13 +32,20 @@ UNAVAILABLE: Final = (
 )
 
 
+# The server refused the DSN itself: its credentials or its database name.
+REFUSED: Final = (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError)
+
+
 @contextlib.contextmanager
 def translated() -> Iterator[None]:
-    """Re-raise a connection-level failure inside the block as :class:`StoreUnavailable`."""
+    """Re-raise a connection-level failure inside the block as :class:`StoreUnavailable`,
+    and the server's refusal of the DSN as a :class:`ConfigError`."""
     try:
         yield
-    except UNAVAILABLE:
-        raise StoreUnavailable() from None
+    except UNAVAILABLE as exc:
+        raise StoreUnavailable(detail=type(exc).__name__) from None
+    except REFUSED as exc:
+        raise ConfigError(message=f"RELAYER_DATABASE_URL was refused: {type(exc).__name__}") from None
 
 
 class Database:
@@ -55,6 +63,7 @@ class Database:
 
         Raises:
             StoreUnavailable: the server cannot be reached.
+            ConfigError: the server refused the credentials or the database name.
         """
         with translated():
             pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=30)

@@ -283,7 +283,8 @@ class RelayJobs:
         block_hash: bytes | None = None,
     ) -> Job | None:
         """Move a job to ``target`` if the transition table allows it from its current
-        state, setting the given columns (wei per gas for fees).
+        state, setting the given columns (wei per gas for fees). A column given as None
+        keeps its value: clearing one (as a reorg will the block) needs its own statement.
 
         Returns:
             The updated job, or None when the job was not in an allowed source state.

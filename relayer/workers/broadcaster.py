@@ -13,14 +13,13 @@ from typing import Final
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
-from relayer.domain.errors import Rejection
+from relayer.domain.errors import Rejection, Unavailable
 from relayer.metrics import Metrics
 from relayer.store.executor_lane import ExecutorLane, SignedTx
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
-from relayer.store.pool import StoreUnavailable
 from relayer.store.relay_jobs import Job
-from relayer.workers import sleep_or_stop
+from relayer.workers import OutageLog, sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,9 @@ class Broadcaster:
                 outcome = await self.chain.send_raw(tx.raw)
             except ChainUnavailable as exc:
                 self.metrics.rpc_errors.labels("broadcaster").inc()
-                log.warning("broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": exc.code})
+                log.warning(
+                    "broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": exc.detail}
+                )
                 continue
             self.metrics.broadcasts.labels(outcome.value).inc()
             sent.append(tx)
@@ -133,15 +134,18 @@ class Broadcaster:
                     self.metrics.rpc_errors.labels("broadcaster").inc()
                     log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
                     await sleep_or_stop(stop, IDLE_WAIT_S)
+            outage = OutageLog("broadcaster")
             while not stop.is_set():
                 self.notifications.any_change.clear()
                 try:
-                    if await self.step():
+                    signed = await self.step()
+                    outage.recovered()
+                    if signed:
                         continue
-                except ChainUnavailable:
-                    self.metrics.rpc_errors.labels("broadcaster").inc()
-                except StoreUnavailable:
-                    log.warning("database unavailable; retrying")
+                except Unavailable as exc:
+                    if isinstance(exc, ChainUnavailable):
+                        self.metrics.rpc_errors.labels("broadcaster").inc()
+                    outage.failed(exc)
                 except Exception:
                     log.exception("broadcaster step failed")
                 with contextlib.suppress(TimeoutError):

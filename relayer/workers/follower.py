@@ -13,13 +13,12 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.follower import FollowerChain
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import SettledLog
-from relayer.domain.errors import Rejection
+from relayer.domain.errors import Rejection, Unavailable
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
-from relayer.store.pool import StoreUnavailable
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
-from relayer.workers import sleep_or_stop
+from relayer.workers import OutageLog, sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -157,18 +156,22 @@ class ChainFollower:
             log.warning("rejected stale accepted jobs", extra={"count": expired})
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Sweep and step every ``poll_interval_s`` until ``stop``; an outage is logged once
+        and retried, any other failure is logged with its traceback and retried."""
         last_sweep = 0.0
         loop = asyncio.get_running_loop()
+        outage = OutageLog("follower")
         while not stop.is_set():
             try:
                 if loop.time() - last_sweep > SWEEP_EVERY_S:
                     last_sweep = loop.time()
                     await self.sweep()
                 await self.step()
-            except ChainUnavailable:
-                self.metrics.rpc_errors.labels("follower").inc()
-            except StoreUnavailable:
-                log.warning("database unavailable; retrying")
+                outage.recovered()
+            except Unavailable as exc:
+                if isinstance(exc, ChainUnavailable):
+                    self.metrics.rpc_errors.labels("follower").inc()
+                outage.failed(exc)
             except Exception:
                 log.exception("follower step failed")
             await sleep_or_stop(stop, self.poll_interval_s)

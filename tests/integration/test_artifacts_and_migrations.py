@@ -48,3 +48,21 @@ def test_migrations_are_safe_concurrently_and_idempotent(admin_database_url: str
         } <= tables
     finally:
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+
+
+def test_migration_failures_say_what_failed(admin_database_url: str, tmp_path: Path) -> None:
+    from relayer.config import ConfigError
+    from relayer.store.pool import StoreUnavailable
+
+    (tmp_path / "0001_broken.sql").write_text("-- depends:\nSELEC broken;\n")
+    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_migrate")
+    try:
+        with pytest.raises(psycopg.errors.SyntaxError):  # the SQL's own error, not "a bad URL"
+            migrate(dsn, tmp_path)
+    finally:
+        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+    with pytest.raises(ConfigError, match="RELAYER_DATABASE_URL"):
+        migrate("host=127.0.0.1 nosuchoption=1")
+    with pytest.raises(StoreUnavailable) as exc:
+        migrate("postgresql://someone:hunter2@127.0.0.1:1/nowhere")
+    assert "hunter2" not in exc.value.message

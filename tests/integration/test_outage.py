@@ -148,3 +148,53 @@ async def test_outages_produce_no_internal_error(site: Site) -> None:
         text = await r.text()
     assert 'relayer_http_error_responses_total{code="internal_error"}' not in text
     assert 'relayer_http_error_responses_total{code="gas_estimate_unavailable"} 5.0' in text
+
+
+@pytest.mark.parametrize("mode", ["html", "empty", "null", "0x", "array"])
+async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str) -> None:
+    """An HTML maintenance page, an empty body, a null result, "0x" from a lagging node or a
+    bare array: each is the node failing (503), never an exception that would give a 500."""
+    from relayer.chain.errors import ChainUnavailable
+    from relayer.chain.executor import ExecutorChain
+    from relayer.chain.node import ChainNode
+    from relayer.chain.reads import ChainReads
+    from relayer.chain.types import Contracts
+
+    async def answer(request: web.Request) -> web.Response:
+        call = await request.json()
+        if mode == "html":
+            return web.Response(text="<html>maintenance</html>", content_type="text/html")
+        if mode == "empty":
+            return web.Response(body=b"")
+        if mode == "array":
+            return web.json_response([1, 2])
+        return web.json_response(
+            {"jsonrpc": "2.0", "id": call["id"], "result": None if mode == "null" else "0x"}
+        )
+
+    app = web.Application()
+    app.router.add_post("/", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
+    contracts = Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
+    node = ChainNode(f"http://127.0.0.1:{port}/", 84532, contracts)
+    try:
+        reads, executor = ChainReads(node), ExecutorChain(node)
+        for call in (
+            reads.reserves,
+            reads.classes,
+            lambda: reads.permit_nonce(contracts.usdc),
+            executor.base_fee,
+            lambda: executor.pending_nonce(contracts.usdc),
+            lambda: executor.estimate_gas(contracts.usdc, contracts.settlement, b"\x00" * 4),
+            lambda: executor.send_raw(b"\x02"),
+            node.check,
+        ):
+            with pytest.raises(ChainUnavailable):
+                await call()
+    finally:
+        await node.close()
+        await runner.cleanup()

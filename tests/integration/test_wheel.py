@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -244,3 +245,25 @@ def test_a_malformed_executor_key_stops_the_start_and_is_not_echoed(
     digits = key.removeprefix("0x")
     assert digits not in done.stderr and digits not in done.stdout
     assert digits[:16] not in done.stderr
+
+
+def test_a_start_that_cannot_work_says_why_in_one_line(
+    venv: Path, outside: Path, scratch_database: str, chain: dict[str, Any]
+) -> None:
+    settings = {
+        "RELAYER_DATABASE_URL": scratch_database,
+        "RELAYER_RPC_URL": chain["rpcUrl"],
+        "RELAYER_DEPLOYMENT_FILE": chain["deploymentFile"],
+        "RELAYER_EXECUTOR_PRIVATE_KEY": chain["executor"]["privateKey"],
+    }
+    wrong_chain = _relayer(venv, outside, "serve", **settings, RELAYER_CHAIN_ID="8453")
+    assert wrong_chain.returncode == 2, wrong_chain.stderr
+    assert "serves chain 84532, RELAYER_CHAIN_ID is 8453" in wrong_chain.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = _relayer(venv, outside, "serve", **settings, RELAYER_HTTP_PORT=str(taken.getsockname()[1]))
+    assert busy.returncode == 2, busy.stderr
+    assert "cannot listen on 127.0.0.1:" in busy.stderr
+    for done in (wrong_chain, busy):  # logs (JSON lines) before it, then the one line of the failure
+        assert done.stderr.splitlines()[-1].startswith("relayer: ") and "Traceback" not in done.stderr

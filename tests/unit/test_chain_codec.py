@@ -10,7 +10,15 @@ import aiohttp
 import pytest
 from eth_abi.abi import encode
 from web3 import Web3
-from web3.exceptions import ContractCustomError, ContractLogicError, Web3RPCError
+from web3.exceptions import (
+    BadResponseFormat,
+    BlockNotFound,
+    ContractCustomError,
+    ContractLogicError,
+    InvalidAddress,
+    Web3RPCError,
+    Web3TypeError,
+)
 
 from relayer.chain import calls, codec
 from relayer.chain.abi import abi
@@ -141,18 +149,35 @@ def test_a_revert_without_data_keeps_the_reason() -> None:
         Web3RPCError(
             "boom", rpc_response={"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "x"}}
         ),
+        BadResponseFormat("not json"),
+        BlockNotFound("not yet"),
     ],
-    ids=["aiohttp", "refused", "timeout", "rpc-error"],
+    ids=["aiohttp", "refused", "timeout", "rpc-error", "bad-response", "block-not-found"],
 )
 def test_transport_and_node_failures_are_unavailable(exc: Exception) -> None:
     err = translate(exc)
     assert isinstance(err, ChainUnavailable)
     assert (err.code, err.transient, err.spec.http_status) == ("gas_estimate_unavailable", True, 503)
     assert err.context == {"upstream": "chain node"}
+    assert err.detail == type(exc).__name__  # for logs; never in the body
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        ValueError("a bug"),
+        Web3TypeError("a bug"),
+        InvalidAddress("a bug"),
+        FileNotFoundError(),
+        KeyError("x"),
+    ],
+    ids=["ValueError", "Web3TypeError", "InvalidAddress", "FileNotFoundError", "KeyError"],
+)
+def test_programming_errors_are_not_hidden_as_outages(bug: Exception) -> None:
+    assert translate(bug) is None
 
 
 def test_other_exceptions_are_not_translated() -> None:
-    assert translate(ValueError("a bug")) is None
     own = RelayerError("not_found")
     assert translate(own) is own
 
