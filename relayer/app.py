@@ -34,6 +34,7 @@ from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 from relayer.store.executor_lane import ExecutorLane
+from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.pool import Database
@@ -123,9 +124,10 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
         stack.push_async_callback(node.close)
-        await node.check()
+        genesis = await node.check()
         db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
+        await _check_identity(db, settings.chain_id, genesis)
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
@@ -135,6 +137,24 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _refresh_gauges(rt), rt), name="gauges"))
         yield rt
+
+
+async def _check_identity(db: Database, chain_id: int, genesis: bytes) -> None:
+    """Refuse to run a database's jobs, nonces and index against another chain.
+
+    Raises:
+        ConfigError: the database belongs to a chain with another genesis block.
+    """
+    recorded = await ChainIdentity(db).record(chain_id, genesis)
+    if recorded != genesis:
+        raise ConfigError(
+            message=(
+                f"RELAYER_DATABASE_URL holds chain {chain_id} with genesis 0x{recorded.hex()}, but "
+                f"RELAYER_RPC_URL serves genesis 0x{genesis.hex()}: the chain was reset or is another "
+                "one. Give this chain a fresh database (point RELAYER_DATABASE_URL at a new one; on a "
+                "devnet `make devnet` makes one per chain)."
+            )
+        )
 
 
 def _projects(settings: Settings) -> dict[str, ProjectFacts]:

@@ -357,15 +357,15 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         projects_file: path of ``carbon-projects.json``.
 
     Returns:
-        The devnet description (JSON-serialisable): ``chainId``, ``rpcUrl``,
-        ``deployBlock``, ``contracts`` (name -> checksummed address), ``deployer``,
-        ``executor``, ``seller``, ``feeRecipient`` and ``payers`` (``address``,
-        ``privateKey``), ``fees`` (the settlement's fee schedule), ``credits``
-        (``tokenId``, ``projectId``, ``vintage``, ``registry``, ``name``, ``category``,
-        ``country``, ``carbonClass``), ``carbonClasses`` (``classId``, ``symbol``, ``name``,
-        ``priceKvcmPerTonne``, ``minRetirementUnits``, ``tokenIds``) and ``listings``
-        (``listingId``, ``tokenId``, ``seller``, ``unitPrice``, ``amount``, ``minFill``,
-        ``expiration``).
+        The devnet description (JSON-serialisable): ``chainId``, ``genesisHash`` (0x hex:
+        the chain's identity across resets), ``rpcUrl``, ``deployBlock``, ``contracts``
+        (name -> checksummed address), ``deployer``, ``executor``, ``seller``,
+        ``feeRecipient`` and ``payers`` (``address``, ``privateKey``), ``fees`` (the
+        settlement's fee schedule), ``credits`` (``tokenId``, ``projectId``, ``vintage``,
+        ``registry``, ``name``, ``category``, ``country``, ``carbonClass``),
+        ``carbonClasses`` (``classId``, ``symbol``, ``name``, ``priceKvcmPerTonne``,
+        ``minRetirementUnits``, ``tokenIds``) and ``listings`` (``listingId``, ``tokenId``,
+        ``seller``, ``unitPrice``, ``amount``, ``minFill``, ``expiration``).
         Token amounts too large for a JSON number are decimal strings of atomic units.
 
     Raises:
@@ -401,6 +401,7 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     )
     return {
         "chainId": chain_id,
+        "genesisHash": "0x" + bytes(w3.eth.get_block(0)["hash"]).hex(),
         "rpcUrl": rpc_url,
         "deployBlock": protocol.deploy_block,
         "contracts": protocol.addresses(),

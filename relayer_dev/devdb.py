@@ -72,12 +72,12 @@ _CONF_NAME: Final = "relayer_devdb.conf"
 # --- public API ---------------------------------------------------------------------------
 
 
-def ensure_database_url(database_url: str | None, state_dir: Path) -> str:
+def ensure_database_url(database_url: str | None, state_dir: Path, database: str = DATABASE_NAME) -> str:
     """Return a DSN to use: the given one, or one for a private cluster started on demand.
 
     With ``database_url`` set it is returned unchanged and nothing is started. Otherwise a
     private cluster under ``state_dir/pg`` is initialised (first time), started (if not
-    running) or reused (if running), and database ``relayer`` is created on it. The cluster
+    running) or reused (if running), and ``database`` (default ``relayer``) is created on it. The cluster
     listens on a unix socket in ``state_dir/pg/run`` and on 127.0.0.1 at a free TCP port,
     recorded in ``state_dir/pg/port``; auth is ``trust``. Running as root, the server runs
     as the ``postgres`` system user (``nobody`` if there is none). Binaries come from
@@ -87,6 +87,7 @@ def ensure_database_url(database_url: str | None, state_dir: Path) -> str:
     Args:
         database_url: An explicit DSN (``RELAYER_DATABASE_URL``), or None for a private one.
         state_dir: Directory for dev state, e.g. ``.devdata``; created if missing.
+        database: the private cluster's database to use, a plain lower-case identifier.
 
     Returns:
         A DSN, e.g. ``postgresql://postgres@127.0.0.1:54329/relayer`` (no password).
@@ -94,9 +95,12 @@ def ensure_database_url(database_url: str | None, state_dir: Path) -> str:
     Raises:
         DevDbError: No PostgreSQL binaries were found, or the cluster failed to
             initialise or start within its time limits (the message quotes the server log).
+        ValueError: ``database`` is not a plain lower-case identifier.
     """
     if database_url is not None:
         return database_url
+    if not _NAME_PATTERN.fullmatch(database) or len(database) > _MAX_IDENTIFIER_LENGTH:
+        raise ValueError(f"database name must match {_NAME_PATTERN.pattern}: {database!r}")
     cluster = _Cluster(state_dir)
     with cluster.locked():
         port = cluster.running_port()
@@ -106,8 +110,8 @@ def ensure_database_url(database_url: str | None, state_dir: Path) -> str:
             log.info(
                 "reusing private postgres cluster", extra={"data_dir": str(cluster.data_dir), "port": port}
             )
-        _ensure_database(port, DATABASE_NAME)
-    return _tcp_url(port, DATABASE_NAME)
+        _ensure_database(port, database)
+    return _tcp_url(port, database)
 
 
 def stop_private_cluster(state_dir: Path) -> bool:

@@ -1,5 +1,6 @@
 """The product settings the dev tooling supplies: the database (``RELAYER_DATABASE_URL``
-when set, else the private cluster under ``.devdata/``), the local chain's RPC URL, chain id
+when set, else a database per devnet instance on the private cluster under ``.devdata/``),
+the local chain's RPC URL, chain id
 and deployment file, and its executor key (a public anvil key). Settings given in the
 environment win; only the missing ones are filled in. Also writes them as an env file so
 ``make devnet`` runs the real product command with them."""
@@ -23,13 +24,22 @@ ENV_FILE: Final = STATE_DIR / "relayer.env"
 DEFAULT_RPC_PORT: Final = 8545
 
 
-def database_url(given: SecretStr | None = None, state_dir: Path = STATE_DIR) -> str:
-    """The DSN to use: ``given`` (from RELAYER_DATABASE_URL) or the private dev cluster.
+def database_url(
+    given: SecretStr | None = None, state_dir: Path = STATE_DIR, database: str = devdb.DATABASE_NAME
+) -> str:
+    """The DSN to use: ``given`` (from RELAYER_DATABASE_URL) or ``database`` on the private
+    dev cluster.
 
     Raises:
         DevDbError: the private cluster could not be started.
     """
-    return devdb.ensure_database_url(given.get_secret_value() if given else None, state_dir)
+    return devdb.ensure_database_url(given.get_secret_value() if given else None, state_dir, database)
+
+
+def chain_database(devnet: dict[str, Any]) -> str:
+    """The private cluster's database for one devnet instance: named after its genesis hash,
+    so a new chain (``make devnet-down && make devnet``) starts from a fresh database."""
+    return f"relayer_{devnet['genesisHash'][2:18].lower()}"
 
 
 def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settings:
@@ -37,7 +47,7 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
     the devnet described by ``devnet`` (as ``relayer_dev devnet up`` writes it)."""
     base = base or load_settings()
     supplied: dict[str, Any] = {
-        "database_url": SecretStr(database_url(base.database_url)),
+        "database_url": SecretStr(database_url(base.database_url, database=chain_database(devnet))),
         "rpc_url": devnet["rpcUrl"],
         "deployment_file": Path(devnet.get("deploymentFile", DEVNET_FILE)),
         "executor_private_key": SecretStr(devnet["executor"]["privateKey"]),

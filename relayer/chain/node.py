@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from eth_abi.exceptions import DecodingError
-from eth_typing import ChecksumAddress, HexStr
+from eth_typing import BlockNumber, ChecksumAddress, HexStr
 from web3 import AsyncWeb3
 
 from relayer.chain.codec import FunctionAbi
@@ -59,8 +59,9 @@ class ChainNode:
         self._head: int | None = None
         self._reads: dict[str, tuple[int | None, float, asyncio.Future[Any]]] = {}
 
-    async def check(self) -> None:
-        """Verify the node answers and serves the configured chain id.
+    async def check(self) -> bytes:
+        """Verify the node answers and serves the configured chain id; returns the chain's
+        genesis block hash (its identity across resets).
 
         Raises:
             ChainUnavailable: it does not answer.
@@ -71,6 +72,8 @@ class ChainNode:
             raise ConfigError(
                 message=f"the chain node serves chain {got}, RELAYER_CHAIN_ID is {self.chain_id}"
             )
+        genesis = await rpc(self.w3.eth.get_block(BlockNumber(0)))
+        return bytes(genesis["hash"])
 
     async def close(self) -> None:
         await self.w3.provider.disconnect()
