@@ -85,6 +85,7 @@ class Runtime:
     signer: ExecutorSigner
     services: AppServices
     deploy_block: int
+    lease: ExecutorLease | None = None  # this process's lease of the executor key (workers only)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -210,14 +211,8 @@ def _wire(
 
 def start_workers(rt: Runtime) -> None:
     """Start the broadcaster (behind the executor lease) and the chain follower, supervised."""
-    broadcaster = Broadcaster(
-        rt.executor,
-        rt.lane,
-        rt.signer,
-        ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address),
-        rt.notifications,
-        rt.metrics,
-    )
+    rt.lease = ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address)
+    broadcaster = Broadcaster(rt.executor, rt.lane, rt.signer, rt.lease, rt.notifications, rt.metrics)
     follower = ChainFollower(
         rt.follower_chain,
         rt.reads,

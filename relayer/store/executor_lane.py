@@ -28,6 +28,11 @@ ON CONFLICT (chain_id, executor) DO UPDATE SET
     next_nonce = GREATEST(executor_nonces.next_nonce, EXCLUDED.next_nonce), updated_at = now()
 RETURNING next_nonce
 """
+# The lease epoch of executor $2 on chain $1, its row locked for share until the transaction
+# ends (a takeover, which bumps the epoch, waits for it).
+LEASE_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2 FOR SHARE"
+# The lease epoch of executor $2 on chain $1, as it is now.
+CURRENT_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2"
 # Reject simulated jobs whose authorization expires within $2 seconds (never signed).
 REJECT_EXPIRING: Final = """
 UPDATE relay_jobs SET state = 'rejected', error = $3::jsonb, updated_at = now()
@@ -109,6 +114,10 @@ class LaneNotReconciled(RelayerError):
     """A nonce was asked of a lane that was never reconciled with the chain (a bug)."""
 
 
+class LeaseLost(RelayerError):
+    """Another process took this executor key's lease (its epoch moved on): stop signing."""
+
+
 class ExecutorLane:
     """Repository of executor nonces and signed transactions for one chain.
 
@@ -123,9 +132,14 @@ class ExecutorLane:
         """Set the lane's next nonce to max(stored, chain pending count); returns it."""
         return int(await self.db.fetchval(RECONCILE_NONCE, self.chain_id, executor, chain_pending))
 
+    async def holds(self, executor: str, epoch: int) -> bool:
+        """Whether the lease of ``executor`` is still at ``epoch`` (this process's)."""
+        return bool(await self.db.fetchval(CURRENT_EPOCH, self.chain_id, executor) == epoch)
+
     async def sign_simulated(
         self,
         executor: str,
+        epoch: int,
         limit: int,
         sign: Callable[[Job, int], SignedTx],
         expiry_margin_s: int,
@@ -133,14 +147,18 @@ class ExecutorLane:
     ) -> list[SignedTx]:
         """Claim simulated jobs, allocate executor nonces, sign, and commit the raw
         transactions with the jobs moved to ``signed``, all in one database transaction,
-        before anything is broadcast. Jobs whose authorization expires within
-        ``expiry_margin_s`` seconds are rejected instead, with ``expired`` as their error.
+        before anything is broadcast, and only while the lease is still at ``epoch``. Jobs
+        whose authorization expires within ``expiry_margin_s`` seconds are rejected
+        instead, with ``expired`` as their error.
 
         Raises:
+            LeaseLost: another process took the lease; nothing was signed.
             LaneNotReconciled: the lane has no nonce row yet.
         """
         signed: list[SignedTx] = []
         async with self.db.transaction() as conn:
+            if await conn.fetchval(LEASE_EPOCH, self.chain_id, executor) != epoch:
+                raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
             await conn.execute(REJECT_EXPIRING, self.chain_id, expiry_margin_s, json.dumps(expired.record()))
             for row in await conn.fetch(CLAIM_SIMULATED, self.chain_id, limit):
                 job = Job.from_row(row)

@@ -1,37 +1,84 @@
-"""Executor leases: one replica holds one executor key at a time, as a Postgres session
-advisory lock on a dedicated connection (released when the connection or process dies)."""
+"""Executor leases: one process holds one executor key at a time. The lease is a Postgres
+session advisory lock on a dedicated connection (freed at once when that session or process
+dies) plus an epoch in ``executor_leases`` that the taker bumps. Signing checks the epoch in
+its own database transaction (:mod:`relayer.store.executor_lane`), so a holder whose session
+dropped while it kept running is fenced off the moment another process takes the key."""
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Final
 
 import asyncpg
 
+from relayer.store.pool import translated
+
 # Take the session advisory lock named $1 if free; true when this session now holds it.
 TRY_LOCK: Final = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+# Take the lease of executor $2 on chain $1 for holder $3: a new epoch; returns it.
+TAKE_EPOCH: Final = """
+INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, $3)
+ON CONFLICT (chain_id, executor) DO UPDATE SET
+    epoch = executor_leases.epoch + 1, holder = EXCLUDED.holder, taken_at = now()
+RETURNING epoch
+"""
+# A round trip on the lease's own session: it fails once that session is gone.
+PING: Final = "SELECT 1"
 
 
 class ExecutorLease:
-    """Advisory lock named after (chain id, executor address)."""
+    """The lease of (chain id, executor address) for this process.
+
+    ``epoch`` is the epoch this process took (None while it holds no lease).
+    """
 
     def __init__(self, dsn: str, chain_id: int, executor: str) -> None:
         self._dsn = dsn
+        self.chain_id = chain_id
+        self.executor = executor
         self._name = f"relayer-executor:{chain_id}:{executor.lower()}"
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._conn: asyncpg.Connection | None = None
+        self.epoch: int | None = None
 
     async def try_acquire(self) -> bool:
-        """True when this process now holds the lease (idempotent). A broken connection is
-        dropped (which frees the lock server-side) and the error re-raised."""
-        if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._dsn)
+        """Take the lease if it is free: the advisory lock, then a new epoch. True when this
+        process now holds it (idempotent while it does).
+
+        Raises:
+            StoreUnavailable: the database failed (the session is dropped, freeing the lock).
+        """
+        if self.epoch is not None and await self.alive():
+            return True
+        await self.release()
         try:
-            held = await self._conn.fetchval(TRY_LOCK, self._name)
-        except Exception:
+            with translated():
+                self._conn = await asyncpg.connect(self._dsn)
+                if not await self._conn.fetchval(TRY_LOCK, self._name):
+                    await self.release()
+                    return False
+                self.epoch = int(
+                    await self._conn.fetchval(TAKE_EPOCH, self.chain_id, self.executor, self.holder)
+                )
+        except BaseException:
             await self.release()
             raise
-        return bool(held)
+        return True
+
+    async def alive(self) -> bool:
+        """Whether the lease's session still exists (and so still holds the advisory lock).
+        A dead session means the lease may already be someone else's."""
+        if self._conn is None or self._conn.is_closed():
+            return False
+        try:
+            await self._conn.fetchval(PING, timeout=5)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
+        return True
 
     async def release(self) -> None:
-        conn, self._conn = self._conn, None
+        """Give the lease up (closing the session frees the advisory lock)."""
+        conn, self._conn, self.epoch = self._conn, None, None
         if conn is not None and not conn.is_closed():
             conn.terminate()

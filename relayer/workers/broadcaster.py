@@ -15,7 +15,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection, Unavailable
 from relayer.metrics import Metrics
-from relayer.store.executor_lane import ExecutorLane, SignedTx
+from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.relay_jobs import Job
@@ -97,9 +97,14 @@ class Broadcaster:
 
     async def step(self) -> int:
         """Sign and send one batch of simulated jobs, then re-send (same bytes) what a failed
-        send left signed or what has sat unmined too long; returns how many were signed."""
+        send left signed or what has sat unmined too long; returns how many were signed.
+
+        Raises:
+            LeaseLost: another process took the key (nothing more is signed or sent).
+        """
+        epoch = self._epoch()
         signed = await self.lane.sign_simulated(
-            self.signer.address, BATCH, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
+            self.signer.address, epoch, BATCH, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
         )
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
@@ -108,47 +113,75 @@ class Broadcaster:
             self.signer.address, RESEND_UNSENT_AFTER_S, RESEND_UNMINED_AFTER_S
         )
         if stale:
+            if not await self.lane.holds(self.signer.address, epoch):
+                raise LeaseLost(message="the executor lease moved on")
             log.info("re-sending transactions", extra={"count": len(stale)})
             await self._send(stale)
         return len(signed)
 
+    def _epoch(self) -> int:
+        if self.lease.epoch is None:
+            raise LeaseLost(message="no executor lease held")
+        return self.lease.epoch
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Take the lease, ready the lane, then sign and send until ``stop``. Any failure
-        is retried after a pause; the lease is released when this returns or raises."""
+        """Take the lease, ready the lane, then sign and send until ``stop``; when the lease
+        is lost (its session gone, or another process took the key) stop signing at once
+        and go back to taking it. Failures are retried after a pause; the lease is released
+        when this returns or raises."""
         try:
-            while not stop.is_set():
-                try:
-                    if await self.lease.try_acquire():
-                        break
-                    log.info(
-                        "executor lease held elsewhere; standing by", extra={"executor": self.signer.address}
-                    )
-                except Exception as exc:
-                    log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
-                await sleep_or_stop(stop, LEASE_RETRY_S)
-            while not stop.is_set():
-                try:
-                    await self.start_lane()
-                    break
-                except Exception as exc:
-                    self.metrics.rpc_errors.labels("broadcaster").inc()
-                    log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
-                    await sleep_or_stop(stop, IDLE_WAIT_S)
-            outage = OutageLog("broadcaster")
-            while not stop.is_set():
-                self.notifications.any_change.clear()
-                try:
-                    signed = await self.step()
-                    outage.recovered()
-                    if signed:
-                        continue
-                except Unavailable as exc:
-                    if isinstance(exc, ChainUnavailable):
-                        self.metrics.rpc_errors.labels("broadcaster").inc()
-                    outage.failed(exc)
-                except Exception:
-                    log.exception("broadcaster step failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
+            while await self._take_lease(stop):
+                await self._work(stop)
         finally:
             await self.lease.release()
+
+    async def _take_lease(self, stop: asyncio.Event) -> bool:
+        """Wait (retrying) until this process holds the lease; False when asked to stop."""
+        while not stop.is_set():
+            try:
+                if await self.lease.try_acquire():
+                    log.info(
+                        "executor lease taken",
+                        extra={"executor": self.signer.address, "epoch": self.lease.epoch},
+                    )
+                    return True
+                log.info(
+                    "executor lease held elsewhere; standing by", extra={"executor": self.signer.address}
+                )
+            except Exception as exc:
+                log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
+            await sleep_or_stop(stop, LEASE_RETRY_S)
+        return False
+
+    async def _work(self, stop: asyncio.Event) -> None:
+        """Ready the lane, then step until ``stop`` or until the lease is lost."""
+        while not stop.is_set():
+            try:
+                await self.start_lane()
+                break
+            except Exception as exc:
+                self.metrics.rpc_errors.labels("broadcaster").inc()
+                log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
+                await sleep_or_stop(stop, IDLE_WAIT_S)
+        outage = OutageLog("broadcaster")
+        while not stop.is_set():
+            self.notifications.any_change.clear()
+            try:
+                if not await self.lease.alive():
+                    raise LeaseLost(message="the executor lease's session is gone")
+                signed = await self.step()
+                outage.recovered()
+                if signed:
+                    continue
+            except LeaseLost as exc:
+                log.warning("executor lease lost; signing stopped", extra={"reason": exc.message})
+                await self.lease.release()
+                return
+            except Unavailable as exc:
+                if isinstance(exc, ChainUnavailable):
+                    self.metrics.rpc_errors.labels("broadcaster").inc()
+                outage.failed(exc)
+            except Exception:
+                log.exception("broadcaster step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)

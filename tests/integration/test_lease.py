@@ -1,0 +1,85 @@
+"""Leases that fence: a process whose lease session dropped cannot sign once another process
+took the key, and two daemons on one key and one database never share a nonce."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from relayer.app import open_runtime
+from relayer.domain.errors import Rejection
+from relayer.store.executor_lane import ExecutorLane, LeaseLost
+from relayer.store.lease import ExecutorLease
+from tests.conftest import Daemon
+from tests.integration.test_relay import challenge, signed_request
+
+pytestmark = pytest.mark.integration
+
+
+async def _drop_session(daemon: Daemon, lease: ExecutorLease) -> None:
+    """What a Postgres restart or a network cut does to the lease: its session is gone."""
+    assert lease._conn is not None
+    pid = lease._conn.get_server_pid()
+    assert await daemon.runtime.db.fetchval("SELECT pg_terminate_backend($1)", pid)
+
+
+async def test_a_holder_whose_session_dropped_cannot_sign_after_a_takeover(daemon: Daemon) -> None:
+    dsn = daemon.runtime.dsn
+    first, second = ExecutorLease(dsn, 97, "0xexecutor"), ExecutorLease(dsn, 97, "0xexecutor")
+    try:
+        assert await first.try_acquire() and first.epoch is not None
+        assert not await second.try_acquire()  # held
+        stale_epoch = first.epoch
+        await _drop_session(daemon, first)
+        assert await second.try_acquire() and second.epoch == stale_epoch + 1
+        assert not await first.alive()
+        lane = ExecutorLane(daemon.runtime.db, 97)
+
+        def must_not_sign(*_args: object) -> object:
+            raise AssertionError("signed under a lease that moved on")
+
+        with pytest.raises(LeaseLost):
+            await lane.sign_simulated(
+                "0xexecutor", stale_epoch, 10, must_not_sign, 20, Rejection("internal_error")
+            )
+        assert not await lane.holds("0xexecutor", stale_epoch)
+        assert await lane.holds("0xexecutor", second.epoch)
+    finally:
+        await first.release()
+        await second.release()
+
+
+@pytest.mark.timeout(120)
+async def test_two_daemons_on_one_key_never_share_a_nonce_when_the_lease_moves(daemon: Daemon) -> None:
+    executor = daemon.chain["executor"]["address"]
+    async with open_runtime(daemon.runtime.settings, workers=True) as other:
+        # The session daemon holds the key; the other stands by. Drop the holder's session.
+        leases = [rt.lease for rt in (daemon.runtime, other) if rt.lease is not None]
+        holder = next(lease for lease in leases if lease.epoch is not None)
+        epoch = holder.epoch
+        assert epoch is not None
+        await _drop_session(daemon, holder)
+        payers = daemon.chain["payers"]
+        bodies = []
+        for i in range(12):
+            payer = payers[i % len(payers)]
+            ch = await challenge(daemon, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
+            bodies.append(signed_request(ch, payer["privateKey"]))
+        results = await asyncio.gather(*(daemon.post(b) for b in bodies))
+        assert all((s, r.get("status")) == (200, "settled") for s, r in results), results
+        taken = await daemon.runtime.db.fetchval(
+            "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2", 84532, executor
+        )
+        assert taken > epoch  # the lease moved: someone took it again
+    shared = await daemon.runtime.db.fetch(
+        "SELECT nonce FROM relay_transactions WHERE executor = $1 "
+        "GROUP BY nonce HAVING count(DISTINCT job_id) > 1",
+        executor,
+    )
+    assert shared == []
+    doubled = await daemon.runtime.db.fetch(
+        "SELECT job_id FROM relay_transactions WHERE executor = $1 GROUP BY job_id HAVING count(*) > 1",
+        executor,
+    )
+    assert doubled == []
