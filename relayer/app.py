@@ -134,6 +134,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         await notifications.start(dsn)
         rt = _wire(settings, dsn, db, node, notifications, signer, deploy_block, projects)
         stack.push_async_callback(rt.stop_tasks)
+        rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))
         if workers:
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _refresh_gauges(rt), rt), name="gauges"))

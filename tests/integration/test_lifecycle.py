@@ -40,7 +40,7 @@ async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(dae
 
     with pytest.raises(Boom):
         async with open_runtime(daemon.runtime.settings, workers=True) as rt:
-            assert {t.get_name() for t in rt.tasks} == {"broadcaster", "follower", "gauges"}
+            assert {t.get_name() for t in rt.tasks} == {"broadcaster", "follower", "gauges", "listener"}
             tasks = list(rt.tasks)
             raise Boom
     assert all(t.done() for t in tasks)

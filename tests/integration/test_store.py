@@ -65,3 +65,24 @@ async def test_a_rejection_is_stored_as_a_record_without_http(daemon: Daemon) ->
         "context": {"gasCap": 1},
     }
     assert await jobs.move(job.id, JobState.SIGNED) is None  # rejected -> signed is not allowed
+
+
+async def test_wake_ups_resume_after_the_listen_session_is_dropped(daemon: Daemon) -> None:
+    """A database restart drops the LISTEN session: it is re-opened without a daemon restart
+    and state changes wake their waiters again."""
+    jobs, notifications = daemon.runtime.jobs, daemon.runtime.notifications
+    assert notifications._conn is not None
+    before = notifications.reconnects
+    pid = notifications._conn.get_server_pid()
+    assert await daemon.runtime.db.fetchval("SELECT pg_terminate_backend($1)", pid)
+    for _ in range(100):  # bounded: 10 s
+        if notifications.reconnects > before:
+            break
+        await asyncio.sleep(0.1)
+    assert notifications.reconnects == before + 1
+    assert notifications._conn is not None and notifications._conn.get_server_pid() != pid
+    job, _ = await jobs.reserve(_job(b"\x07" * 32))
+    waiter = asyncio.create_task(notifications.wait(job.id, 60))
+    await asyncio.sleep(0.05)
+    await jobs.move(job.id, JobState.REJECTED, error=Rejection("contract_revert"))
+    await asyncio.wait_for(waiter, 10)
