@@ -33,6 +33,7 @@ from relayer.service.gas import GasPricer
 from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
+from relayer.service.simulate import Simulator
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
@@ -43,6 +44,7 @@ from relayer.store.retirements import RetirementStore
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster
 from relayer.workers.follower import ChainFollower
+from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class Runtime:
     signer: ExecutorSigner
     services: AppServices
     deploy_block: int
+    simulator: Simulator
     lease: ExecutorLease | None = None  # this process's lease of the executor key (workers only)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -188,9 +191,10 @@ def _wire(
     certificates = Certificates(retirements, catalog, settings.public_base_url)
     outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.wait)
     prepare = Prepare(catalog, reads, gas, settings)
-    relay = Relay(
-        catalog, prepare, executor, gas, jobs, outcomes, signer.address, notifications.any_change.set
+    simulator = Simulator(
+        executor, gas, jobs, signer.address, node.contracts.usdc, notifications.any_change.set
     )
+    relay = Relay(catalog, prepare, simulator, jobs, outcomes)
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -206,12 +210,14 @@ def _wire(
         metrics=Metrics(),
         signer=signer,
         services=AppServices(catalog, prepare, relay, certificates),
+        simulator=simulator,
         deploy_block=deploy_block,
     )
 
 
 def start_workers(rt: Runtime) -> None:
-    """Start the broadcaster (behind the executor lease) and the chain follower, supervised."""
+    """Start the broadcaster (behind the executor lease), the chain follower and the sweeper
+    of orphaned jobs, supervised."""
     rt.lease = ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address)
     broadcaster = Broadcaster(rt.executor, rt.lane, rt.signer, rt.lease, rt.notifications, rt.metrics)
     follower = ChainFollower(
@@ -226,6 +232,8 @@ def start_workers(rt: Runtime) -> None:
     )
     rt.tasks.append(asyncio.create_task(_supervised("broadcaster", broadcaster.run, rt), name="broadcaster"))
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
+    sweeper = Sweeper(rt.simulator)
+    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
 
 
 async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:

@@ -7,20 +7,19 @@ price the transaction is sent with."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from relayer.chain import calls
-from relayer.chain.executor import ExecutorChain
-from relayer.domain.errors import Rejection, RelayerError
+from relayer.domain.errors import Rejection
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import VerifiedAuthorization, check_shape, request_hash, verify_authorization
 from relayer.service.catalog import Catalog
-from relayer.service.gas import GasPricer
 from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
-from relayer.service.terms import Resolved, resolve
+from relayer.service.simulate import Simulator
+from relayer.service.terms import resolve
 from relayer.store.relay_jobs import Job, NewJob, PermitInUse, RelayJobs, SaltReused
 
 
@@ -28,26 +27,15 @@ class Relay:
     """actions/retire."""
 
     def __init__(
-        self,
-        catalog: Catalog,
-        prepare: Prepare,
-        executor: ExecutorChain,
-        gas: GasPricer,
-        jobs: RelayJobs,
-        outcomes: Outcomes,
-        executor_address: str,
-        wake_broadcaster: Callable[[], None],
+        self, catalog: Catalog, prepare: Prepare, simulator: Simulator, jobs: RelayJobs, outcomes: Outcomes
     ) -> None:
         self.catalog = catalog
         self.prepare = prepare
-        self.executor = executor
-        self.gas = gas
+        self.simulator = simulator
         self.jobs = jobs
         self.outcomes = outcomes
-        self.executor_address = executor_address
         self.chain_id = catalog.chain_id
         self.settlement = catalog.contracts.settlement
-        self._wake_broadcaster = wake_broadcaster
 
     async def retire(self, request: ActionRequest, now: int) -> RetireOutcome:
         """Relay a signed retirement. Without ``authPayload`` raises 402 ``payment_required``
@@ -76,9 +64,9 @@ class Relay:
         verified = verify_authorization(request, terms, now)
         if isinstance(verified, Rejection):
             raise verified
-        job, owned = await self._reserve(verified, terms.summary)
+        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total)
         if owned:
-            await self._simulate(job, resolved)
+            await self.simulator.simulate(job)
         return await self.outcomes.wait(job.id)
 
     async def _identical(self, request: ActionRequest) -> Job | None:
@@ -95,9 +83,12 @@ class Relay:
             raise _mismatch(
                 "this salt was already spent by another request", existing, received, existing.summary
             )
+        await self.simulator.resume(existing)  # an orphan of a process that died mid-check
         return existing
 
-    async def _reserve(self, verified: VerifiedAuthorization, summary: Mapping[str, Any]) -> tuple[Job, bool]:
+    async def _reserve(
+        self, verified: VerifiedAuthorization, summary: Mapping[str, Any], quote_total: int
+    ) -> tuple[Job, bool]:
         """Record the job and spend the salt; (job, whether this caller drives it)."""
         new = NewJob(
             chain_id=self.chain_id,
@@ -114,6 +105,7 @@ class Relay:
             settlement=self.settlement,
             call_data=_call_data(verified),
             summary=dict(summary),
+            quote_total=quote_total,
         )
         try:
             job, owned = await self.jobs.reserve(new)
@@ -137,34 +129,6 @@ class Relay:
                 new.summary,
             )
         return job, owned
-
-    async def _simulate(self, job: Job, resolved: Resolved) -> None:
-        """Simulate, cap gas, price it against the job's signed allowance, then mark it
-        simulated and wake the broadcaster. Any refusal moves the job to rejected (nothing
-        signed: the identical request may be retried) and is raised."""
-        try:
-            estimate = await self.executor.estimate_gas(
-                self.executor_address, job.settlement, job.call_data, _function(job.scheme)
-            )
-            plan = await self.gas.plan(
-                estimate, job.gas_allowance, resolved.route.token.key == "usdc", resolved.route.quote.total
-            )
-        except RelayerError as rej:
-            await self.jobs.move(job.id, JobState.REJECTED, error=rej)
-            raise
-        moved = await self.jobs.move(
-            job.id,
-            JobState.SIMULATED,
-            gas_limit=plan.gas_limit,
-            max_fee_per_gas=plan.max_fee_per_gas,
-            max_priority_fee_per_gas=plan.max_priority_fee_per_gas,
-        )
-        if moved is not None:
-            self._wake_broadcaster()
-
-
-def _function(scheme: str) -> str:
-    return "retireWithAuthorization" if scheme == "eip3009" else "retireWithPermit"
 
 
 def _call_data(v: VerifiedAuthorization) -> bytes:

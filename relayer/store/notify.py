@@ -63,8 +63,12 @@ class JobNotifications:
         :data:`RECONNECT_EVERY_S` while the database is down) when it drops, and wake every
         waiter once it is back, since notifications may have been missed meanwhile."""
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lost.wait(), PING_EVERY_S)
+            waits = [asyncio.ensure_future(self._lost.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await asyncio.wait(waits, timeout=PING_EVERY_S, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
             if stop.is_set():
                 return
             if not self._lost.is_set() and await self._alive():

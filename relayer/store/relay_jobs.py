@@ -27,7 +27,6 @@ NOTIFY_CHANNEL: Final = "relay_jobs"
 # Everything else goes through RelayJobs.move().
 FIXED_TRANSITIONS: Final = (
     (JobState.REJECTED, JobState.ACCEPTED),  # REOPEN_JOB
-    (JobState.ACCEPTED, JobState.REJECTED),  # EXPIRE_STALE_ACCEPTED
     (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.REJECT_EXPIRING
     (JobState.SIMULATED, JobState.SIGNED),  # executor_lane.MARK_SIGNED
     (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
@@ -39,9 +38,10 @@ FIXED_TRANSITIONS: Final = (
 
 # Record an accepted request as a new job; nothing when its authorization key exists.
 INSERT_JOB: Final = """
-INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value, gas_allowance,
-                        request_hash, settlement, call_data, summary, permit_key, auth_expires_at, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, 'accepted')
+INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value,
+                        gas_allowance, request_hash, settlement, call_data, summary, permit_key,
+                        auth_expires_at, quote_total, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, 'accepted')
 ON CONFLICT (chain_id, auth_key) DO NOTHING
 RETURNING *
 """
@@ -87,11 +87,19 @@ UPDATE relay_jobs SET
 WHERE id = $1 AND state = ANY($3::text[])
 RETURNING *
 """
-# Reject jobs left in accepted (nothing signed) for longer than $1 seconds.
-EXPIRE_STALE_ACCEPTED: Final = """
-UPDATE relay_jobs SET state = 'rejected', error = $2::jsonb, updated_at = now()
-WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1)
-RETURNING id
+# Take over job $1 left in accepted for longer than $2 seconds (its owner died mid-check).
+CLAIM_ORPHAN: Final = """
+UPDATE relay_jobs SET accepted_at = now(), attempts = attempts + 1, updated_at = now()
+WHERE id = $1 AND state = 'accepted' AND accepted_at < now() - make_interval(secs => $2)
+RETURNING *
+"""
+# Take over up to $2 jobs left in accepted for longer than $1 seconds, skipping locked ones.
+CLAIM_ORPHANS: Final = """
+UPDATE relay_jobs SET accepted_at = now(), attempts = attempts + 1, updated_at = now()
+WHERE id IN (SELECT id FROM relay_jobs
+             WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1)
+             ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING *
 """
 # Jobs per state (for the gauge).
 COUNT_BY_STATE: Final = "SELECT state, count(*) AS n FROM relay_jobs GROUP BY state"
@@ -135,6 +143,7 @@ class NewJob:
     settlement: str
     call_data: bytes
     summary: dict[str, Any]
+    quote_total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +157,12 @@ class Job:
     salt: bytes
     scheme: str
     payer: str
+    input_token: str
     request_hash: bytes
     settlement: str
     call_data: bytes
     gas_allowance: int
+    quote_total: int | None
     summary: dict[str, Any]
     error: dict[str, Any] | None
     gas_limit: int | None
@@ -176,10 +187,12 @@ class Job:
             salt=bytes(row["salt"]),
             scheme=row["scheme"],
             payer=row["payer"],
+            input_token=row["input_token"],
             request_hash=bytes(row["request_hash"]),
             settlement=row["settlement"],
             call_data=bytes(row["call_data"]),
             gas_allowance=int(row["gas_allowance"]),
+            quote_total=opt_int(row["quote_total"]),
             summary=json.loads(row["summary"]),
             error=None if row["error"] is None else json.loads(row["error"]),
             gas_limit=opt_int(row["gas_limit"]),
@@ -303,11 +316,16 @@ class RelayJobs:
         )
         return None if row is None else Job.from_row(row)
 
-    async def expire_stale_accepted(self, older_than_s: float, error: RelayerError) -> int:
-        """Reject jobs left in ``accepted`` (nothing signed) by a process that died mid-check,
-        so the identical request can take them up again. Returns how many."""
-        rows = await self.db.fetch(EXPIRE_STALE_ACCEPTED, older_than_s, json.dumps(error.record()))
-        return len(rows)
+    async def claim_orphan(self, job_id: int, older_than_s: float) -> Job | None:
+        """Take over the job if it has sat in ``accepted`` for ``older_than_s`` seconds (its
+        owner died between reserving and simulating); None when it has not, or another
+        caller took it first."""
+        row = await self.db.fetchrow(CLAIM_ORPHAN, job_id, older_than_s)
+        return None if row is None else Job.from_row(row)
+
+    async def claim_orphans(self, older_than_s: float, limit: int) -> list[Job]:
+        """Take over up to ``limit`` jobs that have sat in ``accepted`` for ``older_than_s``."""
+        return [Job.from_row(r) for r in await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit)]
 
     async def count_by_state(self) -> dict[str, int]:
         rows = await self.db.fetch(COUNT_BY_STATE)
@@ -345,4 +363,5 @@ def _job_args(new: NewJob) -> tuple[Any, ...]:
         json.dumps(new.summary),
         new.permit_key,
         new.auth_expires_at,
+        new.quote_total,
     )

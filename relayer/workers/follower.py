@@ -13,7 +13,7 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.follower import FollowerChain
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import SettledLog
-from relayer.domain.errors import Rejection, Unavailable
+from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.store.relay_jobs import RelayJobs
@@ -25,12 +25,6 @@ log = logging.getLogger(__name__)
 CURSOR: Final = "retirements"
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
-STALE_ACCEPTED_S: Final = 120.0
-SWEEP_EVERY_S: Final = 15.0
-
-INTERRUPTED: Final = Rejection(
-    "internal_error", "the relay was interrupted before signing; post the request again"
-)
 
 
 class ChainFollower:
@@ -149,23 +143,12 @@ class ChainFollower:
             details=r.details.as_record(),
         )
 
-    async def sweep(self) -> None:
-        """Reject jobs a crashed process left in ``accepted`` (they signed nothing)."""
-        expired = await self.jobs.expire_stale_accepted(STALE_ACCEPTED_S, INTERRUPTED)
-        if expired:
-            log.warning("rejected stale accepted jobs", extra={"count": expired})
-
     async def run(self, stop: asyncio.Event) -> None:
-        """Sweep and step every ``poll_interval_s`` until ``stop``; an outage is logged once
-        and retried, any other failure is logged with its traceback and retried."""
-        last_sweep = 0.0
-        loop = asyncio.get_running_loop()
+        """Step every ``poll_interval_s`` until ``stop``; an outage is logged once and
+        retried, any other failure is logged with its traceback and retried."""
         outage = OutageLog("follower")
         while not stop.is_set():
             try:
-                if loop.time() - last_sweep > SWEEP_EVERY_S:
-                    last_sweep = loop.time()
-                    await self.sweep()
                 await self.step()
                 outage.recovered()
             except Unavailable as exc:

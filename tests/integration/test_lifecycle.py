@@ -40,8 +40,15 @@ async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(dae
 
     with pytest.raises(Boom):
         async with open_runtime(daemon.runtime.settings, workers=True) as rt:
-            assert {t.get_name() for t in rt.tasks} == {"broadcaster", "follower", "gauges", "listener"}
+            assert {t.get_name() for t in rt.tasks} == {
+                "broadcaster",
+                "follower",
+                "gauges",
+                "listener",
+                "sweeper",
+            }
             tasks = list(rt.tasks)
             raise Boom
     assert all(t.done() for t in tasks)
+    assert not any(t.cancelled() for t in tasks), "every task stops by itself when asked, none is cancelled"
     assert rt.db.pool.is_closing()

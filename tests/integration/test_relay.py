@@ -217,38 +217,52 @@ async def test_metrics_expose_job_states_and_stage_histograms(daemon: Daemon) ->
     assert 'relayer_http_requests_total{action="actions/retire",code="payment_required"}' in text
 
 
-async def test_job_left_accepted_by_a_crash_is_swept_and_retryable(daemon: Daemon) -> None:
-    from relayer.domain.errors import Rejection
-    from relayer.workers.follower import STALE_ACCEPTED_S
+async def _orphan(daemon: Daemon, payer_index: int, amount: str) -> tuple[dict[str, Any], bytes]:
+    """A signed request whose job is left in ``accepted``, as if its process died between
+    reserving the salt and simulating, and aged past the orphan threshold."""
+    from relayer.service.simulate import ORPHAN_AFTER_S
 
-    relay = daemon.runtime.services.relay
-    payer = daemon.chain["payers"][0]
-    ch = await challenge(daemon, payer, carbonClass="IND", amount="0.2", inputToken="USDC")
+    simulator = daemon.runtime.simulator
+    payer = daemon.chain["payers"][payer_index]
+    ch = await challenge(daemon, payer, carbonClass="IND", amount=amount, inputToken="USDC")
     body = signed_request(ch, payer["privateKey"])
 
     async def crash(*_args: Any) -> None:
         raise RuntimeError("process died between reserving the salt and simulating")
 
-    real = relay._simulate
-    relay._simulate = crash  # type: ignore[method-assign]
+    real = simulator.simulate
+    simulator.simulate = crash  # type: ignore[method-assign]
     try:
         status, data = await daemon.post(body)
     finally:
-        relay._simulate = real  # type: ignore[method-assign]
+        simulator.simulate = real  # type: ignore[method-assign]
     daemon.expected_internal_errors += 1  # an unexpected exception, provoked: the only way to a 500
     assert (status, data["error"]) == (500, "internal_error")
     salt = bytes.fromhex(body["salt"][2:])
-    pool = daemon.runtime.db
-    assert await pool.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt) == "accepted"
-    # Not yet stale: the sweep leaves it; once older than the threshold it is rejected.
-    interrupted = Rejection("internal_error")
-    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, interrupted) == 0
-    await pool.execute(
+    db = daemon.runtime.db
+    assert await db.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt) == "accepted"
+    await db.execute(
         "UPDATE relay_jobs SET accepted_at = now() - make_interval(secs => $2) WHERE salt = $1",
         salt,
-        STALE_ACCEPTED_S + 1,
+        ORPHAN_AFTER_S + 1,
     )
-    assert await daemon.runtime.jobs.expire_stale_accepted(STALE_ACCEPTED_S, interrupted) == 1
+    return body, salt
+
+
+async def test_a_job_left_accepted_by_a_crash_is_resumed_by_the_identical_request(daemon: Daemon) -> None:
+    body, _ = await _orphan(daemon, 0, "0.2")
+    status, data = await daemon.post(body)  # no 500, no 202: taken over and settled
+    assert (status, data["status"]) == (200, "settled"), data
+
+
+async def test_a_job_left_accepted_by_a_crash_is_resumed_by_the_sweep(daemon: Daemon) -> None:
+    body, salt = await _orphan(daemon, 1, "0.25")
+    for _ in range(100):  # bounded: 10 s (the sweeper runs every 2 s)
+        state = await daemon.runtime.db.fetchval("SELECT state FROM relay_jobs WHERE salt = $1", salt)
+        if state != "accepted":
+            break
+        await asyncio.sleep(0.1)
+    assert state != "accepted"
     status, data = await daemon.post(body)
     assert (status, data["status"]) == (200, "settled"), data
 
@@ -408,6 +422,7 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
             settlement="0xsettlement",
             call_data=b"",
             summary={},
+            quote_total=0,
         )
 
     first, owned = await jobs.reserve(job(b"\x01" * 31))
@@ -446,6 +461,7 @@ async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> 
         settlement="0xsettlement",
         call_data=b"",
         summary={},
+        quote_total=0,
     )
     job, _ = await jobs.reserve(new)
     assert await jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=1) is not None

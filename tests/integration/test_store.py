@@ -32,6 +32,7 @@ def _job(salt: bytes) -> NewJob:
         settlement="0xsettlement",
         call_data=b"",
         summary={},
+        quote_total=0,
     )
 
 

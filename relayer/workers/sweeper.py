@@ -1,0 +1,38 @@
+"""The sweeper: every few seconds it takes over and simulates the jobs that processes which
+died between reserving and simulating left in ``accepted`` (the identical request resumes
+them too). Nothing ends in a 500 for a crash: each such job is simulated, then signed or
+refused with its own code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from relayer.domain.errors import Unavailable
+from relayer.service.simulate import Simulator
+from relayer.workers import OutageLog, sleep_or_stop
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY_S: Final = 2.0
+
+
+class Sweeper:
+    """Resumes orphaned accepted jobs."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweep every :data:`SWEEP_EVERY_S` until ``stop`` (an outage is logged once)."""
+        outage = OutageLog("sweeper")
+        while not stop.is_set():
+            try:
+                resumed = await self.simulator.sweep()
+                outage.recovered()
+                if resumed:
+                    log.info("resumed orphaned jobs", extra={"count": resumed})
+            except Unavailable as exc:
+                outage.failed(exc)
+            await sleep_or_stop(stop, SWEEP_EVERY_S)
