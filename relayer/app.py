@@ -44,6 +44,7 @@ from relayer.store.retirements import RetirementStore
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster
 from relayer.workers.follower import ChainFollower
+from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -219,11 +220,21 @@ def start_workers(rt: Runtime) -> None:
     """Start the broadcaster (behind the executor lease), the chain follower and the sweeper
     of orphaned jobs, supervised."""
     rt.lease = ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address)
-    broadcaster = Broadcaster(rt.executor, rt.lane, rt.signer, rt.lease, rt.notifications, rt.metrics)
+    keeper = LaneKeeper(
+        rt.executor,
+        rt.simulator.gas,
+        rt.lane,
+        rt.signer,
+        rt.metrics,
+        rt.settings.lane_policy(),
+        rt.node.contracts.usdc,
+    )
+    broadcaster = Broadcaster(rt.executor, rt.lane, keeper, rt.signer, rt.lease, rt.notifications, rt.metrics)
     follower = ChainFollower(
         rt.follower_chain,
         rt.reads,
         rt.jobs,
+        rt.lane,
         rt.retirements,
         rt.metrics,
         rt.settings.confirmations,

@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from relayer.domain.errors import RelayerError
+from relayer.domain.lane import LanePolicy
 from relayer.package_data import projects_json
 
 SECRETS_DIR: Final = "/var/run/secrets/relayer"
@@ -83,6 +84,16 @@ class Settings(BaseSettings):
     class_slippage_bps: int = Field(default=400, ge=0, description="Suggested max input headroom.")
     settle_wait_s: float = Field(default=45.0, gt=0, description="How long actions/retire waits.")
 
+    # --- executor lane (see relayer/domain/lane.py) -------------------------------------
+    resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")
+    replace_after_s: float = Field(
+        default=30.0, gt=0, description="Replace with bumped fees when unmined and priced out."
+    )
+    hole_after_s: float = Field(default=10.0, gt=0, description="Fill nonces no transaction holds.")
+    noop_before_expiry_s: float = Field(
+        default=30.0, gt=0, description="No-op a job's nonce when its authorization is about to expire."
+    )
+
     # --- http --------------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = 8402
@@ -110,6 +121,15 @@ class Settings(BaseSettings):
     @property
     def x402_base_url(self) -> str:
         return f"{self.public_base_url}/api"
+
+    def lane_policy(self) -> LanePolicy:
+        """How patient the executor lane is (seconds)."""
+        return LanePolicy(
+            resend_after_s=self.resend_after_s,
+            replace_after_s=self.replace_after_s,
+            hole_after_s=self.hole_after_s,
+            noop_before_expiry_s=self.noop_before_expiry_s,
+        )
 
     def projects(self) -> bytes:
         """The carbon projects JSON: ``projects_file`` if set, else the packaged data set."""

@@ -75,8 +75,26 @@ class Metrics:
         )
         self.broadcasts = Counter(
             "relayer_broadcasts_total",
-            "Raw transactions sent, by result (sent, known, stale).",
+            "Raw transactions sent, by the node's answer (sent, known, nonce_used, nonce_ahead, "
+            "underpriced, fee_below_base, no_funds).",
             ["result"],
+            registry=self.registry,
+        )
+        self.replacements = Counter(
+            "relayer_replacements_total",
+            "Same-nonce replacements with bumped fees, by kind (relay, noop).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.noops = Counter(
+            "relayer_noops_total",
+            "No-ops signed to fill a nonce, by reason (hole, expired).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.noop_cost_wei = Counter(
+            "relayer_executor_noop_cost_wei_total",
+            "What mined no-ops cost the executor (gas used times effective gas price), wei.",
             registry=self.registry,
         )
 

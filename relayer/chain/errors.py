@@ -56,17 +56,28 @@ class ChainRevert(RelayerError):
 
 
 class SendOutcome(StrEnum):
-    """What broadcasting signed bytes came to."""
+    """What broadcasting signed bytes came to. Each refusal gets its own handling by the
+    broadcaster; none is retried blindly."""
 
     SENT = "sent"
-    KNOWN = "known"  # the node already holds this transaction
-    STALE = "stale"  # its nonce is already used on-chain (mined earlier, or replaced)
+    KNOWN = "known"  # the node already holds this very transaction: nothing to do
+    NONCE_USED = "nonce_used"  # its nonce is taken on-chain: the follower finds by what
+    NONCE_AHEAD = "nonce_ahead"  # a nonce below it is missing: the lane has a hole to fill
+    UNDERPRICED = "underpriced"  # a same-nonce transaction with higher fees is pending
+    FEE_BELOW_BASE = "fee_below_base"  # its fee cap is under the base fee: replace it now
+    NO_FUNDS = "no_funds"  # the executor cannot pay for it
 
 
-# The node's words for a transaction it already has or whose nonce is used (geth, reth and
-# anvil agree on these; JSON-RPC gives them no distinct codes).
-_KNOWN: Final = ("already known", "already imported")
-_STALE: Final = ("nonce too low",)
+# The node's words for each refusal (geth, reth, op-geth and anvil agree on these; JSON-RPC
+# gives them no distinct codes). First match wins: "underpriced" is checked after the rest.
+_REFUSALS: Final = (
+    (("already known", "already imported", "known transaction"), SendOutcome.KNOWN),
+    (("nonce too low", "nonce has already been used"), SendOutcome.NONCE_USED),
+    (("nonce too high",), SendOutcome.NONCE_AHEAD),
+    (("less than block base fee", "fee cap less than block base fee"), SendOutcome.FEE_BELOW_BASE),
+    (("insufficient funds",), SendOutcome.NO_FUNDS),
+    (("underpriced",), SendOutcome.UNDERPRICED),
+)
 
 
 # Failures of the node or of the way to it. web3's other exceptions (Web3TypeError,
@@ -97,16 +108,15 @@ def translate(exc: BaseException, function: str | None = None) -> RelayerError |
 
 
 def send_outcome(exc: BaseException) -> SendOutcome | None:
-    """KNOWN or STALE when the node refused a broadcast because it already has the
-    transaction or its nonce is used; None for any other failure."""
+    """The refusal a node's answer to a broadcast means (see :class:`SendOutcome`), or None
+    for any other failure (then the node is unavailable)."""
     if not isinstance(exc, Web3RPCError) or not isinstance(exc.rpc_response, dict):
         return None
     error = exc.rpc_response.get("error")
     message = str(error.get("message", "") if isinstance(error, dict) else error).lower()
-    if any(words in message for words in _KNOWN):
-        return SendOutcome.KNOWN
-    if any(words in message for words in _STALE):
-        return SendOutcome.STALE
+    for words, outcome in _REFUSALS:
+        if any(w in message for w in words):
+            return outcome
     return None
 
 

@@ -1,14 +1,29 @@
-"""The executor's side of the chain: EIP-1559 base fee, simulation by ``eth_estimateGas``,
-the lane's pending nonce and broadcast of signed bytes. Refusals of a broadcast that mean
-"already there" are outcomes (:class:`SendOutcome`), not errors."""
+"""The executor's side of the chain: the fee market (``eth_feeHistory``), simulation by
+``eth_estimateGas``, the lane's nonces and broadcast of signed bytes. A node's refusal of a
+broadcast is an outcome (:class:`SendOutcome`) with its own handling, not an error."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
 
 from eth_typing import HexStr
 from web3.types import TxParams
 
 from relayer.chain.errors import SendOutcome, rpc, send_outcome, translate
 from relayer.chain.node import ChainNode, address
+
+FEE_HISTORY_BLOCKS: Final = 5
+TIP_PERCENTILE: Final = 50
+
+
+@dataclass(frozen=True, slots=True)
+class FeeMarket:
+    """What the next block will ask: its base fee (the last one ``eth_feeHistory`` gives)
+    and the median tip of recent blocks, wei per gas."""
+
+    next_base_fee: int
+    recent_tip: int
 
 
 class ExecutorChain:
@@ -17,18 +32,21 @@ class ExecutorChain:
     def __init__(self, node: ChainNode) -> None:
         self.node = node
 
-    async def base_fee(self) -> int:
-        """Base fee per gas of the latest block, wei (cached per head).
+    async def fee_market(self) -> FeeMarket:
+        """The next block's base fee and the recent median tip (one ``eth_feeHistory``,
+        cached per head).
 
         Raises:
             ChainUnavailable: the node failed.
         """
 
-        async def load() -> int:
-            block = await rpc(self.node.w3.eth.get_block("latest"))
-            return int(block.get("baseFeePerGas", 0))
+        async def load() -> FeeMarket:
+            history = await rpc(self.node.w3.eth.fee_history(FEE_HISTORY_BLOCKS, "latest", [TIP_PERCENTILE]))
+            bases = [int(b) for b in history["baseFeePerGas"]]
+            tips = sorted(int(r[0]) for r in history.get("reward", []) if r)
+            return FeeMarket(bases[-1] if bases else 0, tips[len(tips) // 2] if tips else 0)
 
-        return await self.node.cached("base_fee", load)
+        return await self.node.cached("fee_market", load)
 
     async def estimate_gas(self, sender: str, to: str, data: bytes, function: str | None = None) -> int:
         """Simulate the call from ``sender`` and return its gas (one ``eth_estimateGas``).
@@ -52,12 +70,19 @@ class ExecutorChain:
         """
         return int(await rpc(self.node.w3.eth.get_transaction_count(address(account), "pending")))
 
+    async def mined_nonce(self, account: str) -> int:
+        """How many transactions of ``account`` are mined: its lowest nonce still free.
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        return int(await rpc(self.node.w3.eth.get_transaction_count(address(account), "latest")))
+
     async def send_raw(self, raw: bytes) -> SendOutcome:
         """Broadcast signed bytes.
 
         Returns:
-            SENT; KNOWN when the node already holds the transaction; STALE when its nonce is
-            already used on-chain (mined earlier, or replaced).
+            SENT, or the node's refusal (see :class:`SendOutcome`).
 
         Raises:
             ChainUnavailable: any other failure (send the same bytes again later).

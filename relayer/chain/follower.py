@@ -56,6 +56,7 @@ class FollowerChain:
                 block_hash=bytes(r["blockHash"]),
                 status=int(r["status"]),
                 gas_used=int(r["gasUsed"]),
+                effective_gas_price=int(r.get("effectiveGasPrice", 0)),
             )
             for r in receipts
         ]

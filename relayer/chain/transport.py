@@ -30,6 +30,7 @@ RESULT_SHAPES: Final[dict[str, Callable[[Any], bool]]] = {
     "eth_call": lambda r: isinstance(r, str) and _DATA.fullmatch(r) is not None,
     "eth_sendRawTransaction": lambda r: isinstance(r, str) and _HASH.fullmatch(r) is not None,
     "eth_getLogs": lambda r: isinstance(r, list),
+    "eth_feeHistory": lambda r: isinstance(r, dict) and isinstance(r.get("baseFeePerGas"), list),
     "eth_getBlockReceipts": lambda r: r is None or isinstance(r, list),
     "eth_getBlockByNumber": lambda r: r is None or isinstance(r, dict),
 }

@@ -104,13 +104,15 @@ class ListingInfo:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """A transaction receipt: ``status`` 1 success, 0 reverted."""
+    """A transaction receipt: ``status`` 1 success, 0 reverted; what it paid is
+    ``gas_used * effective_gas_price`` (wei)."""
 
     tx_hash: bytes
     block_number: int
     block_hash: bytes
     status: int
     gas_used: int
+    effective_gas_price: int
 
 
 @dataclass(frozen=True, slots=True)

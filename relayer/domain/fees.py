@@ -8,6 +8,8 @@ Rounding rules (each tested at its edge):
 - fee = max(floor, ceil(cost * bps / 10000)); kVCM floor = ceil(floorUsdc * rKvcm / rUsdc)
 - gas allowance = ceil(gasLimit * maxFeePerGas * ethPriceUsdc / 1e18) (+ margin, rounded up)
 - suggested max input = ceil(total * (10000 + slippageBps) / 10000) for a class, exact for a listing
+- a replacement's fee = max(ceil(old * 1.1), old + 1): the +10 % most nodes require to replace
+  a pending transaction at the same nonce (OpenZeppelin relayer, Alto)
 """
 
 from __future__ import annotations
@@ -142,3 +144,25 @@ def max_fee_covered(
     """
     usdc = allowance if pays_usdc else (allowance * reserves.usdc) // reserves.kvcm
     return (usdc * WEI_PER_ETH) // (gas_limit * eth_price_usdc)
+
+
+REPLACEMENT_BUMP_BPS: Final = 1_000
+
+
+def bumped(fee: int) -> int:
+    """The least fee (wei per gas) a same-nonce replacement may offer over ``fee``:
+    max(ceil(fee * 1.1), fee + 1)."""
+    return max(ceil_div(fee * (BPS + REPLACEMENT_BUMP_BPS), BPS), fee + 1)
+
+
+def replacement_fees(
+    old_max_fee: int, old_tip: int, market_max_fee: int, market_tip: int, ceiling: int
+) -> tuple[int, int] | None:
+    """Fees (max fee, tip; wei per gas) for a same-nonce replacement: at least the bump over
+    the old ones, at least the market's, never above ``ceiling`` (what the job's signed gas
+    allowance covers). None when the ceiling does not leave room for the bump."""
+    least = bumped(old_max_fee)
+    if least > ceiling:
+        return None
+    max_fee = min(max(least, market_max_fee), ceiling)
+    return max_fee, min(max(bumped(old_tip), market_tip), max_fee)

@@ -6,6 +6,8 @@ accepted/simulated -> rejected (nothing signed: the identical request may be ret
 submitted -> submitted (same-nonce fee bump); mined/confirmed -> submitted (reorg)
 signed/submitted/mined -> reverted (receipt status 0); signed -> mined when the receipt
 is seen before the broadcast was recorded (a crash between send and commit)
+signed/submitted -> dropped (a no-op took its nonce: its authorization expired before fees
+came back under its allowance; nothing was spent, the salt stays spent)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class JobState(StrEnum):
     INDEXED = "indexed"
     REJECTED = "rejected"
     REVERTED = "reverted"
+    DROPPED = "dropped"
 
 
 S = JobState
@@ -33,13 +36,14 @@ TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = MappingProxyType(
     {
         S.ACCEPTED: frozenset({S.SIMULATED, S.REJECTED}),
         S.SIMULATED: frozenset({S.SIGNED, S.REJECTED}),
-        S.SIGNED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED}),
-        S.SUBMITTED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED}),
+        S.SIGNED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
+        S.SUBMITTED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
         S.MINED: frozenset({S.CONFIRMED, S.SUBMITTED, S.REVERTED}),
         S.CONFIRMED: frozenset({S.INDEXED, S.SUBMITTED}),
         S.INDEXED: frozenset(),
         S.REJECTED: frozenset({S.ACCEPTED}),
         S.REVERTED: frozenset(),
+        S.DROPPED: frozenset(),
     }
 )
 

@@ -43,13 +43,15 @@ class GasPricer:
         self.settings = settings
 
     async def price(self) -> GasPrice:
-        """Current EIP-1559 fees: ``base_fee_multiplier * baseFee + tip``.
+        """EIP-1559 fees to send with now: ``base_fee_multiplier`` times the next block's base
+        fee, plus a tip of at least ``priority_fee_wei`` and the recent median (``eth_feeHistory``).
 
         Raises:
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
-        tip = self.settings.priority_fee_wei
-        return GasPrice(await self.executor.base_fee() * self.settings.base_fee_multiplier + tip, tip)
+        market = await self.executor.fee_market()
+        tip = max(self.settings.priority_fee_wei, market.recent_tip)
+        return GasPrice(market.next_base_fee * self.settings.base_fee_multiplier + tip, tip)
 
     def budget(self, route: Route) -> int:
         """Gas priced into the allowance of a class or a listing retirement."""
@@ -108,3 +110,27 @@ class GasPricer:
         )
         max_fee = min(price.max_fee_per_gas, covered)
         return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee))
+
+    async def ceiling(self, allowance: int, gas_limit: int, pays_usdc: bool) -> int:
+        """The highest max fee per gas (wei) at which ``gas_limit`` gas stays within the
+        signed ``allowance`` (input-token atomic units): no fee bump may go above it.
+
+        Raises:
+            Unavailable: the chain node failed (kVCM needs the pool's reserves).
+        """
+        reserves = await self.reads.reserves() if not pays_usdc else fees.PoolReserves(1, 1)
+        return fees.max_fee_covered(allowance, gas_limit, self.settings.eth_price_usdc, pays_usdc, reserves)
+
+    async def replacement(self, old_max_fee: int, old_tip: int, ceiling: int) -> GasPrice | None:
+        """Fees for a same-nonce replacement of a transaction sent at ``old_max_fee`` and
+        ``old_tip``: the +10 % bump, the market's if higher, never above ``ceiling``; None
+        when the ceiling leaves no room.
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        market = await self.price()
+        fees_ = fees.replacement_fees(
+            old_max_fee, old_tip, market.max_fee_per_gas, market.max_priority_fee_per_gas, ceiling
+        )
+        return None if fees_ is None else GasPrice(*fees_)

@@ -75,7 +75,7 @@ class Outcomes:
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""
-        if job.state is JobState.REJECTED and job.error is not None:
+        if job.state in (JobState.REJECTED, JobState.DROPPED) and job.error is not None:
             raise RelayerError.from_record(job.error)
         if job.state is JobState.REVERTED:
             return await self._reverted(job, remaining)

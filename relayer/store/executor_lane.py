@@ -1,9 +1,11 @@
-"""The executor lane: nonces allocated per executor key in Postgres, and every signed
-transaction, whose raw bytes and hash are committed before anything is broadcast.
+"""The executor lane: nonces allocated per executor key in Postgres, and the journal of
+every transaction signed from it (a job's first transaction, its same-nonce replacements and
+no-ops), whose raw bytes and hash are committed before anything is broadcast.
 
 Policy: claims take simulated jobs with ``FOR UPDATE SKIP LOCKED``; a nonce is allocated,
 the transaction signed and recorded and the job moved to ``signed`` in one database
-transaction; an authorization about to expire is rejected instead of signed.
+transaction; an authorization about to expire is rejected instead of signed. Every write
+that signs checks, in its own transaction, that the lease is still at this process's epoch.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from relayer.domain.errors import RelayerError
 from relayer.store.pool import Database
@@ -49,12 +52,6 @@ UPDATE executor_nonces SET next_nonce = next_nonce + 1, updated_at = now()
 WHERE chain_id = $1 AND executor = $2
 RETURNING next_nonce - 1
 """
-# Record a signed transaction (raw bytes and hash) before it is broadcast.
-INSERT_TRANSACTION: Final = """
-INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
-                                gas_limit, max_fee_per_gas, max_priority_fee_per_gas)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-"""
 # Move a claimed job simulated -> signed with its transaction.
 MARK_SIGNED: Final = """
 UPDATE relay_jobs SET state = 'signed', signed_at = now(), updated_at = now(),
@@ -69,45 +66,131 @@ UPDATE relay_jobs SET state = 'submitted', submitted_at = now(), updated_at = no
 WHERE id = ANY($1::bigint[]) AND state = 'signed'
 RETURNING *
 """
-# The latest transaction of every signed or submitted job of an executor, in nonce order.
-UNSETTLED: Final = """
-SELECT t.* FROM relay_jobs j JOIN relay_transactions t ON t.tx_hash = j.tx_hash
-WHERE j.chain_id = $1 AND j.executor = $2 AND j.state IN ('signed', 'submitted')
+# The lane's live transactions, in nonce order: the newest at each nonce (not replaced), not
+# seen mined, whose job (if any) still waits for it, with what upkeep and replacement need.
+LIVE: Final = """
+SELECT t.tx_hash, t.job_id, t.nonce, t.kind, t.raw_tx, t.gas_limit, t.max_fee_per_gas,
+       t.max_priority_fee_per_gas, extract(epoch FROM t.created_at)::float8 AS signed_at,
+       extract(epoch FROM t.broadcast_at)::float8 AS broadcast_at,
+       j.auth_expires_at, j.gas_allowance, j.input_token, j.settlement, j.call_data
+FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
+WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replaced_by IS NULL
+  AND t.created_at > now() - interval '1 day'
+  AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 ORDER BY t.nonce
 """
-# Transactions to send again: signed and unsent for $3 s, or submitted and unmined $4 s after the last send.
-STALE: Final = """
-SELECT t.* FROM relay_jobs j JOIN relay_transactions t ON t.tx_hash = j.tx_hash
-WHERE j.chain_id = $1 AND j.executor = $2 AND (
-    (j.state = 'signed' AND j.signed_at < now() - make_interval(secs => $3)) OR
-    (j.state = 'submitted' AND t.broadcast_at < now() - make_interval(secs => $4)))
-ORDER BY t.nonce LIMIT 100
+# Every hash that may still be mined on chain $1 (a job's replacements and no-ops included),
+# with its job and kind: the follower looks for all of them in new blocks.
+PENDING: Final = """
+SELECT t.tx_hash, t.job_id, t.kind FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
+WHERE t.chain_id = $1 AND t.mined_block IS NULL AND t.created_at > now() - interval '1 day'
+  AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 """
+# Record a signed transaction of kind $10 for job $2 (NULL for a no-op filling a hole).
+INSERT_ANY_TRANSACTION: Final = """
+INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
+                                gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+"""
+# Point transaction $1 (still live) to the one that replaces it at its nonce.
+MARK_REPLACED: Final = """
+UPDATE relay_transactions SET replaced_by = $2
+WHERE tx_hash = $1 AND replaced_by IS NULL AND mined_block IS NULL
+RETURNING tx_hash
+"""
+# A job's current transaction is now $2 (a fee-bumped replacement), still waiting.
+SET_JOB_TRANSACTION: Final = """
+UPDATE relay_jobs SET tx_hash = $2, max_fee_per_gas = $3, max_priority_fee_per_gas = $4, updated_at = now()
+WHERE id = $1 AND state IN ('signed', 'submitted')
+RETURNING id
+"""
+# Record why a job will be dropped (a no-op takes its nonce); its state moves when it is mined.
+SET_JOB_ERROR: Final = """
+UPDATE relay_jobs SET error = $2::jsonb, updated_at = now()
+WHERE id = $1 AND state IN ('signed', 'submitted')
+RETURNING id
+"""
+# Transaction $1 was mined in block $2.
+MARK_MINED: Final = "UPDATE relay_transactions SET mined_block = $2 WHERE tx_hash = $1"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveTx:
+    """A live transaction of the lane with what its upkeep needs: the pure view
+    (:class:`relayer.domain.lane.LaneTx`, without the ceiling, which needs prices), its
+    bytes to re-send, and (relay) the call to sign again with other fees."""
+
+    tx_hash: bytes
+    job_id: int | None
+    nonce: int
+    kind: Literal["relay", "noop"]
+    raw: bytes
+    gas_limit: int
+    max_fee_per_gas: int
+    max_priority_fee_per_gas: int
+    signed_at: float
+    broadcast_at: float | None
+    expires_at: int | None
+    gas_allowance: int | None
+    input_token: str | None
+    to: str | None
+    data: bytes | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> LiveTx:
+        return cls(
+            tx_hash=bytes(row["tx_hash"]),
+            job_id=row["job_id"],
+            nonce=int(row["nonce"]),
+            kind=row["kind"],
+            raw=bytes(row["raw_tx"]),
+            gas_limit=int(row["gas_limit"]),
+            max_fee_per_gas=int(row["max_fee_per_gas"]),
+            max_priority_fee_per_gas=int(row["max_priority_fee_per_gas"]),
+            signed_at=float(row["signed_at"]),
+            broadcast_at=None if row["broadcast_at"] is None else float(row["broadcast_at"]),
+            expires_at=None if row["auth_expires_at"] is None else int(row["auth_expires_at"]),
+            gas_allowance=None if row["gas_allowance"] is None else int(row["gas_allowance"]),
+            input_token=row["input_token"],
+            to=row["settlement"],
+            data=None if row["call_data"] is None else bytes(row["call_data"]),
+        )
+
+    def signed(self) -> SignedTx:
+        """The journaled transaction (to broadcast again)."""
+        return SignedTx(
+            self.job_id,
+            self.tx_hash,
+            self.raw,
+            self.nonce,
+            self.gas_limit,
+            self.max_fee_per_gas,
+            self.max_priority_fee_per_gas,
+            self.kind,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTx:
+    """A hash that may still be mined, with its job (None: a no-op filling a hole)."""
+
+    job_id: int | None
+    kind: Literal["relay", "noop"]
 
 
 @dataclass(frozen=True, slots=True)
 class SignedTx:
-    """A signed executor transaction as committed before broadcast (fees in wei per gas)."""
+    """A signed executor transaction as committed before broadcast (fees in wei per gas);
+    ``job_id`` is None for a no-op that fills a hole."""
 
-    job_id: int
+    job_id: int | None
     tx_hash: bytes
     raw: bytes
     nonce: int
     gas_limit: int
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
-
-    @classmethod
-    def from_row(cls, row: asyncpg.Record) -> SignedTx:
-        return cls(
-            job_id=row["job_id"],
-            tx_hash=bytes(row["tx_hash"]),
-            raw=bytes(row["raw_tx"]),
-            nonce=int(row["nonce"]),
-            gas_limit=int(row["gas_limit"]),
-            max_fee_per_gas=int(row["max_fee_per_gas"]),
-            max_priority_fee_per_gas=int(row["max_priority_fee_per_gas"]),
-        )
+    kind: Literal["relay", "noop"] = "relay"
 
 
 class LaneNotReconciled(RelayerError):
@@ -157,8 +240,7 @@ class ExecutorLane:
         """
         signed: list[SignedTx] = []
         async with self.db.transaction() as conn:
-            if await conn.fetchval(LEASE_EPOCH, self.chain_id, executor) != epoch:
-                raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
+            await self._fence(conn, executor, epoch)
             await conn.execute(REJECT_EXPIRING, self.chain_id, expiry_margin_s, json.dumps(expired.record()))
             for row in await conn.fetch(CLAIM_SIMULATED, self.chain_id, limit):
                 job = Job.from_row(row)
@@ -166,41 +248,101 @@ class ExecutorLane:
                 if nonce is None:
                     raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
                 tx = sign(job, int(nonce))
-                await conn.execute(
-                    INSERT_TRANSACTION,
-                    tx.tx_hash,
-                    job.id,
-                    self.chain_id,
-                    executor,
-                    tx.nonce,
-                    tx.raw,
-                    tx.gas_limit,
-                    tx.max_fee_per_gas,
-                    tx.max_priority_fee_per_gas,
-                )
+                await self._insert(conn, executor, tx)
                 await conn.execute(MARK_SIGNED, job.id, tx.tx_hash, executor, tx.nonce)
                 signed.append(tx)
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[Job]:
-        """Record the broadcast and move the jobs signed -> submitted."""
+        """Record the broadcast and move the jobs still ``signed`` to ``submitted``."""
         if not txs:
             return []
         async with self.db.transaction() as conn:
             await conn.execute(MARK_BROADCAST, [t.tx_hash for t in txs])
-            rows = await conn.fetch(MARK_SUBMITTED, [t.job_id for t in txs])
+            rows = await conn.fetch(MARK_SUBMITTED, [t.job_id for t in txs if t.job_id is not None])
         return [Job.from_row(r) for r in rows]
 
-    async def unsettled_transactions(self, executor: str) -> list[SignedTx]:
-        """Latest signed transaction of each job in signed/submitted state (for re-sending
-        the same bytes after a restart), in nonce order."""
-        return [SignedTx.from_row(r) for r in await self.db.fetch(UNSETTLED, self.chain_id, executor)]
+    async def live(self, executor: str) -> list[LiveTx]:
+        """The lane's live transactions, in nonce order (see :data:`LIVE`)."""
+        return [LiveTx.from_row(r) for r in await self.db.fetch(LIVE, self.chain_id, executor)]
 
-    async def stale_transactions(
-        self, executor: str, unsent_after_s: float, unmined_after_s: float
-    ) -> list[SignedTx]:
-        """Transactions to send again with the same bytes: signed but not recorded as
-        broadcast for ``unsent_after_s`` (a failed send), or submitted and unmined for
-        ``unmined_after_s`` seconds since the last send (at most 100, in nonce order)."""
-        rows = await self.db.fetch(STALE, self.chain_id, executor, unsent_after_s, unmined_after_s)
-        return [SignedTx.from_row(r) for r in rows]
+    async def pending(self) -> dict[bytes, PendingTx]:
+        """Every hash on this chain that may still be mined, with its job and kind."""
+        rows = await self.db.fetch(PENDING, self.chain_id)
+        return {bytes(r["tx_hash"]): PendingTx(r["job_id"], r["kind"]) for r in rows}
+
+    async def mark_mined(self, tx_hash: bytes, block_number: int) -> None:
+        await self.db.execute(MARK_MINED, tx_hash, block_number)
+
+    async def record_replacement(self, executor: str, epoch: int, old: LiveTx, new: SignedTx) -> bool:
+        """Journal ``new``, a same-nonce replacement of ``old`` with other fees, as the job's
+        current transaction. False (nothing written) when ``old`` is no longer live.
+
+        Raises:
+            LeaseLost: another process took the lease.
+        """
+        try:
+            async with self.db.transaction() as conn:
+                await self._fence(conn, executor, epoch)
+                await self._insert(conn, executor, new)
+                if await conn.fetchval(MARK_REPLACED, old.tx_hash, new.tx_hash) is None:
+                    raise _Moved()
+                fees = (new.max_fee_per_gas, new.max_priority_fee_per_gas)
+                current = new.job_id is None or await conn.fetchval(
+                    SET_JOB_TRANSACTION, new.job_id, new.tx_hash, *fees
+                )
+                if current is None:
+                    raise _Moved()
+        except _Moved:
+            return False
+        return True
+
+    async def record_noop(
+        self, executor: str, epoch: int, noop: SignedTx, replaces: LiveTx | None, error: RelayerError | None
+    ) -> bool:
+        """Journal a no-op at a nonce: filling a hole, or standing in for the job of
+        ``replaces`` (which will be dropped with ``error`` once the no-op is mined). False
+        (nothing written) when ``replaces`` is no longer live.
+
+        Raises:
+            LeaseLost: another process took the lease.
+        """
+        try:
+            async with self.db.transaction() as conn:
+                await self._fence(conn, executor, epoch)
+                await self._insert(conn, executor, noop)
+                replaced = replaces is None or await conn.fetchval(
+                    MARK_REPLACED, replaces.tx_hash, noop.tx_hash
+                )
+                if replaced is None:
+                    raise _Moved()
+                if noop.job_id is not None and error is not None:
+                    record = json.dumps(error.record())
+                    if await conn.fetchval(SET_JOB_ERROR, noop.job_id, record) is None:
+                        raise _Moved()
+        except _Moved:
+            return False
+        return True
+
+    async def _fence(self, conn: PoolConnectionProxy[asyncpg.Record], executor: str, epoch: int) -> None:
+        if await conn.fetchval(LEASE_EPOCH, self.chain_id, executor) != epoch:
+            raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
+
+    async def _insert(self, conn: PoolConnectionProxy[asyncpg.Record], executor: str, tx: SignedTx) -> None:
+        await conn.execute(
+            INSERT_ANY_TRANSACTION,
+            tx.tx_hash,
+            tx.job_id,
+            self.chain_id,
+            executor,
+            tx.nonce,
+            tx.raw,
+            tx.gas_limit,
+            tx.max_fee_per_gas,
+            tx.max_priority_fee_per_gas,
+            tx.kind,
+        )
+
+
+class _Moved(Exception):
+    """The transaction or job changed meanwhile (mined, replaced): roll back."""

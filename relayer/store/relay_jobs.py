@@ -67,7 +67,7 @@ WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
 RETURNING *
 """
 # Move a job to $2 if it is in one of the states $3; stamp the target's column; set the
-# given columns ($4-$9) and keep the others.
+# given columns ($4-$10) and keep the others.
 MOVE_JOB: Final = """
 UPDATE relay_jobs SET
     state = $2, updated_at = now(),
@@ -83,7 +83,8 @@ UPDATE relay_jobs SET
     max_fee_per_gas = COALESCE($6, max_fee_per_gas),
     max_priority_fee_per_gas = COALESCE($7, max_priority_fee_per_gas),
     block_number = COALESCE($8, block_number),
-    block_hash = COALESCE($9, block_hash)
+    block_hash = COALESCE($9, block_hash),
+    tx_hash = COALESCE($10, tx_hash)
 WHERE id = $1 AND state = ANY($3::text[])
 RETURNING *
 """
@@ -103,10 +104,6 @@ RETURNING *
 """
 # Jobs per state (for the gauge).
 COUNT_BY_STATE: Final = "SELECT state, count(*) AS n FROM relay_jobs GROUP BY state"
-# Transaction hash -> job id of every job waiting for its receipt.
-PENDING_HASHES: Final = """
-SELECT tx_hash, id FROM relay_jobs WHERE chain_id = $1 AND state IN ('signed', 'submitted')
-"""
 # Confirm the jobs mined at or below block $2.
 CONFIRM_MINED: Final = """
 UPDATE relay_jobs SET state = 'confirmed', confirmed_at = now(), updated_at = now()
@@ -294,6 +291,7 @@ class RelayJobs:
         max_priority_fee_per_gas: int | None = None,
         block_number: int | None = None,
         block_hash: bytes | None = None,
+        tx_hash: bytes | None = None,
     ) -> Job | None:
         """Move a job to ``target`` if the transition table allows it from its current
         state, setting the given columns (wei per gas for fees). A column given as None
@@ -313,6 +311,7 @@ class RelayJobs:
             max_priority_fee_per_gas,
             block_number,
             block_hash,
+            tx_hash,
         )
         return None if row is None else Job.from_row(row)
 
@@ -330,11 +329,6 @@ class RelayJobs:
     async def count_by_state(self) -> dict[str, int]:
         rows = await self.db.fetch(COUNT_BY_STATE)
         return {r["state"]: int(r["n"]) for r in rows}
-
-    async def pending_hashes(self, chain_id: int) -> dict[bytes, int]:
-        """Transaction hash -> job id of every job waiting for its receipt."""
-        rows = await self.db.fetch(PENDING_HASHES, chain_id)
-        return {bytes(r["tx_hash"]): r["id"] for r in rows}
 
     async def confirm_mined(self, chain_id: int, block_number: int) -> list[Job]:
         """Move jobs mined at or below ``block_number`` to confirmed."""

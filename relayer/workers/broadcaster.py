@@ -1,7 +1,8 @@
 """The broadcaster: holds the executor lease, allocates nonces from the lane in Postgres,
-signs claimed jobs (raw bytes committed before broadcast) and sends them. After a restart
-it re-sends the same bytes of every signed or submitted job; it never signs a second,
-different transaction for a job."""
+signs claimed jobs (raw bytes committed before broadcast) and sends them; its lane keeper
+re-sends, replaces with bumped fees and fills nonces (:mod:`relayer.workers.lane_keeper`).
+After taking the lease it re-sends the same bytes of every live transaction. A job only ever
+gets a second transaction as a same-nonce replacement with the same call, or a no-op."""
 
 from __future__ import annotations
 
@@ -20,15 +21,14 @@ from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.relay_jobs import Job
 from relayer.workers import OutageLog, sleep_or_stop
+from relayer.workers.lane_keeper import LaneKeeper
 
 log = logging.getLogger(__name__)
 
 BATCH: Final = 32
 IDLE_WAIT_S: Final = 1.0
 LEASE_RETRY_S: Final = 5.0
-RESEND_UNSENT_AFTER_S: Final = 2.0
 SIGN_EXPIRY_MARGIN_S: Final = 20
-RESEND_UNMINED_AFTER_S: Final = 30.0
 EXPIRED: Final = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
 
 
@@ -39,6 +39,7 @@ class Broadcaster:
         self,
         chain: ExecutorChain,
         lane: ExecutorLane,
+        keeper: LaneKeeper,
         signer: ExecutorSigner,
         lease: ExecutorLease,
         notifications: JobNotifications,
@@ -46,6 +47,7 @@ class Broadcaster:
     ) -> None:
         self.chain = chain
         self.lane = lane
+        self.keeper = keeper
         self.signer = signer
         self.lease = lease
         self.notifications = notifications
@@ -64,40 +66,19 @@ class Broadcaster:
         )
         return SignedTx(job.id, tx_hash, raw, nonce, job.gas_limit, job.max_fee_per_gas, tip)
 
-    async def _send(self, txs: list[SignedTx]) -> None:
-        sent: list[SignedTx] = []
-        for tx in txs:
-            try:
-                outcome = await self.chain.send_raw(tx.raw)
-            except ChainUnavailable as exc:
-                self.metrics.rpc_errors.labels("broadcaster").inc()
-                log.warning(
-                    "broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": exc.detail}
-                )
-                continue
-            self.metrics.broadcasts.labels(outcome.value).inc()
-            sent.append(tx)
-        for job in await self.lane.mark_broadcast(sent):
-            self.metrics.job_transitions.labels("submitted").inc()
-            self.metrics.observe_stage(
-                "accepted_to_submitted", job.timestamps["accepted_at"], job.timestamps["submitted_at"]
-            )
-            log.info("submitted", extra={"job_id": job.id, "tx_hash": "0x" + (job.tx_hash or b"").hex()})
-
     async def start_lane(self) -> None:
-        """Reconcile the nonce lane with the chain and re-send unsettled transactions."""
+        """Reconcile the nonce lane with the chain and re-send every live transaction."""
         pending = await self.chain.pending_nonce(self.signer.address)
         nxt = await self.lane.reconcile_nonce(self.signer.address, pending)
-        unsettled = await self.lane.unsettled_transactions(self.signer.address)
+        resent = await self.keeper.resend_all()
         log.info(
             "executor lane ready",
-            extra={"executor": self.signer.address, "next_nonce": nxt, "resending": len(unsettled)},
+            extra={"executor": self.signer.address, "next_nonce": nxt, "resending": resent},
         )
-        await self._send(unsettled)
 
     async def step(self) -> int:
-        """Sign and send one batch of simulated jobs, then re-send (same bytes) what a failed
-        send left signed or what has sat unmined too long; returns how many were signed.
+        """Sign and send one batch of simulated jobs, then keep the lane moving; returns how
+        many were signed.
 
         Raises:
             LeaseLost: another process took the key (nothing more is signed or sent).
@@ -108,15 +89,10 @@ class Broadcaster:
         )
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
-        await self._send(signed)
-        stale = await self.lane.stale_transactions(
-            self.signer.address, RESEND_UNSENT_AFTER_S, RESEND_UNMINED_AFTER_S
-        )
-        if stale:
-            if not await self.lane.holds(self.signer.address, epoch):
-                raise LeaseLost(message="the executor lease moved on")
-            log.info("re-sending transactions", extra={"count": len(stale)})
-            await self._send(stale)
+        await self.keeper.send(signed)
+        if not await self.lane.holds(self.signer.address, epoch):
+            raise LeaseLost(message="the executor lease moved on")
+        await self.keeper.upkeep(epoch)
         return len(signed)
 
     def _epoch(self) -> int:

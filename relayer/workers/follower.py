@@ -16,6 +16,7 @@ from relayer.chain.types import SettledLog
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
+from relayer.store.executor_lane import ExecutorLane, PendingTx
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, sleep_or_stop
@@ -35,6 +36,7 @@ class ChainFollower:
         chain: FollowerChain,
         reads: ChainReads,
         jobs: RelayJobs,
+        lane: ExecutorLane,
         retirements: RetirementStore,
         metrics: Metrics,
         confirmations: int,
@@ -45,6 +47,7 @@ class ChainFollower:
         self.chain_id = chain.node.chain_id
         self.reads = reads
         self.jobs = jobs
+        self.lane = lane
         self.retirements = retirements
         self.metrics = metrics
         self.confirmations = confirmations
@@ -66,7 +69,7 @@ class ChainFollower:
             return
         indexed = self._indexed
         if head > self._scanned:
-            pending = await self.jobs.pending_hashes(self.chain_id)
+            pending = await self.lane.pending()
             last = min(head, self._scanned + MAX_RECEIPT_BLOCKS)
             if pending:
                 for number in range(self._scanned + 1, last + 1):
@@ -79,14 +82,29 @@ class ChainFollower:
         if safe > indexed:
             await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
 
-    async def _receipts(self, number: int, pending: dict[bytes, int]) -> None:
+    async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> None:
+        """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
+        replacements) moves it to mined or reverted; a no-op that stood in for a job drops
+        it; every no-op's cost is counted."""
         for receipt in await self.chain.block_receipts(number):
-            job_id = pending.get(receipt.tx_hash)
-            if job_id is None:
+            tx = pending.get(receipt.tx_hash)
+            if tx is None:
                 continue
+            await self.lane.mark_mined(receipt.tx_hash, receipt.block_number)
+            if tx.kind == "noop":
+                self.metrics.noop_cost_wei.inc(receipt.gas_used * receipt.effective_gas_price)
+                if tx.job_id is not None and await self.jobs.move(tx.job_id, JobState.DROPPED) is not None:
+                    self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
+                    log.warning("dropped: a no-op took its nonce", extra={"job_id": tx.job_id})
+                continue
+            assert tx.job_id is not None
             target = JobState.MINED if receipt.status == 1 else JobState.REVERTED
             job = await self.jobs.move(
-                job_id, target, block_number=receipt.block_number, block_hash=receipt.block_hash
+                tx.job_id,
+                target,
+                block_number=receipt.block_number,
+                block_hash=receipt.block_hash,
+                tx_hash=receipt.tx_hash,
             )
             if job is not None:
                 self.metrics.job_transitions.labels(target.value).inc()
@@ -95,7 +113,7 @@ class ChainFollower:
                     job.timestamps["submitted_at"] or job.timestamps["signed_at"],
                     job.timestamps["mined_at"] or job.timestamps["submitted_at"],
                 )
-                log.info(target.value, extra={"job_id": job_id, "block": receipt.block_number})
+                log.info(target.value, extra={"job_id": tx.job_id, "block": receipt.block_number})
 
     async def _index(self, from_block: int, to_block: int) -> None:
         logs = await self.chain.settled_logs(from_block, to_block)

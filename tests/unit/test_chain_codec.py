@@ -187,9 +187,14 @@ def test_other_exceptions_are_not_translated() -> None:
     [
         ("already known", SendOutcome.KNOWN),
         ("ALREADY IMPORTED", SendOutcome.KNOWN),
-        ("nonce too low", SendOutcome.STALE),
-        ("replacement transaction underpriced", None),
-        ("insufficient funds for gas * price + value", None),
+        ("transaction already imported", SendOutcome.KNOWN),
+        ("nonce too low", SendOutcome.NONCE_USED),
+        ("nonce too high", SendOutcome.NONCE_AHEAD),
+        ("replacement transaction underpriced", SendOutcome.UNDERPRICED),
+        ("transaction underpriced", SendOutcome.UNDERPRICED),
+        ("max fee per gas less than block base fee", SendOutcome.FEE_BELOW_BASE),
+        ("insufficient funds for gas * price + value", SendOutcome.NO_FUNDS),
+        ("intrinsic gas too low", None),
     ],
 )
 def test_broadcast_refusals(message: str, outcome: SendOutcome | None) -> None:

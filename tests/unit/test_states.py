@@ -20,9 +20,11 @@ EXPECTED_EDGES = {
     (S.SIGNED, S.SUBMITTED),
     (S.SIGNED, S.MINED),
     (S.SIGNED, S.REVERTED),
+    (S.SIGNED, S.DROPPED),
     (S.SUBMITTED, S.SUBMITTED),
     (S.SUBMITTED, S.MINED),
     (S.SUBMITTED, S.REVERTED),
+    (S.SUBMITTED, S.DROPPED),
     (S.MINED, S.CONFIRMED),
     (S.MINED, S.SUBMITTED),
     (S.MINED, S.REVERTED),
@@ -49,6 +51,7 @@ def test_state_values_are_the_sql_strings() -> None:
         "indexed",
         "rejected",
         "reverted",
+        "dropped",
     ]
     assert JobState("mined") is S.MINED
 
@@ -59,7 +62,7 @@ def test_table_edges() -> None:
 
 
 def test_terminal_states() -> None:
-    assert frozenset({S.INDEXED, S.REVERTED}) == TERMINAL
+    assert frozenset({S.INDEXED, S.REVERTED, S.DROPPED}) == TERMINAL
     for state in TERMINAL:
         assert not any(can_move(state, target) for target in JobState)
 
