@@ -1,0 +1,93 @@
+"""A daemon of its own for fault tests: its own anvil (whose mining, fees and pool the test
+drives), its own scratch database, and settings the test chooses; everything else as the
+session daemon (the same code paths, over HTTP)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from relayer.app import make_web_app, open_runtime
+from relayer.config import Settings
+from relayer.store.migrations import migrate
+from relayer_dev import devdb, devnet
+from relayer_dev.deploy import deploy_and_seed
+from tests.conftest import PROJECTS, Daemon, free_port
+
+
+class Anvil:
+    """JSON-RPC to the private anvil, for what only a test does to a chain."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def rpc(self, method: str, *params: Any) -> Any:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}).encode()
+        request = urllib.request.Request(self.url, data=body, headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+        assert "error" not in answer, answer
+        return answer.get("result")
+
+    def automine(self, on: bool) -> None:
+        self.rpc("evm_setAutomine", on)
+
+    def mine(self, base_fee: int | None = None) -> None:
+        """Mine one block (with ``base_fee`` wei per gas, when given)."""
+        if base_fee is not None:
+            self.rpc("anvil_setNextBlockBaseFeePerGas", hex(base_fee))
+        self.rpc("evm_mine")
+
+    def pool(self) -> set[str]:
+        """Hashes of the pending transactions."""
+        content = self.rpc("txpool_content")
+        return {tx["hash"] for txs in content["pending"].values() for tx in txs.values()}
+
+
+@contextlib.asynccontextmanager
+async def private_daemon(
+    state: Path, admin_database_url: str, **overrides: Any
+) -> AsyncIterator[tuple[Daemon, Anvil]]:
+    """Start anvil, deploy and seed it, make a scratch database, run the daemon over HTTP."""
+    port = free_port()
+    proc = devnet.start_anvil(state, port, 84532)
+    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_fault")
+    try:
+        info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
+        info["deploymentFile"] = str(state / "devnet.json")
+        (state / "devnet.json").write_text(json.dumps(info))
+        migrate(dsn)
+        http = free_port()
+        base = f"http://127.0.0.1:{http}"
+        settings = Settings(
+            database_url=dsn,
+            rpc_url=info["rpcUrl"],
+            chain_id=84532,
+            deployment_file=Path(info["deploymentFile"]),
+            executor_private_key=info["executor"]["privateKey"],
+            http_port=http,
+            public_base_url=base,
+            settle_wait_s=30,
+            block_poll_interval_s=0.05,
+            **overrides,
+        )
+        async with open_runtime(settings, workers=True) as rt:
+            runner = web.AppRunner(make_web_app(rt), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", http).start()
+            try:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
+                    yield Daemon(base, f"{base}/api", rt, info, session), Anvil(info["rpcUrl"])
+            finally:
+                await runner.cleanup()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
