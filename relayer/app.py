@@ -237,7 +237,7 @@ def start_workers(rt: Runtime) -> None:
         rt.lane,
         rt.retirements,
         rt.metrics,
-        rt.settings.confirmations,
+        rt.settings.depth(),
         rt.deploy_block,
         rt.settings.block_poll_interval_s,
     )

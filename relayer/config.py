@@ -27,6 +27,13 @@ SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD
 _KEY: Final = re.compile(r"(0x)?[0-9a-fA-F]{64}")
 
 
+DEFAULT_CONFIRMATIONS: Final = {8453: 10, 84532: 5}
+"""Blocks under a receipt before a retirement is settled. Base makes a block every 2 s, so 10
+blocks is about 20 s on mainnet; a reorg of Base's unsafe head is rare and shallow, and the
+follower undoes one at any depth it still remembers. Base Sepolia, a test network: 5. A local
+anvil mines a block per transaction: the dev tooling sets 1."""
+
+
 class ConfigError(RelayerError):
     """A setting is missing or malformed. The message names the environment variable and
     never carries the value."""
@@ -61,7 +68,12 @@ class Settings(BaseSettings):
     executor_private_key: SecretStr | None = Field(
         default=None, description="the executor's secp256k1 key: 64 hex digits, optionally 0x-prefixed"
     )
-    confirmations: int = Field(default=1, ge=1, description="Blocks a receipt must be buried under.")
+    confirmations: int | None = Field(
+        default=None,
+        ge=1,
+        description="Blocks a receipt must be buried under before a retirement is settled "
+        "(default per chain: see DEFAULT_CONFIRMATIONS).",
+    )
     gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
     gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
     priority_fee_wei: int = Field(default=1_000_000, ge=0, description="EIP-1559 tip, wei per gas.")
@@ -121,6 +133,12 @@ class Settings(BaseSettings):
     @property
     def x402_base_url(self) -> str:
         return f"{self.public_base_url}/api"
+
+    def depth(self) -> int:
+        """The confirmation depth: ``confirmations``, or the chain's default."""
+        return self.confirmations or DEFAULT_CONFIRMATIONS.get(
+            self.chain_id, max(DEFAULT_CONFIRMATIONS.values())
+        )
 
     def lane_policy(self) -> LanePolicy:
         """How patient the executor lane is (seconds)."""

@@ -92,6 +92,11 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.reorgs = Counter(
+            "relayer_reorgs_total",
+            "Reorgs the follower undid (back to the common ancestor).",
+            registry=self.registry,
+        )
         self.noop_cost_wei = Counter(
             "relayer_executor_noop_cost_wei_total",
             "What mined no-ops cost the executor (gas used times effective gas price), wei.",

@@ -52,6 +52,7 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
         "deployment_file": Path(devnet.get("deploymentFile", DEVNET_FILE)),
         "executor_private_key": SecretStr(devnet["executor"]["privateKey"]),
     }
+    supplied["confirmations"] = 1  # anvil mines a block per transaction: no deeper block may come
     updates = {k: v for k, v in supplied.items() if getattr(base, k) is None}
     updates["chain_id"] = devnet["chainId"]
     return base.model_copy(update=updates)
@@ -66,6 +67,7 @@ def env_lines(settings: Settings) -> list[str]:
         "chain_id": settings.chain_id,
         "deployment_file": settings.deployment_file,
         "executor_private_key": settings.executor_private_key,
+        "confirmations": settings.confirmations,
     }
     return [
         f"{env_name(k)}={shlex.quote(v.get_secret_value() if isinstance(v, SecretStr) else str(v))}"

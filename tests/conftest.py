@@ -106,6 +106,7 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
         public_base_url=base,
         settle_wait_s=30,
         block_poll_interval_s=0.05,
+        confirmations=1,  # anvil mines a block per transaction
     )
     async with open_runtime(settings, workers=True) as rt:
         runner = web.AppRunner(make_web_app(rt), access_log=None)

@@ -76,7 +76,7 @@ async def private_daemon(
             public_base_url=base,
             settle_wait_s=30,
             block_poll_interval_s=0.05,
-            **overrides,
+            **{"confirmations": 1, **overrides},
         )
         async with open_runtime(settings, workers=True) as rt:
             runner = web.AppRunner(make_web_app(rt), access_log=None)

@@ -13,7 +13,7 @@ from web3.types import FilterParams
 from relayer.chain import calls, codec
 from relayer.chain.errors import rpc
 from relayer.chain.node import ChainNode, address
-from relayer.chain.types import Receipt, SettledLog
+from relayer.chain.types import BlockHeader, Receipt, SettledLog
 
 # Strings in the event are decoded as bytes (the same ABI encoding): anyone can settle a
 # retirement whose details hold invalid UTF-8, and the index must still move past it.
@@ -34,6 +34,14 @@ class FollowerChain:
         number = int(await rpc(self.node.w3.eth.block_number))
         self.node.observe_head(number)
         return number
+
+    async def head_block(self) -> BlockHeader:
+        """The latest block's number, hash and parent hash; a new head drops the node's
+        cached reads."""
+        block = await rpc(self.node.w3.eth.get_block("latest"))
+        header = BlockHeader(int(block["number"]), bytes(block["hash"]), bytes(block["parentHash"]))
+        self.node.observe_head(header.number)
+        return header
 
     async def block_hash(self, number: int) -> bytes:
         block = await rpc(self.node.w3.eth.get_block(BlockNumber(number)))

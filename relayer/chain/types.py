@@ -103,6 +103,15 @@ class ListingInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockHeader:
+    """What the follower needs of a block to notice a reorg."""
+
+    number: int
+    hash: bytes
+    parent_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Receipt:
     """A transaction receipt: ``status`` 1 success, 0 reverted; what it paid is
     ``gas_used * effective_gas_price`` (wei)."""

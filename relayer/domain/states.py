@@ -3,7 +3,8 @@ mirrors it in SQL (``UPDATE ... WHERE state = ANY($n)``) so two workers cannot b
 
 accepted -> simulated -> signed -> submitted -> mined -> confirmed -> indexed (settled)
 accepted/simulated -> rejected (nothing signed: the identical request may be retried)
-submitted -> submitted (same-nonce fee bump); mined/confirmed -> submitted (reorg)
+submitted -> submitted (same-nonce fee bump); mined/confirmed/indexed/reverted -> submitted (a
+reorg took the block away: wait again for a receipt)
 signed/submitted/mined -> reverted (receipt status 0); signed -> mined when the receipt
 is seen before the broadcast was recorded (a crash between send and commit)
 signed/submitted -> dropped (a no-op took its nonce: its authorization expired before fees
@@ -40,9 +41,9 @@ TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = MappingProxyType(
         S.SUBMITTED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
         S.MINED: frozenset({S.CONFIRMED, S.SUBMITTED, S.REVERTED}),
         S.CONFIRMED: frozenset({S.INDEXED, S.SUBMITTED}),
-        S.INDEXED: frozenset(),
+        S.INDEXED: frozenset({S.SUBMITTED}),
         S.REJECTED: frozenset({S.ACCEPTED}),
-        S.REVERTED: frozenset(),
+        S.REVERTED: frozenset({S.SUBMITTED}),
         S.DROPPED: frozenset(),
     }
 )

@@ -1,7 +1,8 @@
 """The outcome of a relay job, waited for within a bound (settings ``settle_wait_s``):
-settled with certificate entries, mined but not yet indexed (``pending_index``), still on
-its way (``submitted``/``accepted``, answered 202 by the API), or the error stored with the
-job, raised. Spec: actions/retire, States; transaction_reverted."""
+settled with certificate entries (indexed, at the confirmation depth), at depth but not yet
+indexed (``pending_index``), still on its way (``submitted``/``accepted``, answered 202 by the
+API: a transaction mined above the depth is not named settled or pending), or the error
+stored with the job, raised. Spec: actions/retire, States; transaction_reverted."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ class Outcomes:
             return self._body(job, "settled", job.tx_hash, await self._indexed(job))
         if remaining > 0:
             return None
-        if job.state in (JobState.MINED, JobState.CONFIRMED):
+        if job.state is JobState.CONFIRMED:  # at depth, not yet indexed (never below depth)
             return self._body(job, "pending_index", job.tx_hash, [])
         status: Status = "submitted" if job.tx_hash else "accepted"
         return RetireOutcome(

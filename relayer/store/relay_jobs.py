@@ -22,7 +22,8 @@ from relayer.store.pool import Database
 
 NOTIFY_CHANNEL: Final = "relay_jobs"
 
-# Moves written as literal SQL below (batch paths) or in store/executor_lane.py; each must be
+# Moves written as literal SQL below (batch paths) or in store/executor_lane.py and
+# store/reorg.py; each must be
 # allowed by the domain's transition table (tests/unit/test_states.py checks it).
 # Everything else goes through RelayJobs.move().
 FIXED_TRANSITIONS: Final = (
@@ -32,6 +33,10 @@ FIXED_TRANSITIONS: Final = (
     (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
     (JobState.MINED, JobState.CONFIRMED),  # CONFIRM_MINED
     (JobState.CONFIRMED, JobState.INDEXED),  # MARK_INDEXED
+    (JobState.MINED, JobState.SUBMITTED),  # reorg.REWIND_JOBS
+    (JobState.CONFIRMED, JobState.SUBMITTED),  # reorg.REWIND_JOBS
+    (JobState.INDEXED, JobState.SUBMITTED),  # reorg.REWIND_JOBS
+    (JobState.REVERTED, JobState.SUBMITTED),  # reorg.REWIND_JOBS
 )
 
 # -- statements -------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""The chain follower: one loop per new head that (1) reads the receipts of new blocks once
-per block and moves the jobs they settle to mined or reverted, (2) confirms jobs buried under
-the configured depth, and (3) indexes RetirementSettled events of confirmed blocks into
-Postgres (cursor = block number and hash) and marks their jobs indexed."""
+"""The chain follower: one loop per new head that (0) notices a reorg (a head whose hash or
+parent hash is not the one it saw at that height) and undoes what the lost blocks held, back
+to the common ancestor; (1) reads the receipts of new blocks once per block and moves the
+jobs they settle to mined or reverted; (2) confirms jobs buried under the configured depth;
+and (3) indexes RetirementSettled events of confirmed blocks into Postgres (cursor = block
+number and hash) and marks their jobs indexed (settled)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from typing import Final
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.follower import FollowerChain
 from relayer.chain.reads import ChainReads
-from relayer.chain.types import SettledLog
+from relayer.chain.types import BlockHeader, SettledLog
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
+from relayer.store import reorg
 from relayer.store.executor_lane import ExecutorLane, PendingTx
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 CURSOR: Final = "retirements"
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
+KEEP_HASHES: Final = 256
+"""Block hashes kept to find a common ancestor: a reorg deeper than this rewinds to its edge."""
 
 
 class ChainFollower:
@@ -55,38 +60,102 @@ class ChainFollower:
         self.poll_interval_s = poll_interval_s
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
+        self._hashes: dict[int, bytes] = {}  # block number -> hash, as this follower saw them
 
     async def step(self) -> None:
-        """One pass: receipts of new blocks, confirmations, indexing (all bounded). Costs
-        one ``eth_blockNumber`` and nothing else while the head stands still and nothing
-        is left to catch up."""
-        head = await self.chain.head()
+        """One pass: a reorg undone, receipts of new blocks, confirmations, indexing (all
+        bounded). Costs one ``eth_getBlockByNumber`` and nothing else while the head stands
+        still and nothing is left to catch up."""
+        head = await self.chain.head_block()
         if self._indexed is None or self._scanned is None:
-            cursor = await self.retirements.cursor(self.chain_id, CURSOR)
-            self._indexed = self.start_block - 1 if cursor is None else cursor[0]
-            self._scanned = self._indexed
-        elif head == self._scanned and self._indexed >= head - self.confirmations + 1:
+            await self._resume(head)
+        elif await self._reorged(head):
+            await self._undo(head)
+        elif head.number == self._scanned and self._indexed >= head.number - self.confirmations + 1:
             return
+        self._remember(head.number, head.hash)
+        self._remember(head.number - 1, head.parent_hash)
+        assert self._indexed is not None and self._scanned is not None
         indexed = self._indexed
-        if head > self._scanned:
+        if head.number > self._scanned:
             pending = await self.lane.pending()
-            last = min(head, self._scanned + MAX_RECEIPT_BLOCKS)
+            last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
             if pending:
                 for number in range(self._scanned + 1, last + 1):
                     await self._receipts(number, pending)
             self._scanned = last
-        safe = min(head - self.confirmations + 1, self._scanned)
+        safe = min(head.number - self.confirmations + 1, self._scanned)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra={"job_id": job.id})
         if safe > indexed:
             await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
 
+    async def _resume(self, head: BlockHeader) -> None:
+        """Start from the index cursor; if the chain no longer holds the cursor's block (a
+        reorg while no follower ran), rewind as far as a reorg is followed."""
+        cursor = await self.retirements.cursor(self.chain_id, CURSOR)
+        self._indexed = self.start_block - 1 if cursor is None else cursor[0]
+        self._scanned = self._indexed
+        if cursor is None or cursor[1] is None or cursor[0] > head.number:
+            return
+        if await self.chain.block_hash(cursor[0]) == cursor[1]:
+            self._remember(cursor[0], cursor[1])
+            return
+        await self._rewind(max(self.start_block - 1, cursor[0] - KEEP_HASHES), None, "at start")
+
+    async def _reorged(self, head: BlockHeader) -> bool:
+        """Whether the chain this head is on is not the one seen so far."""
+        if head.number < max(self._hashes, default=head.number):
+            return True  # blocks above the head are gone
+        for number, expected in ((head.number, head.hash), (head.number - 1, head.parent_hash)):
+            if number in self._hashes:
+                return self._hashes[number] != expected
+        below = [n for n in self._hashes if n < head.number]
+        return bool(below) and await self.chain.block_hash(max(below)) != self._hashes[max(below)]
+
+    async def _undo(self, head: BlockHeader) -> None:
+        """Find the newest block both chains share, then undo everything above it."""
+        ancestor: int | None = None
+        for number in sorted((n for n in self._hashes if n <= head.number), reverse=True):
+            if await self.chain.block_hash(number) == self._hashes[number]:
+                ancestor = number
+                break
+        if ancestor is None:
+            ancestor = min(self._hashes, default=self.start_block) - 1
+        await self._rewind(ancestor, self._hashes.get(ancestor), f"head {head.number}")
+
+    async def _rewind(self, ancestor: int, ancestor_hash: bytes | None, where: str) -> None:
+        assert self._indexed is not None and self._scanned is not None
+        undone = await reorg.rewind(self.jobs.db, self.chain_id, ancestor, ancestor_hash)
+        self._hashes = {n: h for n, h in self._hashes.items() if n <= ancestor}
+        self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
+        self.metrics.reorgs.inc()
+        for _ in undone.jobs:
+            self.metrics.job_transitions.labels(JobState.SUBMITTED.value).inc()
+        log.warning(
+            "reorg: undid the blocks above the common ancestor",
+            extra={
+                "ancestor": ancestor,
+                "where": where,
+                "jobs": len(undone.jobs),
+                "transactions": undone.transactions,
+                "retirements": undone.retirements,
+            },
+        )
+
+    def _remember(self, number: int, block_hash: bytes) -> None:
+        self._hashes[number] = block_hash
+        if len(self._hashes) > KEEP_HASHES:
+            for old in sorted(self._hashes)[: len(self._hashes) - KEEP_HASHES]:
+                del self._hashes[old]
+
     async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> None:
         """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
         replacements) moves it to mined or reverted; a no-op that stood in for a job drops
         it; every no-op's cost is counted."""
         for receipt in await self.chain.block_receipts(number):
+            self._remember(number, receipt.block_hash)
             tx = pending.get(receipt.tx_hash)
             if tx is None:
                 continue

@@ -30,6 +30,8 @@ EXPECTED_EDGES = {
     (S.MINED, S.REVERTED),
     (S.CONFIRMED, S.INDEXED),
     (S.CONFIRMED, S.SUBMITTED),
+    (S.INDEXED, S.SUBMITTED),
+    (S.REVERTED, S.SUBMITTED),
     (S.REJECTED, S.ACCEPTED),
 }
 
@@ -62,7 +64,7 @@ def test_table_edges() -> None:
 
 
 def test_terminal_states() -> None:
-    assert frozenset({S.INDEXED, S.REVERTED, S.DROPPED}) == TERMINAL
+    assert frozenset({S.DROPPED}) == TERMINAL  # indexed and reverted stand unless a reorg undoes them
     for state in TERMINAL:
         assert not any(can_move(state, target) for target in JobState)
 
@@ -85,7 +87,8 @@ def test_happy_path_and_reorg_path() -> None:
     path = [S.ACCEPTED, S.SIMULATED, S.SIGNED, S.SUBMITTED, S.MINED, S.CONFIRMED, S.INDEXED]
     assert all(can_move(a, b) for a, b in itertools.pairwise(path))
     assert can_move(S.SUBMITTED, S.SUBMITTED)  # same-nonce fee bump
-    assert can_move(S.CONFIRMED, S.SUBMITTED)  # reorg
+    for mined in (S.MINED, S.CONFIRMED, S.INDEXED, S.REVERTED):
+        assert can_move(mined, S.SUBMITTED)  # a reorg took the block away
     assert can_move(S.SIGNED, S.MINED)  # receipt seen before the broadcast was recorded
 
 
@@ -100,8 +103,8 @@ def test_happy_path_and_reorg_path() -> None:
         (S.SUBMITTED, S.INDEXED),
         (S.MINED, S.INDEXED),
         (S.CONFIRMED, S.REVERTED),
-        (S.INDEXED, S.SUBMITTED),
-        (S.REVERTED, S.SUBMITTED),
+        (S.INDEXED, S.MINED),
+        (S.DROPPED, S.SUBMITTED),
         (S.REJECTED, S.SIMULATED),
         (S.ACCEPTED, S.ACCEPTED),
     ],
@@ -127,12 +130,13 @@ def test_every_state_reachable_from_accepted() -> None:
         (S.ACCEPTED, (S.REJECTED,)),
         (S.SIMULATED, (S.ACCEPTED,)),
         (S.SIGNED, (S.SIMULATED,)),
-        (S.SUBMITTED, (S.CONFIRMED, S.MINED, S.SIGNED, S.SUBMITTED)),
+        (S.SUBMITTED, (S.CONFIRMED, S.INDEXED, S.MINED, S.REVERTED, S.SIGNED, S.SUBMITTED)),
         (S.MINED, (S.SIGNED, S.SUBMITTED)),
         (S.CONFIRMED, (S.MINED,)),
         (S.INDEXED, (S.CONFIRMED,)),
         (S.REJECTED, (S.ACCEPTED, S.SIMULATED)),
         (S.REVERTED, (S.MINED, S.SIGNED, S.SUBMITTED)),
+        (S.DROPPED, (S.SIGNED, S.SUBMITTED)),
     ],
 )
 def test_sources_of(target: JobState, sources: tuple[JobState, ...]) -> None:
@@ -157,14 +161,17 @@ def test_literal_sql_moves_in_the_store_are_allowed_by_the_table() -> None:
     import re
     from pathlib import Path
 
-    from relayer.store import executor_lane, relay_jobs
+    from relayer.store import executor_lane, relay_jobs, reorg
 
     for source, target in relay_jobs.FIXED_TRANSITIONS:
         assert can_move(source, target), (source, target)
     # every literal "SET state = 'x' ... state = 'y'" in the store is one of the declared moves
     found = set()
-    for module in (relay_jobs, executor_lane):
+    for module in (relay_jobs, executor_lane, reorg):
         sql = Path(module.__file__ or "").read_text()
-        for match in re.finditer(r"SET state = '(\w+)'.*?WHERE[^\n]*?state = '(\w+)'", sql, re.S):
+        for match in re.finditer(r"SET state = '(\w+)'[^\"]*?WHERE[^\n]*?state = '(\w+)'", sql):
             found.add((JobState(match.group(2)), JobState(match.group(1))))
+        for match in re.finditer(r"SET state = '(\w+)'[^\"]*?WHERE[^\n]*?state IN \(([^)]*)\)", sql):
+            for source in re.findall(r"'(\w+)'", match.group(2)):
+                found.add((JobState(source), JobState(match.group(1))))
     assert found == set(relay_jobs.FIXED_TRANSITIONS), found ^ set(relay_jobs.FIXED_TRANSITIONS)
