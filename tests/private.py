@@ -52,10 +52,9 @@ class Anvil:
 
 
 @contextlib.asynccontextmanager
-async def private_daemon(
-    state: Path, admin_database_url: str, **overrides: Any
-) -> AsyncIterator[tuple[Daemon, Anvil]]:
-    """Start anvil, deploy and seed it, make a scratch database, run the daemon over HTTP."""
+async def private_chain(state: Path, admin_database_url: str) -> AsyncIterator[tuple[dict[str, Any], str]]:
+    """Start anvil, deploy and seed it, and make a migrated scratch database: yields the devnet
+    description (with ``deploymentFile``) and the database URL."""
     port = free_port()
     proc = devnet.start_anvil(state, port, 84532)
     dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_fault")
@@ -64,30 +63,51 @@ async def private_daemon(
         info["deploymentFile"] = str(state / "devnet.json")
         (state / "devnet.json").write_text(json.dumps(info))
         migrate(dsn)
-        http = free_port()
-        base = f"http://127.0.0.1:{http}"
-        settings = Settings(
-            database_url=dsn,
-            rpc_url=info["rpcUrl"],
-            chain_id=84532,
-            deployment_file=Path(info["deploymentFile"]),
-            executor_private_key=info["executor"]["privateKey"],
-            http_port=http,
-            public_base_url=base,
-            settle_wait_s=30,
-            block_poll_interval_s=0.05,
-            **{"confirmations": 1, **overrides},
-        )
-        async with open_runtime(settings, workers=True) as rt:
-            runner = web.AppRunner(make_web_app(rt), access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", http).start()
-            try:
-                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
-                    yield Daemon(base, f"{base}/api", rt, info, session), Anvil(info["rpcUrl"])
-            finally:
-                await runner.cleanup()
+        yield info, dsn
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+
+
+def daemon_settings(info: dict[str, Any], dsn: str, http_port: int, **overrides: Any) -> Settings:
+    """The settings of a daemon on a private chain (one block per transaction: depth 1)."""
+    return Settings(
+        database_url=dsn,
+        rpc_url=info["rpcUrl"],
+        chain_id=84532,
+        deployment_file=Path(info["deploymentFile"]),
+        executor_private_key=info["executor"]["privateKey"],
+        http_port=http_port,
+        public_base_url=f"http://127.0.0.1:{http_port}",
+        settle_wait_s=30,
+        block_poll_interval_s=0.05,
+        **{"confirmations": 1, **overrides},
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, info: dict[str, Any], *, workers: bool = True) -> AsyncIterator[Daemon]:
+    """Run a daemon in this process over HTTP on ``settings.http_port``."""
+    async with open_runtime(settings, workers=workers) as rt:
+        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", settings.http_port).start()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
+                base = settings.public_base_url
+                yield Daemon(base, f"{base}/api", rt, info, session)
+        finally:
+            await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def private_daemon(
+    state: Path, admin_database_url: str, **overrides: Any
+) -> AsyncIterator[tuple[Daemon, Anvil]]:
+    """A private chain and database with a daemon on them (settings ``overrides``)."""
+    async with (
+        private_chain(state, admin_database_url) as (info, dsn),
+        serving(daemon_settings(info, dsn, free_port(), **overrides), info) as daemon,
+    ):
+        yield daemon, Anvil(info["rpcUrl"])

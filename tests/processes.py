@@ -1,0 +1,150 @@
+"""Daemons as the operator runs them, for fault tests: ``relayer serve|work|all`` processes
+(which a test may SIGKILL and start again), and a JSON-RPC proxy that holds the calls of
+chosen methods so a test can stop a daemon at a chosen stage of a relay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tests.conftest import free_port
+
+RELAYER = Path(sys.executable).with_name("relayer")
+
+
+def daemon_env(info: dict[str, Any], dsn: str, rpc_url: str | None = None, **settings: Any) -> dict[str, str]:
+    """The environment of a daemon on a private chain (depth 1 unless set)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "RELAYER_DATABASE_URL": dsn,
+        "RELAYER_RPC_URL": rpc_url or info["rpcUrl"],
+        "RELAYER_CHAIN_ID": "84532",
+        "RELAYER_DEPLOYMENT_FILE": info["deploymentFile"],
+        "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
+        "RELAYER_CONFIRMATIONS": "1",
+        "RELAYER_BLOCK_POLL_INTERVAL_S": "0.05",
+        "RELAYER_SETTLE_WAIT_S": "60",
+    }
+    env.update({f"RELAYER_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+class DaemonProcess:
+    """One ``relayer <command>`` process, its output in ``log``."""
+
+    def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
+        self.command = command
+        self.port = free_port()
+        self.env = {**env, "RELAYER_HTTP_PORT": str(self.port), "RELAYER_PUBLIC_BASE_URL": self.base}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> DaemonProcess:
+        """Start it; for a command that serves HTTP, wait (bounded) until it is healthy."""
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(RELAYER), self.command], env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        if self.command == "work":
+            return self
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                assert self.proc.poll() is None, self.log.read_text()[-3000:]
+                try:
+                    async with session.get(
+                        f"{self.base}/healthz", timeout=aiohttp.ClientTimeout(total=1)
+                    ) as r:
+                        if r.status == 200:
+                            return self
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"relayer {self.command} did not come up: {self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no cleanup (a crash)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+
+class RpcProxy:
+    """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
+    are released (the caller may die meanwhile: that is the point)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.held: set[str] = set()
+        self.waiting: dict[str, int] = {}
+        self._released = asyncio.Event()
+        self.port = free_port()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> RpcProxy:
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_post("/", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.release()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    def hold(self, method: str) -> None:
+        self.held.add(method)
+        self._released.clear()
+
+    def release(self) -> None:
+        self.held.clear()
+        self._released.set()
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        calls = json.loads(body)
+        methods = {c["method"] for c in (calls if isinstance(calls, list) else [calls])}
+        for method in methods & self.held:
+            self.waiting[method] = self.waiting.get(method, 0) + 1
+            await self._released.wait()
+        assert self._session is not None
+        async with self._session.post(
+            self.upstream, data=body, headers={"content-type": "application/json"}
+        ) as r:
+            return web.Response(body=await r.read(), content_type="application/json")
