@@ -137,6 +137,21 @@ def stop_private_cluster(state_dir: Path) -> bool:
     return True
 
 
+def restart_private_cluster(state_dir: Path) -> None:
+    """Restart the running private cluster of ``state_dir`` on the same port
+    (``pg_ctl restart -m fast``): every connection is dropped, as when an operator restarts
+    the server. For fault tests; a stop then a start may have to choose another port.
+
+    Raises:
+        DevDbError: The cluster is not running or did not come back within the time limit.
+    """
+    cluster = _Cluster(state_dir)
+    with cluster.locked():
+        if cluster.running_port() is None:
+            raise DevDbError(f"no private postgres cluster is running in {cluster.data_dir}")
+        cluster.restart()
+
+
 def create_scratch_database(admin_url: str, prefix: str = "relayer_test") -> str:
     """Create a uniquely named empty database on the server of ``admin_url``.
 
@@ -285,6 +300,25 @@ class _Cluster:
                 f"private postgres cluster in {self.data_dir} did not stop: {result.stderr.strip()}"
             )
         log.info("private postgres cluster stopped", extra={"data_dir": str(self.data_dir)})
+
+    def restart(self) -> None:
+        """Fast restart on the recorded port, waiting at most ``PG_CTL_WAIT_SECONDS``."""
+        bindir = self._recorded_bindir() or _find_bindir()
+        started = time.monotonic()
+        result = self._pg_ctl(
+            bindir,
+            ["restart", "-m", "fast", "-w", "-t", str(PG_CTL_WAIT_SECONDS), "-s", "-l", str(self.log_file)],
+            timeout=2 * PG_CTL_WAIT_SECONDS + _SUBPROCESS_SLACK_SECONDS,
+        )
+        if result.returncode != 0:
+            raise DevDbError(
+                f"private postgres cluster in {self.data_dir} did not restart: "
+                f"{result.stderr.strip()}\n{_tail(self.log_file)}"
+            )
+        log.info(
+            "private postgres cluster restarted",
+            extra={"data_dir": str(self.data_dir), "seconds": round(time.monotonic() - started, 2)},
+        )
 
     # --- helpers ---------------------------------------------------------------------
 

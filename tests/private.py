@@ -72,18 +72,19 @@ async def private_chain(state: Path, admin_database_url: str) -> AsyncIterator[t
 
 def daemon_settings(info: dict[str, Any], dsn: str, http_port: int, **overrides: Any) -> Settings:
     """The settings of a daemon on a private chain (one block per transaction: depth 1)."""
-    return Settings(
-        database_url=dsn,
-        rpc_url=info["rpcUrl"],
-        chain_id=84532,
-        deployment_file=Path(info["deploymentFile"]),
-        executor_private_key=info["executor"]["privateKey"],
-        http_port=http_port,
-        public_base_url=f"http://127.0.0.1:{http_port}",
-        settle_wait_s=30,
-        block_poll_interval_s=0.05,
-        **{"confirmations": 1, **overrides},
-    )
+    fields: dict[str, Any] = {
+        "database_url": dsn,
+        "rpc_url": info["rpcUrl"],
+        "chain_id": 84532,
+        "deployment_file": Path(info["deploymentFile"]),
+        "executor_private_key": info["executor"]["privateKey"],
+        "http_port": http_port,
+        "public_base_url": f"http://127.0.0.1:{http_port}",
+        "settle_wait_s": 30,
+        "block_poll_interval_s": 0.05,
+        "confirmations": 1,
+    }
+    return Settings(**{**fields, **overrides})
 
 
 @contextlib.asynccontextmanager

@@ -32,6 +32,11 @@ UNAVAILABLE: Final = (
 )
 
 
+# asyncpg lost track of its own protocol state, which a connection the server terminated
+# mid-statement can leave behind (MagicStack/asyncpg#1069): that connection is unusable.
+BROKEN: Final = (asyncpg.InternalClientError,)
+
+
 # The server refused the DSN itself: its credentials or its database name.
 REFUSED: Final = (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError)
 
@@ -42,10 +47,32 @@ def translated() -> Iterator[None]:
     and the server's refusal of the DSN as a :class:`ConfigError`."""
     try:
         yield
-    except UNAVAILABLE as exc:
-        raise StoreUnavailable(detail=type(exc).__name__) from None
+    except Unavailable:
+        raise
     except REFUSED as exc:
         raise ConfigError(message=f"RELAYER_DATABASE_URL was refused: {type(exc).__name__}") from None
+    except Exception as exc:
+        outage = _outage(exc)
+        if outage is None:
+            raise
+        raise StoreUnavailable(detail=type(outage).__name__) from None
+
+
+_CHAIN_LIMIT: Final = 8
+
+
+def _outage(exc: BaseException) -> BaseException | None:
+    """The connection-level failure in ``exc`` or in what it was raised from or while
+    handling (asyncpg follows a dropped connection with ``InterfaceError``s about the closed
+    connection, e.g. from ``Transaction.__aexit__``); None when it is not an outage."""
+    current: BaseException | None = exc
+    for _ in range(_CHAIN_LIMIT):
+        if current is None:
+            return None
+        if isinstance(current, UNAVAILABLE + BROKEN):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class Database:
@@ -74,25 +101,37 @@ class Database:
         await self.pool.close()
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        with translated():
-            return await self.pool.fetch(sql, *args)
+        async with self.connection() as conn:
+            return await conn.fetch(sql, *args)
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        with translated():
-            return await self.pool.fetchrow(sql, *args)
+        async with self.connection() as conn:
+            return await conn.fetchrow(sql, *args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        with translated():
-            return await self.pool.fetchval(sql, *args)
+        async with self.connection() as conn:
+            return await conn.fetchval(sql, *args)
 
     async def execute(self, sql: str, *args: Any) -> str:
-        with translated():
-            return await self.pool.execute(sql, *args)
+        async with self.connection() as conn:
+            return await conn.execute(sql, *args)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         """One connection in one transaction; committed when the block ends, rolled back
         when it raises."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        """One pooled connection, failures translated; a connection whose protocol state
+        asyncpg lost (:data:`BROKEN`) is terminated, so the pool opens a fresh one instead of
+        handing it out again."""
         with translated():
-            async with self.pool.acquire() as conn, conn.transaction():
-                yield conn
+            async with self.pool.acquire() as conn:
+                try:
+                    yield conn
+                except BROKEN:
+                    conn.terminate()
+                    raise

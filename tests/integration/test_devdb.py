@@ -92,10 +92,24 @@ def test_private_cluster_lifecycle(tmp_path: Path) -> None:
             devdb.drop_database(url, "relayer")
         with pytest.raises(ValueError):
             devdb.create_scratch_database(url, prefix='x"; DROP')
+
+        # A restart (for fault tests) drops every session and comes back on the same port.
+        session = psycopg.connect(url, connect_timeout=5)
+        try:
+            devdb.restart_private_cluster(state_dir)
+            with pytest.raises(psycopg.OperationalError):
+                session.execute("SELECT 1")
+        finally:
+            session.close()
+        assert devdb.ensure_database_url(None, state_dir) == url
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         assert devdb.stop_private_cluster(state_dir) is True
 
     assert devdb.stop_private_cluster(state_dir) is False
+    with pytest.raises(devdb.DevDbError):
+        devdb.restart_private_cluster(state_dir)
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=3)
     assert _system_cluster_fingerprint() == system_before

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import asyncpg
 import pytest
 
 from relayer.domain.errors import Rejection
 from relayer.domain.states import JobState
+from relayer.store.pool import StoreUnavailable
 from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
 
@@ -87,3 +89,18 @@ async def test_wake_ups_resume_after_the_listen_session_is_dropped(daemon: Daemo
     await asyncio.sleep(0.05)
     await jobs.move(job.id, JobState.REJECTED, error=Rejection("contract_revert"))
     await asyncio.wait_for(waiter, 10)
+
+
+async def test_a_connection_asyncpg_lost_track_of_is_discarded_not_pooled_again(daemon: Daemon) -> None:
+    db = daemon.runtime.db
+    with pytest.raises(StoreUnavailable):
+        async with db.connection() as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            raise asyncpg.InternalClientError("cannot switch to state 12; another operation is in progress")
+    for _ in range(100):  # the server notices the closed socket within milliseconds
+        if not await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"backend {pid} still connected: the broken connection went back to the pool")
+    assert await db.fetchval("SELECT 1") == 1

@@ -1,0 +1,140 @@
+"""Upstreams going away under load, with everything real: the RPC node cut off for 30 s,
+and Postgres (a cluster of this test's own) restarted under two daemons sharing one key.
+Nothing is lost, answers meanwhile are the spec's retryable codes (never 500), the lease
+never splits, and wake-ups resume without restarting a daemon. Counts printed (-s)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from relayer_dev import devdb
+from tests.conftest import Daemon, free_port
+from tests.integration.test_lane import _signed, _until
+from tests.private import Anvil, daemon_settings, private_chain, serving
+from tests.tcp_proxy import TcpProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def _retryable(status: int, body: dict[str, Any]) -> bool:
+    return status == 503 and body.get("error") == "gas_estimate_unavailable"
+
+
+async def test_the_rpc_node_down_for_30_s_loses_nothing(tmp_path: Path, admin_database_url: str) -> None:
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        anvil = Anvil(info["rpcUrl"])
+        rpc = urlsplit(info["rpcUrl"])
+        proxy = TcpProxy(rpc.hostname or "127.0.0.1", rpc.port or 8545)
+        await proxy.start()
+        settings = daemon_settings(
+            info, dsn, free_port(), rpc_url=f"http://127.0.0.1:{proxy.port}", resend_after_s=1.0
+        )
+        try:
+            async with serving(settings, info) as d:
+                anvil.automine(False)
+                bodies = [await _signed(d, i % 3) for i in range(5)]
+                during = await _signed(d, 0)  # posted while the node is away
+                answers = [asyncio.create_task(d.post(b)) for b in bodies]
+                for body in bodies:
+                    await _until(d, body, {"submitted"})
+                await proxy.cut()
+                probes: list[tuple[int, dict[str, Any]]] = [await d.post(during)]
+                started = time.monotonic()
+                while time.monotonic() - started < 30:
+                    await asyncio.sleep(2)
+                    probes.append(await d.get("/api/quote", carbonClass="RE", amount="1"))
+                assert all(_retryable(s, b) for s, b in probes), probes
+                await proxy.start()
+                anvil.automine(True)
+                anvil.mine()
+                back = time.monotonic()
+                for body in bodies:
+                    await _until(d, body, {"indexed"})
+                took = time.monotonic() - back
+                first = await asyncio.gather(*answers)
+                assert all(s in (200, 202) for s, _ in first), first  # settled, or still on its way
+                # The refused one was retryable: the identical request, posted again, settles.
+                finals = await asyncio.gather(*(d.post(b) for b in [*bodies, during]))
+                assert all((s, r["status"]) == (200, "settled") for s, r in finals), finals
+                assert d.internal_errors() == 0
+                await _exactly_once(d, [*bodies, during])
+                print(
+                    f"\nRPC down 30 s: {len(probes)} answers meanwhile, all 503 gas_estimate_unavailable; "
+                    f"6 settled once (5 in flight, indexed {took:.1f} s after it came back; 1 refused "
+                    "meanwhile, settled when posted again)"
+                )
+        finally:
+            await proxy.cut()
+
+
+async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_wake_ups(
+    tmp_path: Path,
+) -> None:
+    cluster = tmp_path / "pg"
+    admin = await asyncio.to_thread(devdb.ensure_database_url, None, cluster)
+    try:
+        async with (
+            private_chain(tmp_path, admin) as (info, dsn),
+            serving(daemon_settings(info, dsn, free_port(), resend_after_s=1.0), info) as a,
+            serving(daemon_settings(info, dsn, free_port(), resend_after_s=1.0), info) as b,
+        ):
+            daemons = [a, b]
+            bodies = [await _signed(daemons[i % 2], i % 3) for i in range(30)]
+            answers = [asyncio.create_task(daemons[i % 2].post(x)) for i, x in enumerate(bodies)]
+            await asyncio.sleep(0.2)  # some in flight
+            epoch = await _epoch(a)
+            started = time.monotonic()
+            await asyncio.to_thread(devdb.restart_private_cluster, cluster)
+            restarted_in = time.monotonic() - started
+            first = await asyncio.gather(*answers)
+            assert all((s, r.get("status")) == (200, "settled") or _retryable(s, r) for s, r in first), first
+            retried = sum(1 for s, _ in first if s != 200)
+            finals = await asyncio.gather(*(daemons[i % 2].post(x) for i, x in enumerate(bodies)))
+            assert all((s, r["status"]) == (200, "settled") for s, r in finals), finals
+            for d in daemons:
+                assert d.runtime.notifications.reconnects >= 1  # LISTEN re-opened, no restart
+                assert d.internal_errors() == 0
+            status, after = await a.post(await _signed(a, 0))  # a new request, after the restart
+            assert (status, after["status"]) == (200, "settled"), after
+            await _exactly_once(a, bodies)
+            # The restart ended the lease session: it was taken again under a new epoch, by
+            # exactly one of the two (each signature checks the epoch, so none straddles it).
+            assert await _epoch(a) > epoch
+            holders = [d for d in daemons if d.runtime.lease and d.runtime.lease.epoch is not None]
+            assert len(holders) == 1
+            print(
+                f"\nPostgres restarted in {restarted_in:.1f} s under two daemons: {len(bodies)} settled "
+                f"once, {retried} answered 503 meanwhile and settled on retry; lease epoch {epoch} -> "
+                f"{await _epoch(a)}, one holder, no nonce shared"
+            )
+    finally:
+        await asyncio.to_thread(devdb.stop_private_cluster, cluster)
+
+
+async def _epoch(d: Daemon) -> int:
+    value = await d.runtime.db.fetchval("SELECT max(epoch) FROM executor_leases")
+    assert value is not None
+    return int(value)
+
+
+async def _exactly_once(d: Daemon, bodies: list[dict[str, Any]]) -> None:
+    """One job per salt, indexed; one transaction per job; no nonce shared by two jobs."""
+    db = d.runtime.db
+    for body in bodies:
+        job = await db.fetchrow(
+            "SELECT id, state FROM relay_jobs WHERE salt = $1", bytes.fromhex(body["salt"][2:])
+        )
+        assert job is not None
+        assert job["state"] == "indexed"
+        assert await db.fetchval("SELECT count(*) FROM relay_transactions WHERE job_id = $1", job["id"]) == 1
+    shared = await db.fetchval(
+        "SELECT count(*) FROM (SELECT nonce FROM relay_transactions GROUP BY nonce "
+        "HAVING count(DISTINCT job_id) > 1) AS shared"
+    )
+    assert shared == 0
