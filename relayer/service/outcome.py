@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
-from relayer.domain.errors import Rejection, RelayerError
+from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.states import JobState
 from relayer.service.certificate import Certificates
 from relayer.store.relay_jobs import Job, RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+# How often a wait re-reads its job while the database is unavailable (seconds).
+OUTAGE_RETRY_S: Final = 0.25
 
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 
@@ -61,15 +64,24 @@ class Outcomes:
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
                 ``transaction_reverted`` (``transactionHash``).
-            Unavailable: the database failed.
+            Unavailable: the database was still failing when the wait ran out (failures
+                before that are retried every :data:`OUTAGE_RETRY_S` seconds).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settle_wait_s
         while True:
-            job = await self.jobs.get(job_id)
-            assert job is not None
             remaining = deadline - loop.time()
-            answer = await self._answer(job, remaining)
+            try:
+                job = await self.jobs.get(job_id)
+                assert job is not None
+                answer = await self._answer(job, remaining)
+            except Unavailable:
+                # The job is recorded and its workers carry on without this request: a short
+                # outage (a database restart) is ridden out within the wait, not answered 503.
+                if remaining <= 0:
+                    raise
+                await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
+                continue
             if answer is not None:
                 return answer
             await self._wait_for_change(job_id, max(0.0, min(remaining, 1.0)))
