@@ -22,6 +22,10 @@ from tests.tcp_proxy import TcpProxy
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
+def _settled(status: int, body: dict[str, Any]) -> bool:
+    return (status, body.get("status")) == (200, "settled")
+
+
 def _retryable(status: int, body: dict[str, Any]) -> bool:
     return status == 503 and body.get("error") == "gas_estimate_unavailable"
 
@@ -108,7 +112,7 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
             settled_in = time.monotonic() - started
             # Requests posted meanwhile answer settled or the retryable 503, never a 500.
             second = await asyncio.gather(*meanwhile)
-            assert all((s, r.get("status")) == (200, "settled") or _retryable(s, r) for s, r in second), second
+            assert all(_settled(s, r) or _retryable(s, r) for s, r in second), second
             retried = sum(1 for s, _ in second if s != 200)
             finals = await asyncio.gather(*(daemons[i % 2].post(x) for i, x in enumerate(during)))
             assert all((s, r["status"]) == (200, "settled") for s, r in finals), finals
@@ -133,7 +137,9 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
         await asyncio.to_thread(devdb.stop_private_cluster, cluster)
 
 
-async def test_requests_in_flight_ride_out_a_3_s_database_outage(tmp_path: Path, admin_database_url: str) -> None:
+async def test_requests_in_flight_ride_out_a_3_s_database_outage(
+    tmp_path: Path, admin_database_url: str
+) -> None:
     async with private_chain(tmp_path, admin_database_url) as (info, dsn):
         anvil = Anvil(info["rpcUrl"])
         db = urlsplit(dsn)
