@@ -71,27 +71,35 @@ async def test_a_reorg_after_indexing_undoes_the_settlement_until_the_chain_hold
         print(f"\nreorg depth {depth} after indexing: undone in {undone_in:.1f} s, re-sent 1, settled once")
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
 async def test_a_reorg_below_the_confirmation_depth_is_followed_and_settles(
-    tmp_path: Path, admin_database_url: str
+    tmp_path: Path, admin_database_url: str, depth: int
 ) -> None:
-    async with private_daemon(tmp_path, admin_database_url, resend_after_s=1.0, confirmations=3) as (
-        d,
-        anvil,
-    ):
+    confirmations = depth + 2  # the reorg lands while the job is mined but not yet deep enough
+    async with private_daemon(
+        tmp_path, admin_database_url, resend_after_s=1.0, confirmations=confirmations
+    ) as (d, anvil):
         body = await _signed(d, 0)
         answer = asyncio.create_task(d.post(body))
         job = await _until(d, body, {"mined"})
         tx_hash = "0x" + bytes(job["tx_hash"]).hex()
+        for _ in range(depth - 1):
+            anvil.mine()  # bury it, still below the depth
         await asyncio.sleep(0.3)
         assert (await _job(d, body))["state"] == "mined"  # not deep enough: not settled
-        anvil.rpc("anvil_reorg", 1, [])  # the block with it is gone
+        anvil.rpc("anvil_reorg", depth, [])  # the block with it is gone
+        started = time.monotonic()
         await _until(d, body, {"submitted", "mined"})
         while _on_chain(anvil, tx_hash) is None:  # re-sent, and mined again by automine
             await asyncio.sleep(0.05)
-        for _ in range(2):
-            anvil.mine()  # two more blocks over it: depth 3
+        assert not answer.done()  # nothing answered while the chain did not hold it deep enough
+        for _ in range(confirmations - 1):
+            anvil.mine()  # blocks over it up to the depth
         status, result = await answer
+        took = time.monotonic() - started
         assert (status, result["status"], result["transactionHash"]) == (200, "settled", tx_hash), result
         assert await _retirements(d, tx_hash) == 1
         assert d.runtime.metrics.reorgs._value.get() >= 1
-        print("\nreorg depth 1 before the depth: followed, settled once")
+        print(
+            f"\nreorg depth {depth} below the depth ({confirmations}): followed, settled once in {took:.1f} s"
+        )

@@ -6,6 +6,8 @@ never splits, and wake-ups resume without restarting a daemon. Counts printed (-
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,9 @@ async def test_the_rpc_node_down_for_30_s_loses_nothing(tmp_path: Path, admin_da
 async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_wake_ups(
     tmp_path: Path,
 ) -> None:
-    cluster = tmp_path / "pg"
+    # Outside pytest's temporary root: another pytest run resets that root to 0700 at start,
+    # which would cut the server (running as its own user when we are root) off its files.
+    cluster = Path(tempfile.mkdtemp(prefix="relayer-restart-pg-"))
     admin = await asyncio.to_thread(devdb.ensure_database_url, None, cluster)
     try:
         async with (
@@ -98,6 +102,7 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
                 await _until(a, body, {"submitted"})
             # Mid-load: posted while the server restarts.
             during = [await _signed(daemons[i % 2], i % 3) for i in range(10)]
+            fresh = [await _signed(daemons[i % 2], i % 3) for i in range(10)]  # once it is back
             epoch = await _epoch(a)
             started = time.monotonic()
             restart = asyncio.create_task(asyncio.to_thread(devdb.restart_private_cluster, cluster))
@@ -106,6 +111,9 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
             restarted_in = time.monotonic() - started
             anvil.automine(True)
             anvil.mine()
+            # Once the server is back, a burst of new requests finds no dead pooled connection.
+            back = await asyncio.gather(*(daemons[i % 2].post(x) for i, x in enumerate(fresh)))
+            assert all(_settled(s, r) for s, r in back), back
             # Requests already recorded ride the restart out within their wait: none answers 503.
             first = await asyncio.gather(*answers)
             assert all((s, r.get("status")) == (200, "settled") for s, r in first), first
@@ -121,7 +129,7 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
                 assert d.internal_errors() == 0
             status, after = await a.post(await _signed(a, 0))  # a new request, after the restart
             assert (status, after["status"]) == (200, "settled"), after
-            await _exactly_once(a, [*bodies, *during])
+            await _exactly_once(a, [*bodies, *during, *fresh])
             # The restart ended the lease session: it was taken again under a new epoch, by
             # exactly one of the two (each signature checks the epoch, so none straddles it).
             assert await _epoch(a) > epoch
@@ -131,10 +139,12 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
                 f"\nPostgres restarted in {restarted_in:.1f} s under two daemons: {len(bodies)} in flight "
                 f"settled once with no 503 ({settled_in:.1f} s after the restart began); "
                 f"{len(during)} posted meanwhile: {len(during) - retried} settled, {retried} answered 503 "
-                f"and settled on retry; lease epoch {epoch} -> {await _epoch(a)}, one holder, no nonce shared"
+                f"and settled on retry; {len(fresh)} posted once it was back settled with no 503; "
+                f"lease epoch {epoch} -> {await _epoch(a)}, one holder, no nonce shared"
             )
     finally:
         await asyncio.to_thread(devdb.stop_private_cluster, cluster)
+        shutil.rmtree(cluster, ignore_errors=True)
 
 
 async def test_requests_in_flight_ride_out_a_3_s_database_outage(
