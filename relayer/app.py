@@ -229,7 +229,9 @@ def start_workers(rt: Runtime) -> None:
         rt.settings.lane_policy(),
         rt.node.contracts.usdc,
     )
-    broadcaster = Broadcaster(rt.executor, rt.lane, keeper, rt.signer, rt.lease, rt.notifications, rt.metrics)
+    broadcaster = Broadcaster(
+        rt.executor, rt.lane, keeper, rt.signer, rt.lease, rt.notifications, rt.metrics, rt.simulator
+    )
     follower = ChainFollower(
         rt.follower_chain,
         rt.reads,

@@ -10,6 +10,8 @@ from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 import aiohttp
+from eth_abi.abi import encode
+from eth_utils.crypto import keccak
 from web3.exceptions import (
     BadResponseFormat,
     ContractLogicError,
@@ -47,6 +49,14 @@ class ChainRevert(RelayerError):
                 info["reason"] = reason[:200]
         self.info: dict[str, Any] = {**info, "function": function}
         super().__init__(**self.info)
+
+    @classmethod
+    def insufficient_balance(cls, payer: str, balance: int, needed: int, function: str) -> ChainRevert:
+        """The revert the token would give when ``payer`` holds ``balance`` (atomic units)
+        and the settlement pulls ``needed``: OpenZeppelin's ``ERC20InsufficientBalance``, as
+        ``eth_estimateGas`` would report it, without asking the node (a predicted revert)."""
+        selector = keccak(text="ERC20InsufficientBalance(address,uint256,uint256)")[:4]
+        return cls(selector + encode(["address", "uint256", "uint256"], [payer, balance, needed]), function)
 
     @property
     def error_name(self) -> str | None:

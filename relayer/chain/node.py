@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 from eth_abi.exceptions import DecodingError
 from eth_typing import BlockNumber, ChecksumAddress, HexStr
 from web3 import AsyncWeb3
+from web3.types import BlockIdentifier
 
 from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainUnavailable, rpc
@@ -78,16 +79,20 @@ class ChainNode:
     async def close(self) -> None:
         await self.w3.provider.disconnect()
 
-    async def call(self, to: str, function: FunctionAbi, *args: Any) -> tuple[Any, ...]:
-        """``eth_call`` of ``function`` on ``to`` at the latest block; its decoded outputs.
+    async def call(
+        self, to: str, function: FunctionAbi, *args: Any, block: int | None = None
+    ) -> tuple[Any, ...]:
+        """``eth_call`` of ``function`` on ``to`` at ``block`` (default: the latest block);
+        its decoded outputs.
 
         Raises:
             ChainRevert: the call reverted (custom error decoded).
             ChainUnavailable: the node failed.
         """
         data = function.encode(*args)
+        at: BlockIdentifier = "latest" if block is None else BlockNumber(block)
         raw = await rpc(
-            self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}), function.name
+            self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}, at), function.name
         )
         if not isinstance(raw, bytes):  # a null result
             raise ChainUnavailable(detail=f"no result for {function.name}")
@@ -95,6 +100,19 @@ class ChainNode:
             return function.decode(raw)
         except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
             raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
+
+    async def head(self) -> int:
+        """The latest block number (``eth_blockNumber``; cached per head and TTL, so within
+        ``read_ttl_s`` of the chain's).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+
+        async def load() -> int:
+            return int(await rpc(self.w3.eth.block_number))
+
+        return await self.cached("head", load)
 
     def observe_head(self, number: int) -> None:
         """A new head was seen: drop every cached read of mutable state."""

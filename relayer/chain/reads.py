@@ -9,7 +9,7 @@ from typing import Any, Final
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert
 from relayer.chain.node import ChainNode
-from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo
+from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
 
 LISTING_PAGE: Final = 200
@@ -22,6 +22,7 @@ _GET_LISTING: Final = codec.function("Marketplace", "getListing")
 _GET_LISTINGS: Final = codec.function("Marketplace", "getListings")
 _NONCES: Final = codec.function("KlimaVcm", "nonces")
 _AUTHORIZATION_STATE: Final = codec.function("UsdcEip3009", "authorizationState")
+_BALANCE_OF: Final = codec.function("UsdcEip3009", "balanceOf")  # ERC-20: the same for kVCM
 
 
 class ChainReads:
@@ -119,6 +120,21 @@ class ChainReads:
         """The kVCM EIP-2612 nonce ``owner`` signs its next permit with (not cached)."""
         (nonce,) = await self.node.call(self.contracts.kvcm, _NONCES, owner)
         return int(nonce)
+
+    async def balance(self, token: str, owner: str) -> TokenBalance:
+        """``owner``'s balance of the ERC-20 ``token`` (atomic units) and the block it was
+        read at (cached per head and owner: one ``eth_call`` per payer per block).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        block = await self.node.head()
+
+        async def load() -> TokenBalance:
+            (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
+            return TokenBalance(int(amount), block)
+
+        return await self.node.cached(f"balance:{token}:{owner}:{block}", load)
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""

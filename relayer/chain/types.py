@@ -103,6 +103,14 @@ class ListingInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenBalance:
+    """An ERC-20 balance in atomic units, as of block ``block_number``."""
+
+    amount: int
+    block_number: int
+
+
+@dataclass(frozen=True, slots=True)
 class BlockHeader:
     """What the follower needs of a block to notice a reorg."""
 

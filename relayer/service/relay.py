@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relayer.chain import calls
+from relayer.chain.errors import ChainRevert
 from relayer.domain.errors import Rejection
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
@@ -20,7 +21,15 @@ from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
 from relayer.service.simulate import Simulator
 from relayer.service.terms import resolve
-from relayer.store.relay_jobs import Job, NewJob, PermitInUse, RelayJobs, SaltReused
+from relayer.store.relay_jobs import (
+    Job,
+    NewJob,
+    PayerBalance,
+    PayerOverdrawn,
+    PermitInUse,
+    RelayJobs,
+    SaltReused,
+)
 
 
 class Relay:
@@ -44,7 +53,9 @@ class Relay:
         Raises:
             Rejection: the prepare-auth codes, invalid_input_token, payment_required,
                 invalid_auth_payload, insufficient_authorized_value, params_mismatch,
-                contract_revert, transaction_reverted, gas_limit_exceeds_cap.
+                contract_revert (also when the payer's balance, less its other jobs in flight,
+                does not cover the signed value: ``ERC20InsufficientBalance``),
+                transaction_reverted, gas_limit_exceeds_cap.
             Unavailable: the chain node or the database failed (nothing was signed).
         """
         try:
@@ -64,7 +75,8 @@ class Relay:
         verified = verify_authorization(request, terms, now)
         if isinstance(verified, Rejection):
             raise verified
-        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total)
+        balance = await self._affordable(verified)
+        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance)
         if owned:
             await self.simulator.simulate(job)
         return await self.outcomes.wait(job.id)
@@ -86,10 +98,30 @@ class Relay:
         await self.simulator.resume(existing)  # an orphan of a process that died mid-check
         return existing
 
+    async def _affordable(self, verified: VerifiedAuthorization) -> PayerBalance:
+        """The payer's token balance at the latest block (one ``eth_call``, cached per block
+        and payer), checked against the signed value before anything is recorded: a payer
+        that cannot pay (a throwaway key, say) costs no row and no simulation.
+
+        Raises:
+            ChainRevert: ``contract_revert`` with the token's ``ERC20InsufficientBalance``,
+                as the simulation would have reverted.
+            Unavailable: the chain node failed.
+        """
+        read = await self.catalog.chain.balance(verified.retirement.input_token, verified.payer)
+        if read.amount < verified.value:
+            raise _overdrawn(verified, read.amount)
+        return PayerBalance(read.amount, read.block_number)
+
     async def _reserve(
-        self, verified: VerifiedAuthorization, summary: Mapping[str, Any], quote_total: int
+        self,
+        verified: VerifiedAuthorization,
+        summary: Mapping[str, Any],
+        quote_total: int,
+        balance: PayerBalance,
     ) -> tuple[Job, bool]:
-        """Record the job and spend the salt; (job, whether this caller drives it)."""
+        """Record the job and spend the salt, within what the payer's balance covers beside
+        its other jobs in flight; (job, whether this caller drives it)."""
         new = NewJob(
             chain_id=self.chain_id,
             auth_key=verified.bound_nonce,
@@ -108,7 +140,9 @@ class Relay:
             quote_total=quote_total,
         )
         try:
-            job, owned = await self.jobs.reserve(new)
+            job, owned = await self.jobs.reserve(new, balance)
+        except PayerOverdrawn as exc:
+            raise _overdrawn(verified, max(0, exc.balance - exc.reserved)) from None
         except PermitInUse:
             raise Rejection(
                 "params_mismatch",
@@ -137,6 +171,18 @@ def _call_data(v: VerifiedAuthorization) -> bytes:
             v.retirement, v.salt, v.payer, v.value, v.valid_after, v.valid_before, v.signature
         )
     return calls.retire_with_permit(v.retirement, v.salt, v.payer, v.value, v.valid_before, v.signature)
+
+
+def _overdrawn(v: VerifiedAuthorization, available: int) -> ChainRevert:
+    """The refusal of an authorization the payer cannot pay: what is ``available`` to it
+    (atomic units) against the signed value, as the token would revert."""
+    function = "retireWithAuthorization" if v.scheme == "eip3009" else "retireWithPermit"
+    refusal = ChainRevert.insufficient_balance(v.payer, available, v.value, function)
+    refusal.message = (
+        "the payer's balance, less what its authorizations in flight may still take, does not cover "
+        "this authorization; nothing was broadcast"
+    )
+    return refusal
 
 
 def _received_nonce(v: VerifiedAuthorization) -> str:

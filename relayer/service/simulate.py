@@ -7,10 +7,12 @@ gas_estimate_unavailable, insufficient_authorized_value."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
+from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.domain.errors import RelayerError, Unavailable
 from relayer.domain.states import JobState
@@ -72,6 +74,36 @@ class Simulator:
         )
         if moved is not None:
             self._wake_broadcaster()
+
+    async def recheck(self, batch: Sequence[Job]) -> list[int]:
+        """Simulate a signing batch again, at the latest block, just before it is signed:
+        what changed since acceptance (the payer moved its funds away, cancelled the
+        authorization, a listing sold out) is refused now, before the executor pays for a
+        revert. Returns the ids of the jobs still good; the others are moved to rejected
+        with the revert (``contract_revert``: nothing was signed, the identical request may
+        be retried). One ``eth_estimateGas`` per job, concurrently.
+
+        Raises:
+            Unavailable: the chain node or the database failed (nothing was rejected for it).
+        """
+        outcomes = await asyncio.gather(*(self._still_good(job) for job in batch), return_exceptions=True)
+        good: list[int] = []
+        for job, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, ChainRevert):
+                log.warning(
+                    "refused before signing: the settlement would revert now",
+                    extra={"job_id": job.id, "error_name": outcome.error_name},
+                )
+                await self.jobs.move(job.id, JobState.REJECTED, error=outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                good.append(job.id)
+        return good
+
+    async def _still_good(self, job: Job) -> None:
+        function = "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"
+        await self.executor.estimate_gas(self.executor_address, job.settlement, job.call_data, function)
 
     async def resume(self, job: Job) -> None:
         """Simulate ``job`` if it is an orphan (in ``accepted`` for :data:`ORPHAN_AFTER_S`),

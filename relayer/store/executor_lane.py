@@ -41,10 +41,15 @@ REJECT_EXPIRING: Final = """
 UPDATE relay_jobs SET state = 'rejected', error = $3::jsonb, updated_at = now()
 WHERE chain_id = $1 AND state = 'simulated' AND auth_expires_at <= extract(epoch FROM now())::bigint + $2
 """
-# Claim up to $2 simulated jobs, oldest first, skipping those another worker holds.
+# Claim up to $2 simulated jobs among the ids $3, oldest first, skipping those another
+# worker holds.
 CLAIM_SIMULATED: Final = """
-SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated'
+SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+"""
+# Up to $2 simulated jobs, oldest first (a look, no lock: the next signing batch).
+NEXT_SIMULATED: Final = """
+SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' ORDER BY id LIMIT $2
 """
 # Allocate the lane's next nonce; returns it (NULL when the lane was never reconciled).
 NEXT_NONCE: Final = """
@@ -219,20 +224,25 @@ class ExecutorLane:
         """Whether the lease of ``executor`` is still at ``epoch`` (this process's)."""
         return bool(await self.db.fetchval(CURRENT_EPOCH, self.chain_id, executor) == epoch)
 
+    async def next_simulated(self, limit: int) -> list[Job]:
+        """Up to ``limit`` simulated jobs, oldest first: the next signing batch, to be
+        checked again before :meth:`sign_simulated` claims it (no lock taken)."""
+        return [Job.from_row(r) for r in await self.db.fetch(NEXT_SIMULATED, self.chain_id, limit)]
+
     async def sign_simulated(
         self,
         executor: str,
         epoch: int,
-        limit: int,
+        job_ids: Sequence[int],
         sign: Callable[[Job, int], SignedTx],
         expiry_margin_s: int,
         expired: RelayerError,
     ) -> list[SignedTx]:
-        """Claim simulated jobs, allocate executor nonces, sign, and commit the raw
-        transactions with the jobs moved to ``signed``, all in one database transaction,
-        before anything is broadcast, and only while the lease is still at ``epoch``. Jobs
-        whose authorization expires within ``expiry_margin_s`` seconds are rejected
-        instead, with ``expired`` as their error.
+        """Claim the simulated jobs among ``job_ids``, allocate executor nonces, sign, and
+        commit the raw transactions with the jobs moved to ``signed``, all in one database
+        transaction, before anything is broadcast, and only while the lease is still at
+        ``epoch``. Jobs whose authorization expires within ``expiry_margin_s`` seconds are
+        rejected instead, with ``expired`` as their error.
 
         Raises:
             LeaseLost: another process took the lease; nothing was signed.
@@ -242,7 +252,9 @@ class ExecutorLane:
         async with self.db.transaction() as conn:
             await self._fence(conn, executor, epoch)
             await conn.execute(REJECT_EXPIRING, self.chain_id, expiry_margin_s, json.dumps(expired.record()))
-            for row in await conn.fetch(CLAIM_SIMULATED, self.chain_id, limit):
+            if not job_ids:
+                return signed
+            for row in await conn.fetch(CLAIM_SIMULATED, self.chain_id, len(job_ids), list(job_ids)):
                 job = Job.from_row(row)
                 nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
                 if nonce is None:

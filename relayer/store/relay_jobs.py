@@ -62,6 +62,20 @@ SELECT j.* FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id WHERE s.chain
 """
 # The job of an authorization key.
 JOB_BY_AUTH_KEY: Final = "SELECT * FROM relay_jobs WHERE chain_id = $1 AND auth_key = $2"
+# Serialise the reservations of one payer's token until the transaction ends ($1 chain id,
+# $2 payer, $3 token).
+LOCK_PAYER: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('payer:' || $1::integer || ':' || $2 || ':' || $3, 0))
+"""
+# What the payer's other jobs may still take from its token balance as read at block $4:
+# the value of every job not yet mined that may still be, and of every job mined after that
+# block (the balance does not show it spent yet). $5 is the new job's own authorization key.
+RESERVED_BY_PAYER: Final = """
+SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND auth_key <> $5
+  AND (state IN ('accepted', 'simulated', 'signed', 'submitted')
+       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
+"""
 # One job by id.
 JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
 # Take up a job rejected before anything was signed, for the identical request only.
@@ -238,6 +252,26 @@ class SaltReused(RelayerError):
 # -- repository -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class PayerBalance:
+    """The payer's balance of the job's token (atomic units) as of ``block_number``."""
+
+    amount: int
+    block_number: int
+
+
+class PayerOverdrawn(RelayerError):
+    """The payer's balance, less what its other jobs in flight may still take, does not
+    cover this authorization's value (atomic units)."""
+
+    default_code = "contract_revert"
+
+    def __init__(self, balance: int, reserved: int) -> None:
+        super().__init__(message="the payer's balance does not cover this authorization")
+        self.balance = balance
+        self.reserved = reserved
+
+
 class RelayJobs:
     """Repository of relay jobs and spent salts (one round trip per state change).
 
@@ -247,8 +281,12 @@ class RelayJobs:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def reserve(self, new: NewJob) -> tuple[Job, bool]:
+    async def reserve(self, new: NewJob, balance: PayerBalance | None = None) -> tuple[Job, bool]:
         """Record the job and spend its salt, or find the job the identical request made.
+        With ``balance``, the payer's reservations of its token are serialised and the job
+        is recorded only if that balance, less what the payer's other jobs may still take
+        (see :data:`RESERVED_BY_PAYER`), covers its value: concurrent authorizations of one
+        payer never promise the executor more than the payer holds.
 
         Returns:
             (job, owned): ``owned`` is True when this caller must drive the job (it was
@@ -257,9 +295,12 @@ class RelayJobs:
         Raises:
             SaltReused: the salt belongs to a different authorization.
             PermitInUse: another live job holds the same permit nonce.
+            PayerOverdrawn: the balance does not cover it (nothing was recorded).
         """
         try:
             async with self.db.transaction() as conn:
+                if balance is not None:
+                    await self._check_balance(conn, new, balance)
                 row = await conn.fetchrow(INSERT_JOB, *_job_args(new))
                 if row is not None:
                     if await conn.fetchval(INSERT_SALT, new.chain_id, new.salt, row["id"]) is None:
@@ -275,6 +316,22 @@ class RelayJobs:
             if exc.constraint_name == "relay_jobs_live_permit":
                 raise PermitInUse() from None
             raise
+
+    @staticmethod
+    async def _check_balance(conn: Any, new: NewJob, balance: PayerBalance) -> None:
+        await conn.execute(LOCK_PAYER, new.chain_id, new.payer, new.input_token)
+        reserved = int(
+            await conn.fetchval(
+                RESERVED_BY_PAYER,
+                new.chain_id,
+                new.payer,
+                new.input_token,
+                balance.block_number,
+                new.auth_key,
+            )
+        )
+        if reserved + new.auth_value > balance.amount:
+            raise PayerOverdrawn(balance.amount, reserved)
 
     async def find_by_salt(self, chain_id: int, salt: bytes) -> Job | None:
         """The job that spent ``salt``, if any."""

@@ -1,5 +1,6 @@
 """The broadcaster: holds the executor lease, allocates nonces from the lane in Postgres,
-signs claimed jobs (raw bytes committed before broadcast) and sends them; its lane keeper
+simulates each signing batch again (what reverts now is refused, never signed), signs the
+rest (raw bytes committed before broadcast) and sends them; its lane keeper
 re-sends, replaces with bumped fees and fills nonces (:mod:`relayer.workers.lane_keeper`).
 After taking the lease it re-sends the same bytes of every live transaction. A job only ever
 gets a second transaction as a same-nonce replacement with the same call, or a no-op."""
@@ -16,6 +17,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection, Unavailable
 from relayer.metrics import Metrics
+from relayer.service.simulate import Simulator
 from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
@@ -44,8 +46,10 @@ class Broadcaster:
         lease: ExecutorLease,
         notifications: JobNotifications,
         metrics: Metrics,
+        simulator: Simulator,
     ) -> None:
         self.chain = chain
+        self.simulator = simulator
         self.lane = lane
         self.keeper = keeper
         self.signer = signer
@@ -84,8 +88,10 @@ class Broadcaster:
             LeaseLost: another process took the key (nothing more is signed or sent).
         """
         epoch = self._epoch()
+        batch = await self.lane.next_simulated(BATCH)
+        good = await self.simulator.recheck(batch) if batch else []
         signed = await self.lane.sign_simulated(
-            self.signer.address, epoch, BATCH, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
+            self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
         )
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()

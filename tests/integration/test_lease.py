@@ -41,7 +41,7 @@ async def test_a_holder_whose_session_dropped_cannot_sign_after_a_takeover(daemo
 
         with pytest.raises(LeaseLost):
             await lane.sign_simulated(
-                "0xexecutor", stale_epoch, 10, must_not_sign, 20, Rejection("internal_error")
+                "0xexecutor", stale_epoch, [1], must_not_sign, 20, Rejection("internal_error")
             )
         assert not await lane.holds("0xexecutor", stale_epoch)
         assert await lane.holds("0xexecutor", second.epoch)

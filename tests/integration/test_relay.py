@@ -474,7 +474,7 @@ async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> 
         "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES (99, '0xexecutor', 1, 'test')"
     )
     expired = Rejection("invalid_auth_payload")
-    assert await lane.sign_simulated("0xexecutor", 1, 10, must_not_sign, 20, expired) == []
+    assert await lane.sign_simulated("0xexecutor", 1, [job.id], must_not_sign, 20, expired) == []
     rejected = await jobs.get(job.id)
     assert rejected is not None and rejected.state is JobState.REJECTED and rejected.tx_hash is None
 

@@ -1,0 +1,191 @@
+"""A hostile payer cannot make the executor pay (issue 7): concurrent authorizations beyond the
+payer's balance, funds moved away after acceptance, and throwaway keys with no funds are all
+refused before anything is signed, and cost no executor gas. Counts printed (-s)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from eth_account import Account
+from web3 import Web3
+
+from relayer.chain.abi import abi
+from relayer.domain.states import JobState
+from tests.conftest import Daemon
+from tests.integration.test_relay import challenge, signed_request
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _as_deployer(chain: dict[str, Any], contract: str, name: str, *args: Any) -> None:
+    """Call ``contract.name(*args)`` as the protocol owner and wait for success (test-side)."""
+    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
+    owner = Account.from_key(chain["deployer"]["privateKey"])
+    key = {"UsdcEip3009": "usdc", "KlimaVcm": "kvcm"}[contract]
+    handle = w3.eth.contract(address=chain["contracts"][key], abi=abi(contract))
+    tx = getattr(handle.functions, name)(*args).build_transaction(
+        {
+            "from": owner.address,
+            "nonce": w3.eth.get_transaction_count(owner.address),
+            "chainId": chain["chainId"],
+        }
+    )
+    receipt = w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction), timeout=30
+    )
+    assert receipt["status"] == 1
+
+
+def _move_away(chain: dict[str, Any], payer: dict[str, str], value: int) -> None:
+    """The payer empties its balance with a gasless EIP-3009 transfer that someone else
+    (here the deployer) submits: what a griefer would do after its request was accepted."""
+    nonce = os.urandom(32)
+    typed = {
+        "domain": {
+            "name": "USDC",
+            "version": "2",
+            "chainId": chain["chainId"],
+            "verifyingContract": chain["contracts"]["usdc"],
+        },
+        "types": {
+            "TransferWithAuthorization": [
+                {"name": "from", "type": "address"},
+                {"name": "to", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "validAfter", "type": "uint256"},
+                {"name": "validBefore", "type": "uint256"},
+                {"name": "nonce", "type": "bytes32"},
+            ]
+        },
+        "primaryType": "TransferWithAuthorization",
+        "message": {
+            "from": payer["address"],
+            "to": chain["deployer"]["address"],
+            "value": value,
+            "validAfter": 0,
+            "validBefore": 2**48,
+            "nonce": nonce,
+        },
+    }
+    sig = Account.sign_typed_data(payer["privateKey"], full_message=typed)
+    _as_deployer(
+        chain,
+        "UsdcEip3009",
+        "transferWithAuthorization",
+        payer["address"],
+        chain["deployer"]["address"],
+        value,
+        0,
+        2**48,
+        nonce,
+        sig.v,
+        sig.r.to_bytes(32, "big"),
+        sig.s.to_bytes(32, "big"),
+    )
+
+
+def _fresh_payer() -> dict[str, str]:
+    account = Account.create()
+    return {"address": account.address, "privateKey": "0x" + bytes(account.key).hex()}
+
+
+async def _signed_by(d: Daemon, payer: dict[str, str], count: int) -> list[dict[str, Any]]:
+    """``count`` distinct signed retirements (0.01 t of class RE in USDC) by ``payer``."""
+    bodies = []
+    for _ in range(count):
+        ch = await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
+        bodies.append(signed_request(ch, payer["privateKey"]))
+    return bodies
+
+
+async def _jobs_of(d: Daemon, payer: str) -> list[Any]:
+    return await d.runtime.db.fetch("SELECT state FROM relay_jobs WHERE payer = $1", payer)
+
+
+async def _reverted_on_chain(d: Daemon, payer: str) -> int:
+    """Executor transactions of ``payer``'s jobs that were mined and reverted."""
+    value = await d.runtime.db.fetchval(
+        "SELECT count(*) FROM relay_jobs WHERE payer = $1 AND state = 'reverted'", payer
+    )
+    return int(value)
+
+
+def _refused_for_balance(status: int, body: dict[str, Any]) -> bool:
+    return (
+        status == 422
+        and body.get("error") == "contract_revert"
+        and body["decoded"]["errorName"] == "ERC20InsufficientBalance"
+    )
+
+
+async def test_a_payer_who_can_afford_one_of_ten_concurrent_authorizations_gets_one(daemon: Daemon) -> None:
+    payer = _fresh_payer()
+    bodies = await _signed_by(daemon, payer, 10)
+    value = int(bodies[0]["authPayload"]["value"])
+    assert all(int(b["authPayload"]["value"]) == value for b in bodies)
+    _as_deployer(daemon.chain, "UsdcEip3009", "mint", payer["address"], value + value // 2)  # 1.5 of them
+    executor = daemon.chain["executor"]["address"]
+    nonce_before = await daemon.runtime.executor.pending_nonce(executor)
+
+    answers = await asyncio.gather(*(daemon.post(b) for b in bodies))
+
+    settled = [r for s, r in answers if (s, r.get("status")) == (200, "settled")]
+    refused = [(s, r) for s, r in answers if _refused_for_balance(s, r)]
+    assert (len(settled), len(refused)) == (1, 9), answers
+    assert all(r["decoded"]["args"]["needed"] == str(value) for _, r in refused)
+    # Nothing of the nine was recorded, simulated or signed; the executor sent one transaction.
+    assert [r["state"] for r in await _jobs_of(daemon, payer["address"])] == [JobState.INDEXED.value]
+    assert await daemon.runtime.executor.pending_nonce(executor) == nonce_before + 1
+    assert await _reverted_on_chain(daemon, payer["address"]) == 0
+    print("\n1 of 10 affordable: settled 1, refused 9 before signing (contract_revert), executor reverts 0")
+
+
+async def test_throwaway_keys_with_no_funds_cost_no_row_and_no_executor_gas(daemon: Daemon) -> None:
+    payers = [_fresh_payer() for _ in range(300)]
+    bodies = [(await _signed_by(daemon, p, 1))[0] for p in payers]
+    executor = daemon.chain["executor"]["address"]
+    nonce_before = await daemon.runtime.executor.pending_nonce(executor)
+    rows_before = await daemon.runtime.db.fetchval("SELECT count(*) FROM relay_jobs")
+
+    answers = []
+    for start in range(0, len(bodies), 50):
+        answers += await asyncio.gather(*(daemon.post(b) for b in bodies[start : start + 50]))
+
+    assert all(_refused_for_balance(s, r) for s, r in answers), [a for a in answers if a[0] != 422][:3]
+    assert all(r["decoded"]["args"]["balance"] == "0" for _, r in answers)
+    assert await daemon.runtime.db.fetchval("SELECT count(*) FROM relay_jobs") == rows_before
+    assert await daemon.runtime.executor.pending_nonce(executor) == nonce_before
+    print(f"\n{len(payers)} throwaway keys: refused {len(answers)} (contract_revert), rows 0, executor gas 0")
+
+
+async def test_funds_moved_away_after_acceptance_are_refused_before_signing(daemon: Daemon) -> None:
+    """The re-simulation of the signing batch: a job simulated while the payer could pay, whose
+    payer then emptied its balance, is refused before it is signed."""
+    payer = _fresh_payer()
+    [body] = await _signed_by(daemon, payer, 1)
+    value = int(body["authPayload"]["value"])
+    _as_deployer(daemon.chain, "UsdcEip3009", "mint", payer["address"], value)
+    executor = daemon.chain["executor"]["address"]
+    nonce_before = await daemon.runtime.executor.pending_nonce(executor)
+    rt = daemon.runtime
+    # Between simulation and signing: the batch is re-simulated after the funds are gone.
+    real_next = rt.lane.next_simulated
+
+    async def funds_gone_before_signing(limit: int) -> list[Any]:
+        batch = await real_next(limit)
+        if any(j.payer == payer["address"] for j in batch):
+            _move_away(daemon.chain, payer, value)
+        return batch
+
+    rt.lane.next_simulated = funds_gone_before_signing  # type: ignore[method-assign]
+    try:
+        status, answer = await daemon.post(body)
+    finally:
+        rt.lane.next_simulated = real_next  # type: ignore[method-assign]
+    assert _refused_for_balance(status, answer), answer
+    assert [r["state"] for r in await _jobs_of(daemon, payer["address"])] == [JobState.REJECTED.value]
+    assert await daemon.runtime.executor.pending_nonce(executor) == nonce_before
+    print("\nfunds moved away after acceptance: refused before signing, executor gas 0")
