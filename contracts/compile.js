@@ -12,7 +12,7 @@ const SRC = path.join(__dirname, "src");
 const OUT = path.join(ROOT, "contracts_abi");
 const DEPLOYABLE = [
   "UsdcEip3009", "KlimaVcm", "CarbonCredits", "CarbonClasses",
-  "UsdcKvcmPool", "Marketplace", "RetirementSettlement",
+  "UsdcKvcmPool", "Marketplace", "RetirementSettlement", "GasPriceOracleDev", "EthUsdFeedDev",
 ];
 
 function findImports(importPath) {

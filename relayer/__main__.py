@@ -96,5 +96,21 @@ def all_cmd() -> None:
     _daemon(workers=True, http=True)
 
 
+@main.command()
+def ledger() -> None:
+    """The executor's solvency ledger as JSON: wei paid for mined transactions against what
+    their gas allowances were worth. Needs RELAYER_DATABASE_URL (and RELAYER_CHAIN_ID)."""
+    import json
+
+    from relayer.app import ledger_summary
+
+    settings = _settings("database_url")
+    try:
+        summary = asyncio.run(ledger_summary(settings))
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo(json.dumps(summary, indent=2))
+
+
 if __name__ == "__main__":
     main()

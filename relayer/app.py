@@ -12,7 +12,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -195,7 +195,7 @@ def _wire(
     simulator = Simulator(
         executor, gas, jobs, signer.address, node.contracts.usdc, notifications.any_change.set
     )
-    relay = Relay(catalog, prepare, simulator, jobs, outcomes)
+    relay = Relay(catalog, prepare, simulator, jobs, outcomes, settings.min_executor_balance_wei)
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -245,7 +245,7 @@ def start_workers(rt: Runtime) -> None:
     )
     rt.tasks.append(asyncio.create_task(_supervised("broadcaster", broadcaster.run, rt), name="broadcaster"))
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
-    sweeper = Sweeper(rt.simulator)
+    sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
 
 
@@ -318,3 +318,39 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
                 loop.add_signal_handler(sig, stopping.set)
         await stopping.wait()
         log.info("stopping: finishing in-flight work")
+
+
+async def ledger_summary(settings: Settings) -> dict[str, Any]:
+    """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
+    (relay, noop) and outcome, mined transactions, wei paid, wei the successful relays'
+    allowances were worth, and how many paid more than they received; plus the totals.
+
+    Raises:
+        StoreUnavailable: the database failed.
+        ConfigError: the database refused the DSN.
+    """
+    assert settings.database_url is not None
+    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    try:
+        rows = await ExecutorLane(db, settings.chain_id).ledger()
+    finally:
+        await db.close()
+    paid = sum(r.paid_wei for r in rows)
+    received = sum(r.received_wei for r in rows)
+    return {
+        "chainId": settings.chain_id,
+        "rows": [
+            {
+                "kind": r.kind,
+                "outcome": "success" if r.succeeded else "reverted",
+                "transactions": r.transactions,
+                "paidWei": str(r.paid_wei),
+                "receivedWei": str(r.received_wei),
+                "atALoss": r.at_a_loss,
+            }
+            for r in rows
+        ],
+        "paidWei": str(paid),
+        "receivedWei": str(received),
+        "netWei": str(received - paid),
+    }

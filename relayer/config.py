@@ -95,6 +95,16 @@ class Settings(BaseSettings):
     listing_auth_lifetime_s: int = Field(default=300, gt=0, description="Authorization lifetime, listing.")
     class_slippage_bps: int = Field(default=400, ge=0, description="Suggested max input headroom.")
     settle_wait_s: float = Field(default=45.0, gt=0, description="How long actions/retire waits.")
+    rejected_retention_s: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        description="How long a job rejected before signing (and its salt) is kept, seconds.",
+    )
+    min_executor_balance_wei: int = Field(
+        default=10**15,
+        ge=0,
+        description="Below this executor ETH balance (wei) new work is refused with payment_unavailable.",
+    )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
     resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")

@@ -97,6 +97,18 @@ class Metrics:
             "Reorgs the follower undid (back to the common ancestor).",
             registry=self.registry,
         )
+        self.gas_paid_wei = Counter(
+            "relayer_executor_gas_paid_wei_total",
+            "What mined executor transactions cost (gas used times effective gas price plus the "
+            "L1 data fee), wei, by kind (relay, noop) and outcome (success, reverted).",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.allowance_received_wei = Counter(
+            "relayer_executor_allowance_received_wei_total",
+            "What the gas allowances of successful relays were worth when priced, wei.",
+            registry=self.registry,
+        )
         self.noop_cost_wei = Counter(
             "relayer_executor_noop_cost_wei_total",
             "What mined no-ops cost the executor (gas used times effective gas price), wei.",

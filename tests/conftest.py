@@ -18,7 +18,9 @@ from aiohttp import web
 
 from relayer.app import Runtime, make_web_app, open_runtime
 from relayer.config import Settings
+from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import migrate
+from relayer.store.pool import Database
 from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
 
@@ -77,6 +79,7 @@ class Daemon:
     chain: dict[str, Any]
     session: aiohttp.ClientSession
     expected_internal_errors: int = 0
+    expected_reverts: int = 0
 
     def internal_errors(self) -> int:
         """``internal_error`` responses this daemon gave so far."""
@@ -119,3 +122,28 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
     # The only way to a 500 is an unexpected exception: the suite must have produced none
     # beyond those its tests provoke on purpose.
     assert daemon.internal_errors() == daemon.expected_internal_errors, "the suite produced a 500"
+    await assert_solvent(daemon, "session daemon")
+
+
+async def assert_solvent(daemon: Daemon, name: str) -> None:
+    """The solvency ledger of a daemon's chain (issue 7): every successful relay paid at most
+    what its signed gas allowance was worth, and no relay reverted beyond those a test
+    provokes on purpose (``expected_reverts``). Printed with -s."""
+    db = await Database.connect(daemon.runtime.dsn, 1, 1)
+    try:
+        rows = await ExecutorLane(db, daemon.runtime.settings.chain_id).ledger()
+    finally:
+        await db.close()
+    by = {(r.kind, r.succeeded): r for r in rows}
+    ok = by.get(("relay", True))
+    reverted = by.get(("relay", False))
+    assert ok is None or ok.at_a_loss == 0, f"{ok.at_a_loss} relays paid more than their allowance"
+    assert (reverted.transactions if reverted else 0) == daemon.expected_reverts, reverted
+    print(
+        f"\nledger of the {name}: "
+        + "; ".join(
+            f"{r.kind} {'ok' if r.succeeded else 'reverted'}: {r.transactions} txs, paid {r.paid_wei} wei, "
+            f"received {r.received_wei} wei, at a loss {r.at_a_loss}"
+            for r in rows
+        )
+    )

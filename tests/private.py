@@ -19,7 +19,7 @@ from relayer.config import Settings
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
-from tests.conftest import PROJECTS, Daemon, free_port
+from tests.conftest import PROJECTS, Daemon, assert_solvent, free_port
 
 
 class Anvil:
@@ -97,9 +97,11 @@ async def serving(settings: Settings, info: dict[str, Any], *, workers: bool = T
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=90)) as session:
                 base = settings.public_base_url
-                yield Daemon(base, f"{base}/api", rt, info, session)
+                daemon = Daemon(base, f"{base}/api", rt, info, session)
+                yield daemon
         finally:
             await runner.cleanup()
+        await assert_solvent(daemon, f"daemon on port {settings.http_port}")
 
 
 @contextlib.asynccontextmanager

@@ -65,6 +65,7 @@ class FollowerChain:
                 status=int(r["status"]),
                 gas_used=int(r["gasUsed"]),
                 effective_gas_price=int(r.get("effectiveGasPrice", 0)),
+                l1_fee=_quantity(r.get("l1Fee")),
             )
             for r in receipts
         ]
@@ -99,3 +100,14 @@ def _settled(entry: Any) -> SettledLog:
         authorization_nonce=bytes(nonce),
         retirement=calls.retirement_from_tuple(retirement),
     )
+
+
+def _quantity(value: object) -> int:
+    """A receipt field web3 may leave unformatted (an OP-stack extra such as ``l1Fee``): an
+    int, a hex quantity, or absent (0)."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    text = value.hex() if isinstance(value, bytes) else str(value)
+    return int(text, 16) if text.startswith("0x") else int(text or "0", 16)

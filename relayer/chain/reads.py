@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from relayer.chain import codec
-from relayer.chain.errors import ChainRevert
-from relayer.chain.node import ChainNode
+from relayer.chain.errors import ChainRevert, rpc
+from relayer.chain.node import ChainNode, address
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
 
@@ -135,6 +135,18 @@ class ChainReads:
             return TokenBalance(int(amount), block)
 
         return await self.node.cached(f"balance:{token}:{owner}:{block}", load)
+
+    async def eth_balance(self, account: str) -> int:
+        """``account``'s ETH balance in wei at the latest block (cached per head).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+
+        async def load() -> int:
+            return int(await rpc(self.node.w3.eth.get_balance(address(account))))
+
+        return await self.node.cached(f"eth:{account}", load)
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""

@@ -122,7 +122,8 @@ class BlockHeader:
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """A transaction receipt: ``status`` 1 success, 0 reverted; what it paid is
-    ``gas_used * effective_gas_price`` (wei)."""
+    ``gas_used * effective_gas_price + l1_fee`` (wei; ``l1_fee`` is the L1 data fee an
+    OP-stack chain such as Base reports in its receipts, 0 elsewhere)."""
 
     tx_hash: bytes
     block_number: int
@@ -130,6 +131,11 @@ class Receipt:
     status: int
     gas_used: int
     effective_gas_price: int
+    l1_fee: int = 0
+
+    @property
+    def paid_wei(self) -> int:
+        return self.gas_used * self.effective_gas_price + self.l1_fee
 
 
 @dataclass(frozen=True, slots=True)

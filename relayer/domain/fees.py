@@ -142,8 +142,15 @@ def max_fee_covered(
     more gas than the signed allowance covers (converted at the configured ETH price and,
     for kVCM, the pool's spot price, both rounded against the executor).
     """
+    return allowance_in_wei(allowance, eth_price_usdc, pays_usdc, reserves) // gas_limit
+
+
+def allowance_in_wei(allowance: int, eth_price_usdc: int, pays_usdc: bool, reserves: PoolReserves) -> int:
+    """What a signed gas allowance (input-token atomic units) is worth in wei: kVCM through
+    the pool's spot price, then USDC at ``eth_price_usdc`` (the USDC atomic price of one
+    ETH); each step rounded down, against the executor. The solvency ledger's "received"."""
     usdc = allowance if pays_usdc else (allowance * reserves.usdc) // reserves.kvcm
-    return (usdc * WEI_PER_ETH) // (gas_limit * eth_price_usdc)
+    return (usdc * WEI_PER_ETH) // eth_price_usdc
 
 
 REPLACEMENT_BUMP_BPS: Final = 1_000

@@ -32,6 +32,7 @@ class GasPlan:
     gas_limit: int
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
+    allowance_wei: int  # what the signed allowance is worth, wei (rounded down)
 
 
 class GasPricer:
@@ -105,11 +106,9 @@ class GasPricer:
                 requiredGasAllowance=str(needed),
                 gasAllowance=str(allowance),
             )
-        covered = fees.max_fee_covered(
-            allowance, gas_limit, self.settings.eth_price_usdc, pays_usdc, reserves
-        )
-        max_fee = min(price.max_fee_per_gas, covered)
-        return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee))
+        worth = fees.allowance_in_wei(allowance, self.settings.eth_price_usdc, pays_usdc, reserves)
+        max_fee = min(price.max_fee_per_gas, worth // gas_limit)
+        return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee), worth)
 
     async def ceiling(self, allowance: int, gas_limit: int, pays_usdc: bool) -> int:
         """The highest max fee per gas (wei) at which ``gas_limit`` gas stays within the

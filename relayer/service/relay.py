@@ -7,6 +7,7 @@ price the transaction is sent with."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,13 +32,22 @@ from relayer.store.relay_jobs import (
     SaltReused,
 )
 
+log = logging.getLogger(__name__)
+
 
 class Relay:
     """actions/retire."""
 
     def __init__(
-        self, catalog: Catalog, prepare: Prepare, simulator: Simulator, jobs: RelayJobs, outcomes: Outcomes
+        self,
+        catalog: Catalog,
+        prepare: Prepare,
+        simulator: Simulator,
+        jobs: RelayJobs,
+        outcomes: Outcomes,
+        min_executor_balance_wei: int = 0,
     ) -> None:
+        self.min_executor_balance_wei = min_executor_balance_wei
         self.catalog = catalog
         self.prepare = prepare
         self.simulator = simulator
@@ -56,6 +66,8 @@ class Relay:
                 contract_revert (also when the payer's balance, less its other jobs in flight,
                 does not cover the signed value: ``ERC20InsufficientBalance``),
                 transaction_reverted, gas_limit_exceeds_cap.
+            Rejection: payment_unavailable when the executor's ETH balance is below
+                ``min_executor_balance_wei``.
             Unavailable: the chain node or the database failed (nothing was signed).
         """
         try:
@@ -70,6 +82,7 @@ class Relay:
         existing = await self._identical(request)
         if existing is not None:
             return await self.outcomes.wait(existing.id)
+        await self._executor_funded()
         resolved = await resolve(self.catalog, request, now)
         terms = resolved.terms(self.chain_id, self.settlement, int(request.gasAllowance or 0))
         verified = verify_authorization(request, terms, now)
@@ -97,6 +110,26 @@ class Relay:
             )
         await self.simulator.resume(existing)  # an orphan of a process that died mid-check
         return existing
+
+    async def _executor_funded(self) -> None:
+        """Refuse new work while the executor's ETH balance is below its configured floor,
+        rather than accept jobs it could strand (the identical request of a job already
+        taken is still answered).
+
+        Raises:
+            Rejection: ``payment_unavailable`` (503, retryable).
+            Unavailable: the chain node failed.
+        """
+        if not self.min_executor_balance_wei:
+            return
+        balance = await self.catalog.chain.eth_balance(self.simulator.executor_address)
+        if balance < self.min_executor_balance_wei:
+            log.warning("executor balance below its floor: new work refused", extra={"balance_wei": balance})
+            raise Rejection(
+                "payment_unavailable",
+                "the executor's balance is below its operating floor; no new work is taken until the "
+                "operator tops it up. Retry later.",
+            )
 
     async def _affordable(self, verified: VerifiedAuthorization) -> PayerBalance:
         """The payer's token balance at the latest block (one ``eth_call``, cached per block

@@ -71,6 +71,7 @@ class Simulator:
             gas_limit=plan.gas_limit,
             max_fee_per_gas=plan.max_fee_per_gas,
             max_priority_fee_per_gas=plan.max_priority_fee_per_gas,
+            allowance_wei=plan.allowance_wei,
         )
         if moved is not None:
             self._wake_broadcaster()

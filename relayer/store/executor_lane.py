@@ -116,7 +116,36 @@ WHERE id = $1 AND state IN ('signed', 'submitted')
 RETURNING id
 """
 # Transaction $1 was mined in block $2.
-MARK_MINED: Final = "UPDATE relay_transactions SET mined_block = $2 WHERE tx_hash = $1"
+MARK_MINED: Final = """
+UPDATE relay_transactions SET mined_block = $2, gas_used = $3, paid_wei = $4, succeeded = $5
+WHERE tx_hash = $1
+"""
+# The solvency ledger of chain $1: per kind and outcome, mined transactions, what the executor
+# paid for them and what the allowances of the successful relays were worth (wei).
+LEDGER: Final = """
+SELECT t.kind, t.succeeded, count(*) AS transactions, coalesce(sum(t.paid_wei), 0) AS paid_wei,
+       coalesce(sum(CASE WHEN t.kind = 'relay' AND t.succeeded THEN j.allowance_wei ELSE 0 END), 0)
+           AS received_wei,
+       count(*) FILTER (WHERE t.paid_wei > CASE WHEN t.kind = 'relay' AND t.succeeded
+                                                THEN coalesce(j.allowance_wei, 0) ELSE 0 END) AS at_a_loss
+FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
+WHERE t.chain_id = $1 AND t.mined_block IS NOT NULL
+GROUP BY t.kind, t.succeeded ORDER BY t.kind, t.succeeded
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """Mined transactions of one kind (relay, noop) and outcome: what the executor paid
+    (wei), what the allowances of those that succeeded were worth (wei; a revert or a no-op
+    receives nothing), and how many paid more than they received."""
+
+    kind: str
+    succeeded: bool
+    transactions: int
+    paid_wei: int
+    received_wei: int
+    at_a_loss: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,8 +312,26 @@ class ExecutorLane:
         rows = await self.db.fetch(PENDING, self.chain_id)
         return {bytes(r["tx_hash"]): PendingTx(r["job_id"], r["kind"]) for r in rows}
 
-    async def mark_mined(self, tx_hash: bytes, block_number: int) -> None:
-        await self.db.execute(MARK_MINED, tx_hash, block_number)
+    async def mark_mined(
+        self, tx_hash: bytes, block_number: int, gas_used: int, paid_wei: int, succeeded: bool
+    ) -> None:
+        """Record a transaction mined in ``block_number`` with what it cost the executor
+        (``paid_wei``: gas used times effective gas price plus any L1 data fee)."""
+        await self.db.execute(MARK_MINED, tx_hash, block_number, gas_used, paid_wei, succeeded)
+
+    async def ledger(self) -> list[LedgerRow]:
+        """The solvency ledger (see :data:`LEDGER`)."""
+        return [
+            LedgerRow(
+                kind=r["kind"],
+                succeeded=bool(r["succeeded"]),
+                transactions=int(r["transactions"]),
+                paid_wei=int(r["paid_wei"]),
+                received_wei=int(r["received_wei"]),
+                at_a_loss=int(r["at_a_loss"]),
+            )
+            for r in await self.db.fetch(LEDGER, self.chain_id)
+        ]
 
     async def record_replacement(self, executor: str, epoch: int, old: LiveTx, new: SignedTx) -> bool:
         """Journal ``new``, a same-nonce replacement of ``old`` with other fees, as the job's

@@ -86,7 +86,7 @@ WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
 RETURNING *
 """
 # Move a job to $2 if it is in one of the states $3; stamp the target's column; set the
-# given columns ($4-$10) and keep the others.
+# given columns ($4-$11) and keep the others.
 MOVE_JOB: Final = """
 UPDATE relay_jobs SET
     state = $2, updated_at = now(),
@@ -103,7 +103,8 @@ UPDATE relay_jobs SET
     max_priority_fee_per_gas = COALESCE($7, max_priority_fee_per_gas),
     block_number = COALESCE($8, block_number),
     block_hash = COALESCE($9, block_hash),
-    tx_hash = COALESCE($10, tx_hash)
+    tx_hash = COALESCE($10, tx_hash),
+    allowance_wei = COALESCE($11, allowance_wei)
 WHERE id = $1 AND state = ANY($3::text[])
 RETURNING *
 """
@@ -120,6 +121,19 @@ WHERE id IN (SELECT id FROM relay_jobs
              WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1)
              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING *
+"""
+# Delete up to $2 jobs rejected before anything was signed more than $1 seconds ago, with
+# their spent salts (the identical request may be posted again and starts afresh).
+PURGE_REJECTED: Final = """
+WITH doomed AS (
+    SELECT id FROM relay_jobs j
+    WHERE state = 'rejected' AND tx_hash IS NULL AND updated_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM relay_transactions t WHERE t.job_id = j.id)
+    ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), salts AS (
+    DELETE FROM spent_salts WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM relay_jobs WHERE id IN (SELECT id FROM doomed) RETURNING id
 """
 # Jobs per state (for the gauge).
 COUNT_BY_STATE: Final = "SELECT state, count(*) AS n FROM relay_jobs GROUP BY state"
@@ -189,6 +203,7 @@ class Job:
     tx_hash: bytes | None
     block_number: int | None
     timestamps: dict[str, float | None]
+    allowance_wei: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -219,6 +234,7 @@ class Job:
             tx_hash=None if row["tx_hash"] is None else bytes(row["tx_hash"]),
             block_number=opt_int(row["block_number"]),
             timestamps={col: (None if row[col] is None else row[col].timestamp()) for col in STAMPS},
+            allowance_wei=opt_int(row["allowance_wei"]),
         )
 
 
@@ -354,6 +370,7 @@ class RelayJobs:
         block_number: int | None = None,
         block_hash: bytes | None = None,
         tx_hash: bytes | None = None,
+        allowance_wei: int | None = None,
     ) -> Job | None:
         """Move a job to ``target`` if the transition table allows it from its current
         state, setting the given columns (wei per gas for fees). A column given as None
@@ -374,6 +391,7 @@ class RelayJobs:
             block_number,
             block_hash,
             tx_hash,
+            allowance_wei,
         )
         return None if row is None else Job.from_row(row)
 
@@ -387,6 +405,11 @@ class RelayJobs:
     async def claim_orphans(self, older_than_s: float, limit: int) -> list[Job]:
         """Take over up to ``limit`` jobs that have sat in ``accepted`` for ``older_than_s``."""
         return [Job.from_row(r) for r in await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit)]
+
+    async def purge_rejected(self, older_than_s: float, limit: int) -> int:
+        """Delete up to ``limit`` jobs rejected before signing more than ``older_than_s``
+        seconds ago, with their salts; returns how many (see :data:`PURGE_REJECTED`)."""
+        return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit))
 
     async def count_by_state(self) -> dict[str, int]:
         rows = await self.db.fetch(COUNT_BY_STATE)

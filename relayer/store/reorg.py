@@ -16,9 +16,11 @@ UPDATE relay_jobs SET state = 'submitted', block_number = NULL, block_hash = NUL
 WHERE chain_id = $1 AND block_number > $2 AND state IN ('mined', 'confirmed', 'indexed', 'reverted')
 RETURNING id
 """
-# Transactions mined above block $2 are pending again, to be re-sent soon (the same bytes).
+# Transactions mined above block $2 are pending again, to be re-sent soon (the same bytes);
+# what they paid is no longer paid.
 REWIND_TRANSACTIONS: Final = """
-UPDATE relay_transactions SET mined_block = NULL, broadcast_at = NULL
+UPDATE relay_transactions SET mined_block = NULL, broadcast_at = NULL, gas_used = NULL, paid_wei = NULL,
+       succeeded = NULL
 WHERE chain_id = $1 AND mined_block > $2
 RETURNING tx_hash
 """

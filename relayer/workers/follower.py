@@ -159,9 +159,15 @@ class ChainFollower:
             tx = pending.get(receipt.tx_hash)
             if tx is None:
                 continue
-            await self.lane.mark_mined(receipt.tx_hash, receipt.block_number)
+            succeeded = receipt.status == 1
+            await self.lane.mark_mined(
+                receipt.tx_hash, receipt.block_number, receipt.gas_used, receipt.paid_wei, succeeded
+            )
+            self.metrics.gas_paid_wei.labels(tx.kind, "success" if succeeded else "reverted").inc(
+                receipt.paid_wei
+            )
             if tx.kind == "noop":
-                self.metrics.noop_cost_wei.inc(receipt.gas_used * receipt.effective_gas_price)
+                self.metrics.noop_cost_wei.inc(receipt.paid_wei)
                 if tx.job_id is not None and await self.jobs.move(tx.job_id, JobState.DROPPED) is not None:
                     self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
                     log.warning("dropped: a no-op took its nonce", extra={"job_id": tx.job_id})
@@ -177,6 +183,8 @@ class ChainFollower:
             )
             if job is not None:
                 self.metrics.job_transitions.labels(target.value).inc()
+                if succeeded:
+                    self.metrics.allowance_received_wei.inc(job.allowance_wei or 0)
                 self.metrics.observe_stage(
                     "submitted_to_mined",
                     job.timestamps["submitted_at"] or job.timestamps["signed_at"],
