@@ -17,6 +17,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from relayer.api.http import AppServices, build_app
+from relayer.chain.costs import BaseCosts
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.follower import FollowerChain
 from relayer.chain.node import ChainNode
@@ -188,7 +189,7 @@ def _wire(
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
     catalog = Catalog(reads, settings, projects)
-    gas = GasPricer(executor, reads, settings)
+    gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, catalog, settings.public_base_url)
     outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.wait)
     prepare = Prepare(catalog, reads, gas, settings)

@@ -81,7 +81,11 @@ class Settings(BaseSettings):
     eth_price_usdc: int = Field(
         default=3_000_000_000,
         gt=0,
-        description="Price of 1 ETH in USDC atomic units (6 decimals), for the gas allowance.",
+        description="Price of 1 ETH in USDC atomic units (6 decimals) used when the deployment's "
+        "ETH/USD feed is absent or stale: set it at or above the market (it bounds the gas allowance).",
+    )
+    price_feed_max_age_s: int = Field(
+        default=3600, gt=0, description="Oldest ETH/USD feed answer used, seconds (else eth_price_usdc)."
     )
     gas_allowance_margin_bps: int = Field(
         default=5_000, ge=0, description="Headroom on the quoted gas allowance (basis points)."

@@ -27,7 +27,7 @@ from eth_typing import ChecksumAddress
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
-from web3.types import Nonce, TxParams, TxReceipt, Wei
+from web3.types import Nonce, RPCEndpoint, TxParams, TxReceipt, Wei
 
 from relayer.chain.abi import artifact
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
@@ -386,6 +386,7 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     token_ids, credit_rows = _register_credits(tx, protocol, accounts.deployer, picks)
     listing_tokens = _stock(tx, protocol, accounts, token_ids)
     listing_rows = _deposit_and_list(tx, protocol, accounts, token_ids, listing_tokens)
+    fee_sources = _fee_sources(tx, accounts)
     for payer in accounts.payers:
         if w3.eth.get_balance(payer.address) != 0:
             raise DeployError(f"payer {payer.address} holds ETH; payers must be gasless")
@@ -404,7 +405,7 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         "genesisHash": "0x" + bytes(w3.eth.get_block(0)["hash"]).hex(),
         "rpcUrl": rpc_url,
         "deployBlock": protocol.deploy_block,
-        "contracts": protocol.addresses(),
+        "contracts": {**protocol.addresses(), **fee_sources},
         "deployer": _account_info(accounts.deployer),
         "executor": _account_info(accounts.executor),
         "seller": _account_info(accounts.seller),
@@ -415,6 +416,53 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         "carbonClasses": class_rows,
         "listings": listing_rows,
     }
+
+
+GAS_PRICE_ORACLE: Final = "0x420000000000000000000000000000000000000F"
+"""The OP-stack GasPriceOracle predeploy address (Base's L1 data fee and operator fee)."""
+
+DEVNET_L1_FEES: Final = {
+    # OP Mainnet's published Ecotone blob scalars (shared/REFERENCE.md), a 1 gwei L1 base fee
+    # and a 1 wei blob base fee; tests move them on the oracle.
+    "l1BaseFee": 10**9,
+    "blobBaseFee": 1,
+    "baseFeeScalar": 1368,
+    "blobBaseFeeScalar": 810949,
+}
+DEVNET_OPERATOR_FEE: Final = {"operatorFeeScalar": 0, "operatorFeeConstant": 0}
+DEVNET_ETH_USD: Final = 3000 * 10**8
+"""The devnet feed's ETH/USD answer (8 decimals): 3,000 USD."""
+
+
+def _fee_sources(tx: _Sender, accounts: _Accounts) -> dict[str, str]:
+    """What a Base transaction costs beyond L2 gas, and what ETH is worth, on the devnet: the
+    GasPriceOracle stand-in placed at the predeploy address (deployed, then its runtime code
+    copied there with ``anvil_setCode``; parameters set through its setters) and a
+    Chainlink-style ETH/USD feed. Returns the description's ``gasPriceOracle`` and
+    ``ethUsdFeed`` contract entries."""
+    w3 = tx.w3
+    abi, bytecode = load_artifact("GasPriceOracleDev")
+    tx.send(
+        "deploy GasPriceOracleDev",
+        accounts.deployer,
+        w3.eth.contract(abi=abi, bytecode=bytecode).constructor(),
+    )
+    feed_abi, feed_code = load_artifact("EthUsdFeedDev")
+    feed_deploy = w3.eth.contract(abi=feed_abi, bytecode=feed_code).constructor(DEVNET_ETH_USD)
+    tx.send("deploy EthUsdFeedDev", accounts.deployer, feed_deploy)
+    template, feed_receipt = tx.flush()
+    template_address, feed = template["contractAddress"], feed_receipt["contractAddress"]
+    if template_address is None or feed is None:
+        raise DeployError("deploy of the fee sources: a receipt has no contract address")
+    runtime = w3.eth.get_code(template_address)
+    w3.provider.make_request(RPCEndpoint("anvil_setCode"), [GAS_PRICE_ORACLE, "0x" + bytes(runtime).hex()])
+    oracle = w3.eth.contract(address=Web3.to_checksum_address(GAS_PRICE_ORACLE), abi=abi)
+    tx.send("set L1 fees", accounts.deployer, oracle.functions.setL1Fees(*DEVNET_L1_FEES.values()))
+    tx.send(
+        "set operator fee", accounts.deployer, oracle.functions.setOperatorFee(*DEVNET_OPERATOR_FEE.values())
+    )
+    tx.flush()
+    return {"gasPriceOracle": oracle.address, "ethUsdFeed": str(feed)}
 
 
 def _class_rows(token_ids: dict[str, list[int]]) -> list[dict[str, Any]]:

@@ -47,6 +47,19 @@ def retire_with_permit(
     return codec.function(SETTLEMENT, "retireWithPermit").encode(retirement.as_tuple(), salt, permit)
 
 
+def gasless_call_size(retirement: Retirement, scheme: str) -> int:
+    """Bytes of call data of the gasless settlement of ``retirement`` (``eip3009`` or
+    ``eip2612``): fixed but for the details' strings, so placeholders stand in for the
+    salt, the amounts and the signature. What Base's L1 data fee grows with."""
+    blank, zero = b"\x00" * 32, Signature(27, 1, 1)
+    if scheme == "eip3009":
+        return len(retire_with_authorization(retirement, blank, _ZERO_ADDRESS, 0, 0, 0, zero))
+    return len(retire_with_permit(retirement, blank, _ZERO_ADDRESS, 0, 0, zero))
+
+
+_ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
+
+
 def stored_text(value: str | bytes) -> str:
     """On-chain text as the daemon keeps it: invalid UTF-8 and NUL (which Postgres text
     cannot hold) become U+FFFD."""

@@ -35,11 +35,13 @@ class Contracts:
     pool: str
     marketplace: str
     settlement: str
+    eth_usd_feed: str | None = None  # optional: a Chainlink-style ETH/USD aggregator
 
     @classmethod
     def from_deployment(cls, contracts: Mapping[str, str]) -> Contracts:
         """From a deployment description's ``contracts`` object (``usdc``, ``kvcm``,
-        ``carbonCredits``, ``carbonClasses``, ``pool``, ``marketplace``, ``settlement``).
+        ``carbonCredits``, ``carbonClasses``, ``pool``, ``marketplace``, ``settlement``;
+        optionally ``ethUsdFeed``).
 
         Raises:
             ValueError: a contract is missing or its address is malformed.
@@ -50,14 +52,21 @@ class Contracts:
         bad = sorted(k for k in _DEPLOYMENT_KEYS if not is_address(contracts[k]))
         if bad:
             raise ValueError(f"deployment has malformed contract addresses: {bad}")
+        feed = contracts.get("ethUsdFeed")
+        if feed is not None and not is_address(feed):
+            raise ValueError("deployment has a malformed contract address: ['ethUsdFeed']")
         return cls(
-            **{field: str(to_checksum_address(contracts[key])) for key, field in _DEPLOYMENT_KEYS.items()}
+            **{field: str(to_checksum_address(contracts[key])) for key, field in _DEPLOYMENT_KEYS.items()},
+            eth_usd_feed=None if feed is None else str(to_checksum_address(feed)),
         )
 
     def as_deployment(self) -> dict[str, str]:
         """The deployment description's ``contracts`` object (inverse of :meth:`from_deployment`)."""
         by_field = {f: k for k, f in _DEPLOYMENT_KEYS.items()}
-        return {by_field[f.name]: getattr(self, f.name) for f in fields(self)}
+        out = {by_field[f.name]: getattr(self, f.name) for f in fields(self) if f.name in by_field}
+        if self.eth_usd_feed is not None:
+            out["ethUsdFeed"] = self.eth_usd_feed
+        return out
 
 
 @dataclass(frozen=True, slots=True)

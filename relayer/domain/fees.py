@@ -6,7 +6,9 @@ Rounding rules (each tested at its edge):
 - listing cost in USDC = ceil(unitPrice * units / 1000)               (seller's favour)
 - pool input for an exact output = floor(rIn*out*10000 / ((rOut-out)*9970)) + 1 (Uniswap V2)
 - fee = max(floor, ceil(cost * bps / 10000)); kVCM floor = ceil(floorUsdc * rKvcm / rUsdc)
-- gas allowance = ceil(gasLimit * maxFeePerGas * ethPriceUsdc / 1e18) (+ margin, rounded up)
+- gas allowance = ceil((gasLimit * maxFeePerGas + L1 data fee + operator fee) * ethPriceUsdc / 1e18)
+  (+ margin, rounded up); what an allowance covers is rounded down
+- ETH price from the feed = ceil(answer * 1e6 / 10**decimals) USDC atomic units
 - suggested max input = ceil(total * (10000 + slippageBps) / 10000) for a class, exact for a listing
 - a replacement's fee = max(ceil(old * 1.1), old + 1): the +10 % most nodes require to replace
   a pending transaction at the same nonce (OpenZeppelin relayer, Alto)
@@ -120,6 +122,11 @@ def gas_cost_in_usdc(gas_limit: int, max_fee_per_gas_wei: int, eth_price_usdc: i
     return ceil_div(gas_limit * max_fee_per_gas_wei * eth_price_usdc, WEI_PER_ETH)
 
 
+def wei_in_usdc(wei: int, eth_price_usdc: int) -> int:
+    """``wei`` in USDC atomic units at ``eth_price_usdc``, rounded up (against the payer)."""
+    return ceil_div(wei * eth_price_usdc, WEI_PER_ETH)
+
+
 def gas_allowance(
     gas_limit: int,
     max_fee_per_gas_wei: int,
@@ -127,22 +134,57 @@ def gas_allowance(
     margin_bps: int,
     pays_usdc: bool,
     reserves: PoolReserves,
+    extra_wei: int = 0,
 ) -> int:
-    """Gas allowance to ask the payer to sign, in input-token atomic units (with margin)."""
-    usdc = with_slippage(gas_cost_in_usdc(gas_limit, max_fee_per_gas_wei, eth_price_usdc), margin_bps)
+    """Gas allowance to ask the payer to sign, in input-token atomic units (with margin):
+    ``gas_limit * maxFeePerGas`` plus ``extra_wei`` (Base's L1 data fee and operator fee)."""
+    wei = gas_limit * max_fee_per_gas_wei + extra_wei
+    usdc = with_slippage(wei_in_usdc(wei, eth_price_usdc), margin_bps)
     return usdc if pays_usdc else usdc_to_kvcm_spot(usdc, reserves)
 
 
 def max_fee_covered(
-    allowance: int, gas_limit: int, eth_price_usdc: int, pays_usdc: bool, reserves: PoolReserves
+    allowance: int,
+    gas_limit: int,
+    eth_price_usdc: int,
+    pays_usdc: bool,
+    reserves: PoolReserves,
+    extra_wei: int = 0,
 ) -> int:
-    """The highest maxFeePerGas (wei) at which ``gas_limit`` gas stays within ``allowance``.
+    """The highest maxFeePerGas (wei) at which ``gas_limit`` gas, plus ``extra_wei`` that the
+    transaction also costs (L1 data fee, operator fee), stays within ``allowance``; 0 when
+    the extra alone exceeds it.
 
     The executor caps its transaction's maxFeePerGas at this value, so it can never pay
-    more gas than the signed allowance covers (converted at the configured ETH price and,
-    for kVCM, the pool's spot price, both rounded against the executor).
+    more than the signed allowance covers (converted at the ETH price and, for kVCM, the
+    pool's spot price, both rounded against the executor).
     """
-    return allowance_in_wei(allowance, eth_price_usdc, pays_usdc, reserves) // gas_limit
+    return max(0, allowance_in_wei(allowance, eth_price_usdc, pays_usdc, reserves) - extra_wei) // gas_limit
+
+
+UNSIGNED_TX_OVERHEAD: Final = 120
+"""A bound on the bytes of an unsigned EIP-1559 transaction's RLP encoding besides its call
+data: type (1), list header (3), chain id (5), nonce (9), tip and fee cap (33 each), gas (9),
+to (21), value (1), call data header (3), access list (1); 118, rounded up."""
+
+
+def unsigned_tx_size(call_data_bytes: int) -> int:
+    """An upper bound on the unsigned size (bytes) of a transaction carrying that much call
+    data: what Base's ``getL1FeeUpperBound`` takes."""
+    return call_data_bytes + UNSIGNED_TX_OVERHEAD
+
+
+def eth_price_from_feed(
+    answer: int, decimals: int, updated_at: int, now: int, max_age_s: int, bound_usdc: int
+) -> tuple[int, bool]:
+    """The price of one ETH in USDC atomic units from a Chainlink-style ETH/USD answer
+    (``decimals`` places; USDC taken at par with USD), rounded up (gas priced higher is
+    against the payer, never the executor); or ``bound_usdc``, the configured bound, when
+    the answer is not positive, older than ``max_age_s`` seconds at ``now`` or from the
+    future. Returns (price, whether the feed gave it)."""
+    if answer <= 0 or updated_at > now or now - updated_at > max_age_s:
+        return bound_usdc, False
+    return ceil_div(answer * 10**6, 10**decimals), True
 
 
 def allowance_in_wei(allowance: int, eth_price_usdc: int, pays_usdc: bool, reserves: PoolReserves) -> int:

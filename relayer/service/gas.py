@@ -1,20 +1,29 @@
 """Gas for the executor, priced in the payer's token: the allowance prepare-auth asks the
-payer to sign, and the send-time check that a simulated job's signed allowance covers
-``gasLimit * maxFeePerGas`` (spec: Limits 7; gas_estimate_unavailable,
-gas_limit_exceeds_cap, insufficient_authorized_value). The executor never pays gas the
-signed value does not cover: maxFeePerGas is capped at what the allowance covers."""
+payer to sign, and the send-time check that a simulated job's signed allowance covers the
+whole cost of a Base transaction: ``gasLimit * maxFeePerGas``, the L1 data fee (the
+GasPriceOracle's upper bound for the transaction's size) and the operator fee (on the gas
+limit), converted at the ETH/USD feed's price (the configured bound when the feed is stale)
+(spec: Limits 7; gas_estimate_unavailable, gas_limit_exceeds_cap,
+insufficient_authorized_value). The executor never pays what the signed value does not
+cover: maxFeePerGas is capped at what the allowance covers beside the other two fees."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from dataclasses import dataclass
+from typing import Any
 
+from relayer.chain.costs import BaseCosts
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads
 from relayer.config import Settings
 from relayer.domain import fees
 from relayer.domain.errors import Rejection
 from relayer.service.catalog import Route
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +32,40 @@ class GasPrice:
 
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
+
+
+@dataclass(frozen=True, slots=True)
+class EthPrice:
+    """One ETH in USDC atomic units, and whether the on-chain feed gave it (else the
+    configured bound, the feed being absent or stale)."""
+
+    usdc: int
+    from_feed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """The gas allowance to sign (input-token atomic units) and its parts, which sum to it:
+    L2 execution at the gas budget, the L1 data fee and the operator fee of the transaction,
+    and the margin; ``eth_price`` converted them."""
+
+    amount: int
+    l2_execution: int
+    l1_data_fee: int
+    operator_fee: int
+    margin: int
+    eth_price: EthPrice
+
+    def parts(self) -> dict[str, Any]:
+        """The parts as the API shows them (atomic-unit strings)."""
+        return {
+            "l2Execution": str(self.l2_execution),
+            "l1DataFee": str(self.l1_data_fee),
+            "operatorFee": str(self.operator_fee),
+            "margin": str(self.margin),
+            "ethPriceUsdc": str(self.eth_price.usdc),
+            "ethPriceSource": "feed" if self.eth_price.from_feed else "bound",
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +79,15 @@ class GasPlan:
 
 
 class GasPricer:
-    """Prices executor gas in USDC or kVCM atomic units."""
+    """Prices a Base transaction's full cost (L2 execution, L1 data fee, operator fee) in
+    USDC or kVCM atomic units."""
 
-    def __init__(self, executor: ExecutorChain, reads: ChainReads, settings: Settings) -> None:
+    def __init__(
+        self, executor: ExecutorChain, reads: ChainReads, costs: BaseCosts, settings: Settings
+    ) -> None:
         self.executor = executor
         self.reads = reads
+        self.costs = costs
         self.settings = settings
 
     async def price(self) -> GasPrice:
@@ -54,71 +101,130 @@ class GasPricer:
         tip = max(self.settings.priority_fee_wei, market.recent_tip)
         return GasPrice(market.next_base_fee * self.settings.base_fee_multiplier + tip, tip)
 
+    async def eth_price(self) -> EthPrice:
+        """One ETH in USDC atomic units: the ETH/USD feed's answer when it is fresh (at most
+        ``price_feed_max_age_s`` old), else the configured bound ``eth_price_usdc``.
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        answer = await self.costs.eth_usd()
+        bound = self.settings.eth_price_usdc
+        if answer is None:
+            return EthPrice(bound, False)
+        usdc, fresh = fees.eth_price_from_feed(
+            answer.answer,
+            answer.decimals,
+            answer.updated_at,
+            int(time.time()),
+            self.settings.price_feed_max_age_s,
+            bound,
+        )
+        if not fresh:
+            log.warning("ETH/USD feed stale or invalid: pricing gas at the configured bound")
+        return EthPrice(usdc, fresh)
+
+    async def extra_wei(self, call_data_bytes: int, gas_limit: int) -> tuple[int, int]:
+        """(L1 data fee upper bound, operator fee) in wei of a transaction with that much
+        call data and that gas limit (0, 0 on a chain without the oracle).
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        l1, operator = await asyncio.gather(
+            self.costs.l1_fee(fees.unsigned_tx_size(call_data_bytes)), self.costs.operator_fee(gas_limit)
+        )
+        return l1, operator
+
     def budget(self, route: Route) -> int:
         """Gas priced into the allowance of a class or a listing retirement."""
         return self.settings.gas_budget_class if route.carbon_class else self.settings.gas_budget_listing
 
-    async def allowance(self, route: Route) -> int:
+    async def allowance(self, route: Route, call_data_bytes: int) -> Allowance:
         """The gas allowance to ask the payer to sign for ``route``, in its token's atomic
-        units: the budget at today's price, with the configured margin.
+        units: the budget at today's fees, plus the L1 data fee of a transaction carrying
+        ``call_data_bytes`` of call data (it grows with the caller's ``details``) and the
+        operator fee, with the configured margin.
 
         Raises:
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
-        price, reserves = await asyncio.gather(self.price(), self.reads.reserves())
-        return fees.gas_allowance(
-            self.budget(route),
+        budget = self.budget(route)
+        price, reserves, eth, (l1, operator) = await asyncio.gather(
+            self.price(), self.reads.reserves(), self.eth_price(), self.extra_wei(call_data_bytes, budget)
+        )
+        pays_usdc = route.token.key == "usdc"
+        amount = fees.gas_allowance(
+            budget,
             price.max_fee_per_gas,
-            self.settings.eth_price_usdc,
+            eth.usdc,
             self.settings.gas_allowance_margin_bps,
-            route.token.key == "usdc",
+            pays_usdc,
             reserves,
+            l1 + operator,
         )
 
-    async def plan(self, estimate: int, allowance: int, pays_usdc: bool, total: int) -> GasPlan:
+        def token(wei: int) -> int:
+            usdc = fees.wei_in_usdc(wei, eth.usdc)
+            return usdc if pays_usdc else fees.usdc_to_kvcm_spot(usdc, reserves)
+
+        l2_part, l1_part, op_part = token(budget * price.max_fee_per_gas), token(l1), token(operator)
+        return Allowance(amount, l2_part, l1_part, op_part, amount - l2_part - l1_part - op_part, eth)
+
+    async def plan(
+        self, estimate: int, allowance: int, pays_usdc: bool, total: int, call_data_bytes: int
+    ) -> GasPlan:
         """Check a simulated job's gas against the cap and its signed allowance, and choose
-        fees the allowance covers.
+        fees the allowance covers beside the transaction's L1 data fee and operator fee.
 
         Args:
             estimate: gas of the simulation.
             allowance: the signed gas allowance, input-token atomic units.
             pays_usdc: the input token is USDC (else kVCM, converted at the pool's spot).
             total: the quote total, for ``requiredMinimum``.
+            call_data_bytes: the length of the job's call data.
 
         Raises:
             Rejection: gas_limit_exceeds_cap; insufficient_authorized_value when the
-                allowance no longer covers gas at today's price.
+                allowance no longer covers the transaction's full cost at today's prices.
             Unavailable: the chain node failed.
         """
         cap = self.settings.gas_cap
         if estimate > cap:
             raise Rejection("gas_limit_exceeds_cap", gasEstimate=estimate, gasCap=cap)
         gas_limit = min(fees.ceil_div(estimate * (10_000 + self.settings.gas_limit_margin_bps), 10_000), cap)
-        price, reserves = await asyncio.gather(self.price(), self.reads.reserves())
-        needed = fees.gas_cost_in_usdc(gas_limit, price.max_fee_per_gas, self.settings.eth_price_usdc)
-        if not pays_usdc:
-            needed = fees.usdc_to_kvcm_spot(needed, reserves)
-        if allowance < needed:
+        price, reserves, eth, (l1, operator) = await asyncio.gather(
+            self.price(), self.reads.reserves(), self.eth_price(), self.extra_wei(call_data_bytes, gas_limit)
+        )
+        needed_wei = gas_limit * price.max_fee_per_gas + l1 + operator
+        worth = fees.allowance_in_wei(allowance, eth.usdc, pays_usdc, reserves)
+        if worth < needed_wei:
+            needed = fees.wei_in_usdc(needed_wei, eth.usdc)
+            if not pays_usdc:
+                needed = fees.usdc_to_kvcm_spot(needed, reserves)
             raise Rejection(
                 "insufficient_authorized_value",
-                "the signed gas allowance no longer covers gas",
+                "the signed gas allowance no longer covers the transaction's cost",
                 requiredMinimum=str(total + needed),
                 requiredGasAllowance=str(needed),
                 gasAllowance=str(allowance),
             )
-        worth = fees.allowance_in_wei(allowance, self.settings.eth_price_usdc, pays_usdc, reserves)
-        max_fee = min(price.max_fee_per_gas, worth // gas_limit)
+        max_fee = min(price.max_fee_per_gas, (worth - l1 - operator) // gas_limit)
         return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee), worth)
 
-    async def ceiling(self, allowance: int, gas_limit: int, pays_usdc: bool) -> int:
-        """The highest max fee per gas (wei) at which ``gas_limit`` gas stays within the
-        signed ``allowance`` (input-token atomic units): no fee bump may go above it.
+    async def ceiling(self, allowance: int, gas_limit: int, pays_usdc: bool, call_data_bytes: int) -> int:
+        """The highest max fee per gas (wei) at which ``gas_limit`` gas, with the
+        transaction's L1 data fee and operator fee, stays within the signed ``allowance``
+        (input-token atomic units): no fee bump may go above it.
 
         Raises:
             Unavailable: the chain node failed (kVCM needs the pool's reserves).
         """
         reserves = await self.reads.reserves() if not pays_usdc else fees.PoolReserves(1, 1)
-        return fees.max_fee_covered(allowance, gas_limit, self.settings.eth_price_usdc, pays_usdc, reserves)
+        eth, (l1, operator) = await asyncio.gather(
+            self.eth_price(), self.extra_wei(call_data_bytes, gas_limit)
+        )
+        return fees.max_fee_covered(allowance, gas_limit, eth.usdc, pays_usdc, reserves, l1 + operator)
 
     async def replacement(self, old_max_fee: int, old_tip: int, ceiling: int) -> GasPrice | None:
         """Fees for a same-nonce replacement of a transaction sent at ``old_max_fee`` and

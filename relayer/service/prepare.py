@@ -46,9 +46,11 @@ class Prepare:
         resolved = await resolve(self.catalog, request, now)
         route = resolved.route
         usdc = route.token.key == "usdc"
-        allowance, permit_nonce = await asyncio.gather(
-            self.gas.allowance(route), self._permit_nonce(resolved.payer, usdc)
+        call_size = calls.gasless_call_size(resolved.retirement(0), route.token.scheme)
+        priced, permit_nonce = await asyncio.gather(
+            self.gas.allowance(route, call_size), self._permit_nonce(resolved.payer, usdc)
         )
+        allowance = priced.amount
         terms = resolved.terms(self.chain_id, self.settlement, allowance)
         value = route.suggested_max_input + allowance
         lifetime = (
@@ -69,6 +71,7 @@ class Prepare:
             "authValueFormatted": format_units(value, route.token.decimals),
             "gasAllowance": str(allowance),
             "gasAllowanceFormatted": format_units(allowance, route.token.decimals),
+            "gasAllowanceParts": priced.parts(),
             "validBefore": valid_before,
             "quote": self.catalog.quote_body(route),
             "typedData": typed,

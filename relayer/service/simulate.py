@@ -60,7 +60,11 @@ class Simulator:
                 self.executor_address, job.settlement, job.call_data, function
             )
             plan = await self.gas.plan(
-                estimate, job.gas_allowance, job.input_token == self.usdc, job.quote_total or 0
+                estimate,
+                job.gas_allowance,
+                job.input_token == self.usdc,
+                job.quote_total or 0,
+                len(job.call_data),
             )
         except RelayerError as refusal:
             await self.jobs.move(job.id, JobState.REJECTED, error=refusal)

@@ -136,7 +136,9 @@ class LaneKeeper:
     async def _view(self, tx: LiveTx) -> LaneTx:
         ceiling = None
         if tx.kind == "relay" and tx.gas_allowance is not None:
-            ceiling = await self.gas.ceiling(tx.gas_allowance, tx.gas_limit, tx.input_token == self.usdc)
+            ceiling = await self.gas.ceiling(
+                tx.gas_allowance, tx.gas_limit, tx.input_token == self.usdc, len(tx.data or b"")
+            )
         return LaneTx(
             tx.tx_hash,
             tx.nonce,

@@ -86,7 +86,10 @@ def test_description_shape(deployed: dict[str, Any], w3: Web3) -> None:
         "pool",
         "marketplace",
         "settlement",
+        "gasPriceOracle",
+        "ethUsdFeed",
     }
+    assert deployed["contracts"]["gasPriceOracle"] == "0x420000000000000000000000000000000000000F"
     for address in deployed["contracts"].values():
         assert Web3.is_checksum_address(address)
         assert len(w3.eth.get_code(address)) > 0

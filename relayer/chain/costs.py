@@ -1,0 +1,91 @@
+"""What a transaction costs on Base beyond its L2 gas, and what ETH is worth, read from the
+chain: the OP-stack GasPriceOracle predeploy (the L1 data fee upper bound for a transaction
+size, Fjord; the operator fee for a gas amount, Isthmus) and a Chainlink-style ETH/USD
+aggregator. Where the chain has no oracle (no code at the predeploy) both fees are 0; a chain
+before Isthmus has no operator fee (its oracle reverts on it): 0. Reads are cached per head."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from relayer.chain import codec
+from relayer.chain.errors import ChainRevert, rpc
+from relayer.chain.node import ChainNode, address
+
+GAS_PRICE_ORACLE: Final = "0x420000000000000000000000000000000000000F"
+
+_L1_FEE_UPPER_BOUND: Final = codec.function("GasPriceOracleDev", "getL1FeeUpperBound")
+_OPERATOR_FEE: Final = codec.function("GasPriceOracleDev", "getOperatorFee")
+_LATEST_ROUND: Final = codec.function("EthUsdFeedDev", "latestRoundData")
+_DECIMALS: Final = codec.function("EthUsdFeedDev", "decimals")
+
+
+@dataclass(frozen=True, slots=True)
+class FeedAnswer:
+    """A Chainlink-style answer: ``answer`` with ``decimals`` places, updated at unix s."""
+
+    answer: int
+    decimals: int
+    updated_at: int
+
+
+class BaseCosts:
+    """Reads of the L1 data fee, the operator fee and the ETH/USD feed.
+
+    Every method raises ``ChainUnavailable`` when the node fails.
+    """
+
+    def __init__(self, node: ChainNode, eth_usd_feed: str | None) -> None:
+        self.node = node
+        self.eth_usd_feed = eth_usd_feed
+        self._has_oracle: bool | None = None
+        self._feed_decimals: int | None = None
+
+    async def has_oracle(self) -> bool:
+        """Whether the chain has code at the GasPriceOracle predeploy (read once)."""
+        if self._has_oracle is None:
+            code = await rpc(self.node.w3.eth.get_code(address(GAS_PRICE_ORACLE)))
+            self._has_oracle = len(bytes(code)) > 0
+        return self._has_oracle
+
+    async def l1_fee(self, unsigned_tx_size: int) -> int:
+        """Upper bound of the L1 data fee (wei) of a transaction of that unsigned size (bytes)."""
+        if not await self.has_oracle():
+            return 0
+
+        async def load() -> int:
+            (fee,) = await self.node.call(GAS_PRICE_ORACLE, _L1_FEE_UPPER_BOUND, unsigned_tx_size)
+            return int(fee)
+
+        return await self.node.cached(f"l1fee:{unsigned_tx_size}", load)
+
+    async def operator_fee(self, gas: int) -> int:
+        """The operator fee (wei) charged for ``gas`` gas (charged on the gas limit up front)."""
+        if not await self.has_oracle():
+            return 0
+
+        async def load() -> int:
+            try:
+                (fee,) = await self.node.call(GAS_PRICE_ORACLE, _OPERATOR_FEE, gas)
+            except ChainRevert:
+                return 0  # an oracle from before Isthmus: no operator fee
+            return int(fee)
+
+        return await self.node.cached(f"opfee:{gas}", load)
+
+    async def eth_usd(self) -> FeedAnswer | None:
+        """The ETH/USD feed's latest answer, or None without a feed."""
+        feed = self.eth_usd_feed
+        if feed is None:
+            return None
+        if self._feed_decimals is None:
+            (decimals,) = await self.node.call(feed, _DECIMALS)
+            self._feed_decimals = int(decimals)
+        places = self._feed_decimals
+
+        async def load() -> FeedAnswer:
+            _round, answer, _started, updated_at, _answered = await self.node.call(feed, _LATEST_ROUND)
+            return FeedAnswer(int(answer), places, int(updated_at))
+
+        return await self.node.cached("eth_usd", load)
