@@ -10,11 +10,14 @@ import pytest
 
 from relayer.domain.errors import Rejection
 from relayer.domain.fees import (
+    UNSIGNED_TX_OVERHEAD,
     FeeSchedule,
     PoolReserves,
     Quote,
+    allowance_in_wei,
     ceil_div,
     class_cost_kvcm,
+    eth_price_from_feed,
     gas_allowance,
     gas_cost_in_usdc,
     listing_cost_usdc,
@@ -23,7 +26,9 @@ from relayer.domain.fees import (
     protocol_fee,
     quote_class,
     quote_listing,
+    unsigned_tx_size,
     usdc_to_kvcm_spot,
+    wei_in_usdc,
     with_slippage,
 )
 
@@ -398,3 +403,73 @@ def test_max_fee_covered_known_answer() -> None:
     assert max_fee_covered(KVCM, 100_000, 3000 * USDC, False, RESERVES) == GWEI
     # one kVCM atomic unit less is worth 299 999.9999... USDC atomic, floored to 299 999
     assert max_fee_covered(KVCM - 1, 100_000, 3000 * USDC, False, RESERVES) == 999_996_666
+
+
+# -- Base's full cost (issue 7) ------------------------------------------------------------
+
+
+def test_the_allowance_covers_l1_and_operator_fees_rounded_up() -> None:
+    # 100k gas at 1 gwei = 1e14 wei; plus 2e13 wei of L1 and operator fee = 1.2e14 wei.
+    # At 3,000 USDC an ETH: 0.36 USDC exactly; one wei more rounds up to the next atomic unit.
+    assert gas_allowance(100_000, GWEI, 3000 * USDC, 0, True, RESERVES, extra_wei=2 * 10**13) == 360_000
+    assert gas_allowance(100_000, GWEI, 3000 * USDC, 0, True, RESERVES, extra_wei=2 * 10**13 + 1) == 360_001
+    assert wei_in_usdc(10**18, 3000 * USDC) == 3000 * USDC
+    assert wei_in_usdc(1, 3000 * USDC) == 1  # any wei costs at least one atomic unit
+
+
+def test_what_an_allowance_covers_leaves_room_for_the_extra_fees() -> None:
+    # 0.36 USDC is worth 1.2e14 wei; 2e13 of it goes to L1 and operator: 1e14 / 100k gas.
+    assert max_fee_covered(360_000, 100_000, 3000 * USDC, True, RESERVES, extra_wei=2 * 10**13) == GWEI
+    assert (
+        max_fee_covered(360_000, 100_000, 3000 * USDC, True, RESERVES, extra_wei=2 * 10**13 + 1) == GWEI - 1
+    )
+    assert (
+        max_fee_covered(360_000, 100_000, 3000 * USDC, True, RESERVES, extra_wei=10**15) == 0
+    )  # never negative
+    assert allowance_in_wei(360_000, 3000 * USDC, True, RESERVES) == 12 * 10**13
+    assert allowance_in_wei(KVCM, 3000 * USDC, False, RESERVES) == 10**14  # 1 kVCM = 0.30 USDC
+
+
+def test_an_allowance_priced_with_extra_fees_covers_them_at_the_same_prices() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        gas, fee = rng.randint(21_000, 2_000_000), rng.randint(1, 500 * GWEI)
+        extra, eth = rng.randint(0, 10**16), rng.randint(100 * USDC, 20_000 * USDC)
+        for pays_usdc in (True, False):
+            allowance = gas_allowance(gas, fee, eth, rng.randint(0, 5000), pays_usdc, RESERVES, extra)
+            assert max_fee_covered(allowance, gas, eth, pays_usdc, RESERVES, extra) >= fee
+
+
+def test_unsigned_tx_size_bounds_a_real_encoding() -> None:
+    """The largest field values an EIP-1559 transaction of ours can carry, RLP-encoded."""
+    import rlp  # eth-account's own dependency
+
+    for size in (0, 55, 56, 1_092, 2_756, 65_535):
+        fields = [
+            2**32 - 1,
+            2**64 - 1,
+            2**256 - 1,
+            2**256 - 1,
+            2**64 - 1,
+            b"\xff" * 20,
+            0,
+            b"\xff" * size,
+            [],
+        ]
+        encoded = b"\x02" + rlp.encode(fields)
+        assert len(encoded) <= unsigned_tx_size(size) == size + UNSIGNED_TX_OVERHEAD
+
+
+def test_the_feed_price_is_used_while_fresh_and_the_bound_otherwise() -> None:
+    now, bound = 1_700_000_000, 5000 * USDC
+    # 3,000.00000001 USD (8 decimals) rounds up to the next USDC atomic unit.
+    assert eth_price_from_feed(300_000_000_001, 8, now - 60, now, 3600, bound) == (3000 * USDC + 1, True)
+    assert eth_price_from_feed(3000 * 10**8, 8, now - 3600, now, 3600, bound) == (3000 * USDC, True)
+    assert eth_price_from_feed(3000 * 10**8, 8, now - 3601, now, 3600, bound) == (bound, False)  # stale
+    assert eth_price_from_feed(3000 * 10**8, 8, now + 1, now, 3600, bound) == (
+        bound,
+        False,
+    )  # from the future
+    assert eth_price_from_feed(0, 8, now, now, 3600, bound) == (bound, False)
+    assert eth_price_from_feed(-1, 8, now, now, 3600, bound) == (bound, False)
+    assert eth_price_from_feed(3000 * 10**18, 18, now, now, 3600, bound) == (3000 * USDC, True)
