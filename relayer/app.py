@@ -43,7 +43,7 @@ from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
 from relayer.workers import sleep_or_stop
-from relayer.workers.broadcaster import Broadcaster
+from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.follower import ChainFollower
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.sweeper import Sweeper
@@ -86,11 +86,13 @@ class Runtime:
     retirements: RetirementStore
     notifications: JobNotifications
     metrics: Metrics
-    signer: ExecutorSigner
+    signer: ExecutorSigner  # the first key: simulations are run as it
     services: AppServices
     deploy_block: int
     simulator: Simulator
-    lease: ExecutorLease | None = None  # this process's lease of the executor key (workers only)
+    signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
+    lease: ExecutorLease | None = None  # this process's lease of the first key (workers only)
+    leases: list[ExecutorLease] = field(default_factory=list)  # one per key (workers only)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -126,7 +128,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     dsn = settings.database_url.get_secret_value()
     contracts, deploy_block = load_deployment(settings.deployment_file)
     projects = _projects(settings)
-    signer = ExecutorSigner(settings.executor_private_key.get_secret_value(), settings.chain_id)
+    signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
         stack.push_async_callback(node.close)
@@ -137,7 +139,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        rt = _wire(settings, dsn, db, node, notifications, signer, deploy_block, projects)
+        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, projects)
         stack.push_async_callback(rt.stop_tasks)
         rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))
         if workers:
@@ -182,10 +184,11 @@ def _wire(
     db: Database,
     node: ChainNode,
     notifications: JobNotifications,
-    signer: ExecutorSigner,
+    signers: list[ExecutorSigner],
     deploy_block: int,
     projects: dict[str, ProjectFacts],
 ) -> Runtime:
+    signer = signers[0]
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
     catalog = Catalog(reads, settings, projects)
@@ -196,7 +199,15 @@ def _wire(
     simulator = Simulator(
         executor, gas, jobs, signer.address, node.contracts.usdc, notifications.any_change.set
     )
-    relay = Relay(catalog, prepare, simulator, jobs, outcomes, settings.min_executor_balance_wei)
+    relay = Relay(
+        catalog,
+        prepare,
+        simulator,
+        jobs,
+        outcomes,
+        settings.min_executor_balance_wei,
+        [s.address for s in signers],
+    )
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -211,6 +222,7 @@ def _wire(
         notifications=notifications,
         metrics=Metrics(),
         signer=signer,
+        signers=signers,
         services=AppServices(catalog, prepare, relay, certificates),
         simulator=simulator,
         deploy_block=deploy_block,
@@ -218,21 +230,38 @@ def _wire(
 
 
 def start_workers(rt: Runtime) -> None:
-    """Start the broadcaster (behind the executor lease), the chain follower and the sweeper
-    of orphaned jobs, supervised."""
-    rt.lease = ExecutorLease(rt.dsn, rt.settings.chain_id, rt.signer.address)
-    keeper = LaneKeeper(
-        rt.executor,
-        rt.simulator.gas,
-        rt.lane,
-        rt.signer,
-        rt.metrics,
-        rt.settings.lane_policy(),
-        rt.node.contracts.usdc,
-    )
-    broadcaster = Broadcaster(
-        rt.executor, rt.lane, keeper, rt.signer, rt.lease, rt.notifications, rt.metrics, rt.simulator
-    )
+    """Start one broadcaster per executor key (each behind its own lease, with its own nonce
+    lane), the chain follower and the sweeper of orphaned jobs, supervised."""
+    board = LaneBoard()
+    for index, signer in enumerate(rt.signers):
+        lease = ExecutorLease(rt.dsn, rt.settings.chain_id, signer.address)
+        rt.leases.append(lease)
+        keeper = LaneKeeper(
+            rt.executor,
+            rt.simulator.gas,
+            rt.lane,
+            signer,
+            rt.metrics,
+            rt.settings.lane_policy(),
+            rt.node.contracts.usdc,
+        )
+        broadcaster = Broadcaster(
+            rt.executor,
+            rt.lane,
+            keeper,
+            signer,
+            lease,
+            rt.notifications,
+            rt.metrics,
+            rt.simulator,
+            board,
+            rt.reads.eth_balance,
+            rt.settings.min_executor_balance_wei,
+            index,
+        )
+        name = "broadcaster" if index == 0 else f"broadcaster-{index}"
+        rt.tasks.append(asyncio.create_task(_supervised(name, broadcaster.run, rt), name=name))
+    rt.lease = rt.leases[0]
     follower = ChainFollower(
         rt.follower_chain,
         rt.reads,
@@ -244,7 +273,6 @@ def start_workers(rt: Runtime) -> None:
         rt.deploy_block,
         rt.settings.block_poll_interval_s,
     )
-    rt.tasks.append(asyncio.create_task(_supervised("broadcaster", broadcaster.run, rt), name="broadcaster"))
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))

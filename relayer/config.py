@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     executor_private_key: SecretStr | None = Field(
         default=None, description="the executor's secp256k1 key: 64 hex digits, optionally 0x-prefixed"
     )
+    executor_private_keys: SecretStr | None = Field(
+        default=None,
+        description="more executor keys, each with its own nonce lane and lease: 64 hex digits "
+        "each, separated by commas or whitespace (a secret file may hold one a line)",
+    )
     confirmations: int | None = Field(
         default=None,
         ge=1,
@@ -137,12 +142,36 @@ class Settings(BaseSettings):
         """Exactly 32 bytes (a 63-digit key would otherwise load as another address)."""
         if value is None:
             return None
-        text = value.get_secret_value().strip()
-        if not _KEY.fullmatch(text) or not 0 < int(text.removeprefix("0x"), 16) < SECP256K1_N:
-            raise ValueError(
-                "must be 32 bytes: 64 hex digits (optionally 0x-prefixed), a valid secp256k1 key"
-            )
-        return SecretStr(text)
+        return SecretStr(_checked_key(value.get_secret_value()))
+
+    @field_validator("executor_private_keys")
+    @classmethod
+    def _executor_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        """Each one exactly 32 bytes, as the main key."""
+        if value is None:
+            return None
+        keys = [_checked_key(k) for k in value.get_secret_value().replace(",", " ").split()]
+        return SecretStr(" ".join(keys)) if keys else None
+
+    def executor_keys(self) -> list[str]:
+        """Every executor key: ``executor_private_key`` first, then ``executor_private_keys``,
+        without repeats (hex, as given; never logged).
+
+        Raises:
+            ConfigError: the main key is missing.
+        """
+        self.require("executor_private_key")
+        assert self.executor_private_key is not None
+        keys = [self.executor_private_key.get_secret_value()]
+        if self.executor_private_keys is not None:
+            keys += self.executor_private_keys.get_secret_value().split()
+        seen: set[int] = set()
+        unique = []
+        for key in keys:
+            if int(key.removeprefix("0x"), 16) not in seen:
+                seen.add(int(key.removeprefix("0x"), 16))
+                unique.append(key)
+        return unique
 
     @property
     def x402_base_url(self) -> str:
@@ -178,6 +207,15 @@ class Settings(BaseSettings):
             fields = type(self).model_fields
             described = ", ".join(f"{env_name(n)} ({fields[n].description})" for n in missing)
             raise ConfigError(message=f"missing setting{'s' if len(missing) > 1 else ''} {described}")
+
+
+def _checked_key(text: str) -> str:
+    """An executor key: exactly 32 bytes (a 63-digit key would otherwise load as another
+    address), a valid secp256k1 scalar. The error never carries the value."""
+    text = text.strip()
+    if not _KEY.fullmatch(text) or not 0 < int(text.removeprefix("0x"), 16) < SECP256K1_N:
+        raise ValueError("must be 32 bytes: 64 hex digits (optionally 0x-prefixed), a valid secp256k1 key")
+    return text
 
 
 def _blank(value: object) -> bool:

@@ -97,6 +97,18 @@ class Metrics:
             "Reorgs the follower undid (back to the common ancestor).",
             registry=self.registry,
         )
+        self.executor_balance_wei = Gauge(
+            "relayer_executor_balance_wei",
+            "Executor ETH balance, wei, by key (its position in the configured keys).",
+            ["key"],
+            registry=self.registry,
+        )
+        self.executor_drained = Gauge(
+            "relayer_executor_drained",
+            "1 while a key's balance is below the floor and its lane takes no new work.",
+            ["key"],
+            registry=self.registry,
+        )
         self.gas_paid_wei = Counter(
             "relayer_executor_gas_paid_wei_total",
             "What mined executor transactions cost (gas used times effective gas price plus the "

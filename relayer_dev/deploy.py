@@ -41,6 +41,12 @@ DEPLOYER_KEY: Final = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7
 EXECUTOR_KEY: Final = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
 SELLER_KEY: Final = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a"
 FEE_RECIPIENT_KEY: Final = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6"
+# anvil's accounts 4 and 5: more executor keys, registered with the settlement but not used by
+# default (RELAYER_EXECUTOR_PRIVATE_KEYS adds them).
+SPARE_EXECUTOR_KEYS: Final = (
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+    "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+)
 
 PAYER_COUNT: Final = 3
 PAYER_USDC: Final = 10_000 * 10**USDC_DECIMALS
@@ -408,6 +414,7 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         "contracts": {**protocol.addresses(), **fee_sources},
         "deployer": _account_info(accounts.deployer),
         "executor": _account_info(accounts.executor),
+        "spareExecutors": [_account_info(a) for a in accounts.spare_executors],
         "seller": _account_info(accounts.seller),
         "feeRecipient": _account_info(accounts.fee_recipient),
         "payers": [_account_info(p) for p in accounts.payers],
@@ -489,6 +496,7 @@ class _Accounts:
     seller: LocalAccount
     fee_recipient: LocalAccount
     payers: tuple[LocalAccount, ...]
+    spare_executors: tuple[LocalAccount, ...]
 
     @classmethod
     def of_anvil(cls) -> _Accounts:
@@ -498,6 +506,7 @@ class _Accounts:
             Account.from_key(SELLER_KEY),
             Account.from_key(FEE_RECIPIENT_KEY),
             tuple(Account.from_key(payer_key(i)) for i in range(PAYER_COUNT)),
+            tuple(Account.from_key(k) for k in SPARE_EXECUTOR_KEYS),
         )
 
 
@@ -586,6 +595,8 @@ def _configure(tx: _Sender, p: _Protocol, accounts: _Accounts, picks: dict[str, 
             ),
         )
     tx.send("setExecutor", deployer, p.settlement.functions.setExecutor(accounts.executor.address, True))
+    for spare in accounts.spare_executors:
+        tx.send("setExecutor (spare)", deployer, p.settlement.functions.setExecutor(spare.address, True))
     for payer in accounts.payers:
         tx.send("mint USDC to payer", deployer, p.usdc.functions.mint(payer.address, PAYER_USDC))
         tx.send("mint kVCM to payer", deployer, p.kvcm.functions.mint(payer.address, PAYER_KVCM))

@@ -7,6 +7,7 @@ price the transaction is sent with."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -46,8 +47,10 @@ class Relay:
         jobs: RelayJobs,
         outcomes: Outcomes,
         min_executor_balance_wei: int = 0,
+        executors: list[str] | None = None,
     ) -> None:
         self.min_executor_balance_wei = min_executor_balance_wei
+        self.executors = executors or [simulator.executor_address]
         self.catalog = catalog
         self.prepare = prepare
         self.simulator = simulator
@@ -112,9 +115,10 @@ class Relay:
         return existing
 
     async def _executor_funded(self) -> None:
-        """Refuse new work while the executor's ETH balance is below its configured floor,
-        rather than accept jobs it could strand (the identical request of a job already
-        taken is still answered).
+        """Refuse new work while every executor key's ETH balance is below the configured
+        floor, rather than accept jobs they could strand (the identical request of a job
+        already taken is still answered). One funded key is enough: the drained ones take
+        no new work (see the broadcaster's lane board).
 
         Raises:
             Rejection: ``payment_unavailable`` (503, retryable).
@@ -122,9 +126,9 @@ class Relay:
         """
         if not self.min_executor_balance_wei:
             return
-        balance = await self.catalog.chain.eth_balance(self.simulator.executor_address)
-        if balance < self.min_executor_balance_wei:
-            log.warning("executor balance below its floor: new work refused", extra={"balance_wei": balance})
+        balances = await asyncio.gather(*(self.catalog.chain.eth_balance(e) for e in self.executors))
+        if max(balances) < self.min_executor_balance_wei:
+            log.warning("every executor balance is below the floor: new work refused")
             raise Rejection(
                 "payment_unavailable",
                 "the executor's balance is below its operating floor; no new work is taken until the "

@@ -47,6 +47,11 @@ CLAIM_SIMULATED: Final = """
 SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
 """
+# How many transactions of executor $2 on chain $1 are in flight (live: not mined, not replaced).
+IN_FLIGHT: Final = """
+SELECT count(*) FROM relay_transactions
+WHERE chain_id = $1 AND executor = $2 AND mined_block IS NULL AND replaced_by IS NULL
+"""
 # Up to $2 simulated jobs, oldest first (a look, no lock: the next signing batch).
 NEXT_SIMULATED: Final = """
 SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' ORDER BY id LIMIT $2
@@ -252,6 +257,10 @@ class ExecutorLane:
     async def holds(self, executor: str, epoch: int) -> bool:
         """Whether the lease of ``executor`` is still at ``epoch`` (this process's)."""
         return bool(await self.db.fetchval(CURRENT_EPOCH, self.chain_id, executor) == epoch)
+
+    async def in_flight(self, executor: str) -> int:
+        """How many of the lane's transactions are in flight (see :data:`IN_FLIGHT`)."""
+        return int(await self.db.fetchval(IN_FLIGHT, self.chain_id, executor))
 
     async def next_simulated(self, limit: int) -> list[Job]:
         """Up to ``limit`` simulated jobs, oldest first: the next signing batch, to be

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from relayer.chain.errors import ChainUnavailable
@@ -34,6 +35,49 @@ SIGN_EXPIRY_MARGIN_S: Final = 20
 EXPIRED: Final = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
 
 
+LEASE_SPREAD_S: Final = 2.0
+"""A process that already holds k executor leases waits k times this before taking another,
+so processes started together split the keys between them."""
+START_STAGGER_S: Final = 0.1
+
+
+class LaneBoard:
+    """The executor lanes of this process: the keys it holds a lease on, each lane's
+    transactions in flight, and the lanes drained of new work (executor balance below the
+    floor). Work goes to the lane with the least in flight: a lane claims at most enough
+    to stay within half a batch of the least loaded other lane."""
+
+    def __init__(self) -> None:
+        self._in_flight: dict[str, int] = {}
+        self._drained: set[str] = set()
+
+    def held(self) -> int:
+        return len(self._in_flight)
+
+    def hold(self, executor: str) -> None:
+        self._in_flight.setdefault(executor, 0)
+
+    def drop(self, executor: str) -> None:
+        self._in_flight.pop(executor, None)
+        self._drained.discard(executor)
+
+    def update(self, executor: str, in_flight: int, drained: bool) -> None:
+        self._in_flight[executor] = in_flight
+        if drained:
+            self._drained.add(executor)
+        else:
+            self._drained.discard(executor)
+
+    def claim_limit(self, executor: str, batch: int) -> int:
+        """How many jobs the lane of ``executor`` may claim now (0 when drained)."""
+        if executor in self._drained:
+            return 0
+        others = [n for e, n in self._in_flight.items() if e != executor and e not in self._drained]
+        if not others:
+            return batch
+        return max(0, min(batch, min(others) + batch // 2 - self._in_flight.get(executor, 0)))
+
+
 class Broadcaster:
     """Signs and sends simulated jobs for one executor key."""
 
@@ -47,9 +91,18 @@ class Broadcaster:
         notifications: JobNotifications,
         metrics: Metrics,
         simulator: Simulator,
+        board: LaneBoard | None = None,
+        balance: Callable[[str], Awaitable[int]] | None = None,
+        min_balance_wei: int = 0,
+        key_index: int = 0,
     ) -> None:
         self.chain = chain
         self.simulator = simulator
+        self.board = board or LaneBoard()
+        self._balance = balance
+        self.min_balance_wei = min_balance_wei
+        self.key_index = key_index
+        self._drained = False
         self.lane = lane
         self.keeper = keeper
         self.signer = signer
@@ -88,7 +141,8 @@ class Broadcaster:
             LeaseLost: another process took the key (nothing more is signed or sent).
         """
         epoch = self._epoch()
-        batch = await self.lane.next_simulated(BATCH)
+        limit = await self._claim_limit()
+        batch = await self.lane.next_simulated(limit) if limit else []
         good = await self.simulator.recheck(batch) if batch else []
         signed = await self.lane.sign_simulated(
             self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
@@ -100,6 +154,33 @@ class Broadcaster:
             raise LeaseLost(message="the executor lease moved on")
         await self.keeper.upkeep(epoch)
         return len(signed)
+
+    async def _claim_limit(self) -> int:
+        """How many jobs this lane may take now: none while the executor's balance is below
+        the floor (the lane still keeps its own transactions moving), else its share by the
+        :class:`LaneBoard` rule.
+
+        Raises:
+            Unavailable: the chain node or the database failed.
+        """
+        address = self.signer.address
+        drained = False
+        if self._balance is not None and self.min_balance_wei:
+            balance = await self._balance(address)
+            self.metrics.executor_balance_wei.labels(str(self.key_index)).set(balance)
+            drained = balance < self.min_balance_wei
+        if drained != self._drained:
+            self._drained = drained
+            self.metrics.executor_drained.labels(str(self.key_index)).set(1 if drained else 0)
+            if drained:
+                log.warning(
+                    "executor balance below the floor: its lane takes no new work",
+                    extra={"executor": address, "key": self.key_index},
+                )
+            else:
+                log.info("executor balance back above the floor", extra={"executor": address})
+        self.board.update(address, await self.lane.in_flight(address), drained)
+        return self.board.claim_limit(address, BATCH)
 
     def _epoch(self) -> int:
         if self.lease.epoch is None:
@@ -113,15 +194,26 @@ class Broadcaster:
         when this returns or raises."""
         try:
             while await self._take_lease(stop):
-                await self._work(stop)
+                try:
+                    await self._work(stop)
+                finally:
+                    self.board.drop(self.signer.address)
         finally:
+            self.board.drop(self.signer.address)
             await self.lease.release()
 
     async def _take_lease(self, stop: asyncio.Event) -> bool:
         """Wait (retrying) until this process holds the lease; False when asked to stop."""
+        await sleep_or_stop(stop, self.key_index * START_STAGGER_S)
         while not stop.is_set():
+            held = self.board.held()
+            if held:  # let processes started together take the other keys first
+                await sleep_or_stop(stop, held * LEASE_SPREAD_S)
+                if stop.is_set():
+                    return False
             try:
                 if await self.lease.try_acquire():
+                    self.board.hold(self.signer.address)
                     log.info(
                         "executor lease taken",
                         extra={"executor": self.signer.address, "epoch": self.lease.epoch},

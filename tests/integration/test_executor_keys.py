@@ -1,0 +1,107 @@
+"""Several executor keys (issue 7), each with its own nonce lane and lease, on a chain of
+its own: work spreads over the keys, a key whose balance falls below the floor is drained of
+new work and reported while the other carries on, and two daemons on one database split the
+keys with no overlap. Counts printed (-s)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Daemon, free_port
+from tests.integration.test_lane import _signed
+from tests.private import Anvil, daemon_settings, private_chain, serving
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FLOOR = 10**18  # 1 ETH
+
+
+def _keys(info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "executor_private_keys": info["spareExecutors"][0]["privateKey"],
+        "min_executor_balance_wei": FLOOR,
+    }
+
+
+async def _executors_of(d: Daemon, bodies: list[dict[str, Any]]) -> list[str]:
+    rows = await d.runtime.db.fetch(
+        "SELECT executor FROM relay_jobs WHERE salt = ANY($1::bytea[])",
+        [bytes.fromhex(b["salt"][2:]) for b in bodies],
+    )
+    return [r["executor"] for r in rows]
+
+
+async def _leased(d: Daemon) -> list[str]:
+    return [lease.executor for lease in d.runtime.leases if lease.epoch is not None]
+
+
+async def test_a_key_below_the_floor_is_drained_and_the_other_carries_on(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        first, second = info["executor"]["address"], info["spareExecutors"][0]["address"]
+        settings = daemon_settings(info, dsn, free_port(), **_keys(info))
+        async with serving(settings, info) as d:
+            anvil = Anvil(info["rpcUrl"])
+            deadline = time.monotonic() + 10
+            while len(await _leased(d)) < 2:  # the second key is taken after the spread
+                assert time.monotonic() < deadline, "both leases not taken"
+                await asyncio.sleep(0.1)
+            anvil.automine(False)  # a block a second: in flight long enough to spread the work
+            anvil.rpc("evm_setIntervalMining", 1)
+            before = [await _signed(d, i % 3) for i in range(20)]
+            answers = await asyncio.gather(*(d.post(b) for b in before))
+            assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+            spread = await _executors_of(d, before)
+            assert set(spread) == {first, second}, spread  # both lanes took work
+            # The second key falls below the floor mid-load: no new work for it.
+            anvil.rpc("anvil_setBalance", second, hex(FLOOR // 2))
+            anvil.mine()
+            after = [await _signed(d, i % 3) for i in range(20)]
+            answers = await asyncio.gather(*(d.post(b) for b in after))
+            assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+            moved = await _executors_of(d, after)
+            assert set(moved) == {first}, moved
+            drained = d.runtime.metrics.executor_drained.labels("1")._value.get()
+            assert drained == 1  # reported
+            assert d.runtime.metrics.executor_drained.labels("0")._value.get() == 0
+            print(
+                f"\ntwo keys: {spread.count(first)}/{spread.count(second)} of 20 before; second key below "
+                f"the floor: {moved.count(first)}/{moved.count(second)} of 20 after, all settled, "
+                "drained reported"
+            )
+
+
+async def test_two_daemons_on_one_database_split_the_keys_with_no_overlap(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        serving(daemon_settings(info, dsn, free_port(), **_keys(info)), info) as a,
+        serving(daemon_settings(info, dsn, free_port(), **_keys(info)), info) as b,
+    ):
+        deadline = time.monotonic() + 15
+        while len(await _leased(a)) + len(await _leased(b)) < 2:
+            assert time.monotonic() < deadline, "keys not leased"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2 * 2.0 + 0.5)  # past the spread: nothing more is taken
+        held_a, held_b = await _leased(a), await _leased(b)
+        assert len(held_a) == len(held_b) == 1 and set(held_a) != set(held_b), (held_a, held_b)
+        bodies = [await _signed(a, i % 3) for i in range(20)]
+        answers = await asyncio.gather(*((a if i % 2 else b).post(x) for i, x in enumerate(bodies)))
+        assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+        used = await _executors_of(a, bodies)
+        shared = await a.runtime.db.fetchval(
+            "SELECT count(*) FROM (SELECT executor, nonce FROM relay_transactions "
+            "GROUP BY executor, nonce HAVING count(DISTINCT job_id) > 1) AS s"
+        )
+        assert shared == 0
+        print(
+            f"\ntwo daemons, two keys: one key each; 20 settled over keys {sorted(set(used))}, "
+            "no nonce shared"
+        )
