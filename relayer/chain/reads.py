@@ -121,13 +121,18 @@ class ChainReads:
         (nonce,) = await self.node.call(self.contracts.kvcm, _NONCES, owner)
         return int(nonce)
 
-    async def balance(self, token: str, owner: str) -> TokenBalance:
+    async def balance(self, token: str, owner: str, *, fresh: bool = False) -> TokenBalance:
         """``owner``'s balance of the ERC-20 ``token`` (atomic units) and the block it was
-        read at (cached per head and owner: one ``eth_call`` per payer per block).
+        read at (cached per head and owner: one ``eth_call`` per payer per block; ``fresh``
+        reads the chain's latest block now, past the cache).
 
         Raises:
             ChainUnavailable: the node failed.
         """
+        if fresh:
+            block = int(await rpc(self.node.w3.eth.block_number))
+            (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
+            return TokenBalance(int(amount), block)
         block = await self.node.head()
 
         async def load() -> TokenBalance:

@@ -137,15 +137,19 @@ class Relay:
 
     async def _affordable(self, verified: VerifiedAuthorization) -> PayerBalance:
         """The payer's token balance at the latest block (one ``eth_call``, cached per block
-        and payer), checked against the signed value before anything is recorded: a payer
-        that cannot pay (a throwaway key, say) costs no row and no simulation.
+        and payer; read again past the cache before refusing), checked against the signed
+        value before anything is recorded: a payer that cannot pay (a throwaway key, say)
+        costs no row and no simulation.
 
         Raises:
             ChainRevert: ``contract_revert`` with the token's ``ERC20InsufficientBalance``,
                 as the simulation would have reverted.
             Unavailable: the chain node failed.
         """
-        read = await self.catalog.chain.balance(verified.retirement.input_token, verified.payer)
+        token, payer = verified.retirement.input_token, verified.payer
+        read = await self.catalog.chain.balance(token, payer)
+        if read.amount < verified.value:  # the cached head may predate the payer's funding
+            read = await self.catalog.chain.balance(token, payer, fresh=True)
         if read.amount < verified.value:
             raise _overdrawn(verified, read.amount)
         return PayerBalance(read.amount, read.block_number)

@@ -87,6 +87,17 @@ def _move_away(chain: dict[str, Any], payer: dict[str, str], value: int) -> None
     )
 
 
+async def _seen_funded(d: Daemon, payer: dict[str, str], amount: int) -> None:
+    """Wait (bounded) until the daemon reads ``amount`` in the payer's balance: its reads are
+    cached per head, and the funding block may be newer than the head it last saw."""
+    usdc = d.chain["contracts"]["usdc"]
+    for _ in range(100):
+        if (await d.runtime.reads.balance(usdc, payer["address"])).amount >= amount:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the daemon never saw the payer funded")
+
+
 def _fresh_payer() -> dict[str, str]:
     account = Account.create()
     return {"address": account.address, "privateKey": "0x" + bytes(account.key).hex()}
@@ -126,6 +137,7 @@ async def test_a_payer_who_can_afford_one_of_ten_concurrent_authorizations_gets_
     bodies = await _signed_by(daemon, payer, 10)
     value = int(bodies[0]["authPayload"]["value"])
     assert all(int(b["authPayload"]["value"]) == value for b in bodies)
+    # Funded just now: the daemon's cached head may predate it; it reads again before refusing.
     _as_deployer(daemon.chain, "UsdcEip3009", "mint", payer["address"], value + value // 2)  # 1.5 of them
     executor = daemon.chain["executor"]["address"]
     nonce_before = await daemon.runtime.executor.pending_nonce(executor)
@@ -168,6 +180,7 @@ async def test_funds_moved_away_after_acceptance_are_refused_before_signing(daem
     [body] = await _signed_by(daemon, payer, 1)
     value = int(body["authPayload"]["value"])
     _as_deployer(daemon.chain, "UsdcEip3009", "mint", payer["address"], value)
+    await _seen_funded(daemon, payer, value)
     executor = daemon.chain["executor"]["address"]
     nonce_before = await daemon.runtime.executor.pending_nonce(executor)
     rt = daemon.runtime
