@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from eth_account import Account
-from web3 import Web3
 
-from relayer.chain.abi import abi
+from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import private_daemon
@@ -22,23 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ORACLE = "0x420000000000000000000000000000000000000F"
 LONG = "x" * 1000  # the schema's longest message
-
-
-def _transact(chain: dict[str, Any], to: str, contract: str, name: str, *args: Any) -> None:
-    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
-    sender = Account.from_key(chain["deployer"]["privateKey"])
-    handle = w3.eth.contract(address=Web3.to_checksum_address(to), abi=abi(contract))
-    tx = getattr(handle.functions, name)(*args).build_transaction(
-        {
-            "from": sender.address,
-            "nonce": w3.eth.get_transaction_count(sender.address),
-            "chainId": chain["chainId"],
-        }
-    )
-    receipt = w3.eth.wait_for_transaction_receipt(
-        w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction), timeout=30
-    )
-    assert receipt["status"] == 1
 
 
 async def _once_moved(d: Daemon, key: str, old: str) -> dict[str, Any]:
@@ -77,8 +58,8 @@ async def test_raised_l1_and_operator_fees_raise_the_allowance_and_refuse_an_old
         assert low["l1DataFee"] > 0  # the devnet's oracle: OP Mainnet's scalars, a 1 gwei L1 base fee
         old_body = signed_request(before, payer["privateKey"])
         # The L1 base fee x100,000 and an operator fee of 0.001 ETH a transaction.
-        _transact(d.chain, ORACLE, "GasPriceOracleDev", "setL1Fees", 10**14, 1, 1368, 810949)
-        _transact(d.chain, ORACLE, "GasPriceOracleDev", "setOperatorFee", 1_000_000, 10**15)
+        transact_as_deployer(d.chain, ORACLE, "GasPriceOracleDev", "setL1Fees", 10**14, 1, 1368, 810949)
+        transact_as_deployer(d.chain, ORACLE, "GasPriceOracleDev", "setOperatorFee", 1_000_000, 10**15)
         after = await _once_moved(d, "operatorFee", before["gasAllowanceParts"]["operatorFee"])
         high = _parts(after)
         assert high["l1DataFee"] > 1000 * low["l1DataFee"]
@@ -114,7 +95,9 @@ async def test_a_stale_price_feed_falls_back_to_the_configured_bound(
         assert fresh["gasAllowanceParts"]["ethPriceSource"] == "feed"
         assert fresh["gasAllowanceParts"]["ethPriceUsdc"] == str(3_000 * 10**6)
         feed = d.chain["contracts"]["ethUsdFeed"]
-        _transact(d.chain, feed, "EthUsdFeedDev", "setAnswer", 3_000 * 10**8, int(time.time()) - 2 * 3600)
+        transact_as_deployer(
+            d.chain, feed, "EthUsdFeedDev", "setAnswer", 3_000 * 10**8, int(time.time()) - 2 * 3600
+        )
         stale = await _once_moved(d, "ethPriceSource", "feed")
         assert stale["gasAllowanceParts"]["ethPriceSource"] == "bound"
         assert stale["gasAllowanceParts"]["ethPriceUsdc"] == str(bound)

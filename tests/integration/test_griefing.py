@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 from eth_account import Account
-from web3 import Web3
 
-from relayer.chain.abi import abi
 from relayer.domain.states import JobState
+from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, signed_request
 
@@ -21,22 +20,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _as_deployer(chain: dict[str, Any], contract: str, name: str, *args: Any) -> None:
-    """Call ``contract.name(*args)`` as the protocol owner and wait for success (test-side)."""
-    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
-    owner = Account.from_key(chain["deployer"]["privateKey"])
     key = {"UsdcEip3009": "usdc", "KlimaVcm": "kvcm"}[contract]
-    handle = w3.eth.contract(address=chain["contracts"][key], abi=abi(contract))
-    tx = getattr(handle.functions, name)(*args).build_transaction(
-        {
-            "from": owner.address,
-            "nonce": w3.eth.get_transaction_count(owner.address),
-            "chainId": chain["chainId"],
-        }
-    )
-    receipt = w3.eth.wait_for_transaction_receipt(
-        w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction), timeout=30
-    )
-    assert receipt["status"] == 1
+    transact_as_deployer(chain, chain["contracts"][key], contract, name, *args)
 
 
 def _move_away(chain: dict[str, Any], payer: dict[str, str], value: int) -> None:

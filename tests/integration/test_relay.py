@@ -12,7 +12,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
-from tests.chain_helpers import chain_hash_retirement, eth_balance, token_balance
+from tests.chain_helpers import chain_hash_retirement, eth_balance, token_balance, transact_as_deployer
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.integration
@@ -320,25 +320,10 @@ async def test_database_loss_cannot_spend_an_authorization_twice(daemon: Daemon)
 
 
 def set_class_price(chain: dict[str, Any], class_id: int, price: int) -> None:
-    """As the protocol owner, move a class price on-chain (sync web3, test-side only)."""
-    from web3 import Web3
-
-    from relayer.chain.abi import abi
-
-    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
-    owner = Account.from_key(chain["deployer"]["privateKey"])
-    classes = w3.eth.contract(address=chain["contracts"]["carbonClasses"], abi=abi("CarbonClasses"))
-    tx = classes.functions.setPrice(class_id, price).build_transaction(
-        {
-            "from": owner.address,
-            "nonce": w3.eth.get_transaction_count(owner.address),
-            "chainId": chain["chainId"],
-        }
+    """As the protocol owner, move a class price on-chain."""
+    transact_as_deployer(
+        chain, chain["contracts"]["carbonClasses"], "CarbonClasses", "setPrice", class_id, price
     )
-    receipt = w3.eth.wait_for_transaction_receipt(
-        w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction), timeout=30
-    )
-    assert receipt["status"] == 1
 
 
 async def test_identical_request_after_prices_moved_returns_the_same_transaction(daemon: Daemon) -> None:
