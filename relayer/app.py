@@ -197,7 +197,14 @@ def _wire(
     outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.wait)
     prepare = Prepare(catalog, reads, gas, settings)
     simulator = Simulator(
-        executor, gas, jobs, signer.address, node.contracts.usdc, notifications.any_change.set
+        executor,
+        gas,
+        jobs,
+        signer.address,
+        node.contracts.usdc,
+        notifications.any_change.set,
+        reads,
+        settings.chain_id,
     )
     relay = Relay(
         catalog,

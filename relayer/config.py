@@ -89,6 +89,12 @@ class Settings(BaseSettings):
         description="Price of 1 ETH in USDC atomic units (6 decimals) used when the deployment's "
         "ETH/USD feed is absent or stale: set it at or above the market (it bounds the gas allowance).",
     )
+    l1_fee_headroom_bps: int = Field(
+        default=20_000,
+        ge=10_000,
+        description="The L1 data fee is priced at this many basis points of the oracle's upper bound "
+        "(it is charged at the L1 prices of the including block, whatever the fee cap).",
+    )
     price_feed_max_age_s: int = Field(
         default=3600, gt=0, description="Oldest ETH/USD feed answer used, seconds (else eth_price_usdc)."
     )

@@ -44,11 +44,16 @@ def transact_as_deployer(chain: dict[str, Any], to: str, contract: str, function
     w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
     sender = Account.from_key(chain["deployer"]["privateKey"])
     handle = w3.eth.contract(address=Web3.to_checksum_address(to), abi=abi(contract))
+    base_fee = int(w3.eth.get_block("latest")["baseFeePerGas"])
     tx = getattr(handle.functions, function)(*args).build_transaction(
         {
             "from": sender.address,
             "nonce": w3.eth.get_transaction_count(sender.address),
             "chainId": chain["chainId"],
+            # No tip: the executor's fee caps follow the recent median tip, and a test's own
+            # transaction must not move the market its relays were priced at.
+            "maxPriorityFeePerGas": 0,
+            "maxFeePerGas": 2 * base_fee + 1,
         }
     )
     receipt = w3.eth.wait_for_transaction_receipt(

@@ -10,11 +10,13 @@ from typing import Final
 from eth_typing import HexStr
 from web3.types import TxParams
 
+from relayer.chain import codec
 from relayer.chain.errors import SendOutcome, rpc, send_outcome, translate
 from relayer.chain.node import ChainNode, address
 
 FEE_HISTORY_BLOCKS: Final = 5
 TIP_PERCENTILE: Final = 50
+_IS_EXECUTOR: Final = codec.function("RetirementSettlement", "isExecutor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,15 @@ class ExecutorChain:
             "data": HexStr("0x" + data.hex()),
         }
         return int(await rpc(self.node.w3.eth.estimate_gas(tx), function))
+
+    async def is_executor(self, account: str) -> bool:
+        """Whether the settlement accepts ``account`` as an executor (``isExecutor``).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        (accepted,) = await self.node.call(self.node.contracts.settlement, _IS_EXECUTOR, account)
+        return bool(accepted)
 
     async def pending_nonce(self, account: str) -> int:
         """The next nonce the node would accept from ``account`` (counting its mempool).

@@ -65,7 +65,7 @@ class FollowerChain:
                 status=int(r["status"]),
                 gas_used=int(r["gasUsed"]),
                 effective_gas_price=int(r.get("effectiveGasPrice", 0)),
-                l1_fee=_quantity(r.get("l1Fee")),
+                l1_fee=_quantity(r.get("l1Fee")) + _operator_fee(r),
             )
             for r in receipts
         ]
@@ -104,10 +104,21 @@ def _settled(entry: Any) -> SettledLog:
 
 def _quantity(value: object) -> int:
     """A receipt field web3 may leave unformatted (an OP-stack extra such as ``l1Fee``): an
-    int, a hex quantity, or absent (0)."""
+    int, bytes, a hex quantity ("0x" is 0), or absent (0)."""
     if value is None:
         return 0
     if isinstance(value, int):
         return value
-    text = value.hex() if isinstance(value, bytes) else str(value)
-    return int(text, 16) if text.startswith("0x") else int(text or "0", 16)
+    if isinstance(value, bytes):
+        return int.from_bytes(value, "big")
+    digits = str(value).removeprefix("0x")  # a JSON-RPC quantity is hex
+    return int(digits, 16) if digits else 0
+
+
+def _operator_fee(receipt: Any) -> int:
+    """The operator fee an OP-stack receipt implies (Isthmus: ``gasUsed * operatorFeeScalar
+    / 1e6 + operatorFeeConstant``); 0 when it carries no operator-fee fields."""
+    scalar, constant = receipt.get("operatorFeeScalar"), receipt.get("operatorFeeConstant")
+    if scalar is None and constant is None:
+        return 0
+    return int(receipt["gasUsed"]) * _quantity(scalar) // 10**6 + _quantity(constant)

@@ -131,8 +131,8 @@ class BlockHeader:
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """A transaction receipt: ``status`` 1 success, 0 reverted; what it paid is
-    ``gas_used * effective_gas_price + l1_fee`` (wei; ``l1_fee`` is the L1 data fee an
-    OP-stack chain such as Base reports in its receipts, 0 elsewhere)."""
+    ``gas_used * effective_gas_price + l1_fee`` (wei; ``l1_fee`` is the L1 data fee and the
+    operator fee an OP-stack chain such as Base reports in its receipts, 0 elsewhere)."""
 
     tx_hash: bytes
     block_number: int

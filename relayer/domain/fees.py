@@ -174,15 +174,19 @@ def unsigned_tx_size(call_data_bytes: int) -> int:
     return call_data_bytes + UNSIGNED_TX_OVERHEAD
 
 
+FEED_CLOCK_SKEW_S: Final = 60
+"""How far ahead of this machine's clock a feed's update time may be (the chain's clock)."""
+
+
 def eth_price_from_feed(
     answer: int, decimals: int, updated_at: int, now: int, max_age_s: int, bound_usdc: int
 ) -> tuple[int, bool]:
     """The price of one ETH in USDC atomic units from a Chainlink-style ETH/USD answer
     (``decimals`` places; USDC taken at par with USD), rounded up (gas priced higher is
     against the payer, never the executor); or ``bound_usdc``, the configured bound, when
-    the answer is not positive, older than ``max_age_s`` seconds at ``now`` or from the
-    future. Returns (price, whether the feed gave it)."""
-    if answer <= 0 or updated_at > now or now - updated_at > max_age_s:
+    the answer is not positive, older than ``max_age_s`` seconds at ``now`` or more than
+    :data:`FEED_CLOCK_SKEW_S` in the future. Returns (price, whether the feed gave it)."""
+    if answer <= 0 or updated_at > now + FEED_CLOCK_SKEW_S or now - updated_at > max_age_s:
         return bound_usdc, False
     return ceil_div(answer * 10**6, 10**decimals), True
 

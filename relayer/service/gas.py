@@ -125,8 +125,9 @@ class GasPricer:
         return EthPrice(usdc, fresh)
 
     async def extra_wei(self, call_data_bytes: int, gas_limit: int) -> tuple[int, int]:
-        """(L1 data fee upper bound, operator fee) in wei of a transaction with that much
-        call data and that gas limit (0, 0 on a chain without the oracle).
+        """(L1 data fee upper bound times ``l1_fee_headroom_bps``, operator fee) in wei of a
+        transaction with that much call data and that gas limit (0, 0 on a chain without the
+        oracle).
 
         Raises:
             Unavailable: the chain node failed.
@@ -134,7 +135,9 @@ class GasPricer:
         l1, operator = await asyncio.gather(
             self.costs.l1_fee(fees.unsigned_tx_size(call_data_bytes)), self.costs.operator_fee(gas_limit)
         )
-        return l1, operator
+        # The L1 fee is charged at the L1 prices of the block that includes the transaction,
+        # whatever its fee cap: price it with headroom for their moves until then.
+        return fees.ceil_div(l1 * self.settings.l1_fee_headroom_bps, fees.BPS), operator
 
     def budget(self, route: Route) -> int:
         """Gas priced into the allowance of a class or a listing retirement."""

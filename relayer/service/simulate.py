@@ -14,6 +14,7 @@ from typing import Final
 
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
+from relayer.chain.reads import ChainReads
 from relayer.domain.errors import RelayerError, Unavailable
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPricer
@@ -37,7 +38,11 @@ class Simulator:
         executor_address: str,
         usdc: str,
         wake_broadcaster: Callable[[], None],
+        reads: ChainReads,
+        chain_id: int,
     ) -> None:
+        self.reads = reads
+        self.chain_id = chain_id
         self.executor = executor
         self.gas = gas
         self.jobs = jobs
@@ -80,25 +85,36 @@ class Simulator:
         if moved is not None:
             self._wake_broadcaster()
 
-    async def recheck(self, batch: Sequence[Job]) -> list[int]:
-        """Simulate a signing batch again, at the latest block, just before it is signed:
-        what changed since acceptance (the payer moved its funds away, cancelled the
-        authorization, a listing sold out) is refused now, before the executor pays for a
-        revert. Returns the ids of the jobs still good; the others are moved to rejected
-        with the revert (``contract_revert``: nothing was signed, the identical request may
-        be retried). One ``eth_estimateGas`` per job, concurrently.
+    async def recheck(self, batch: Sequence[Job], sender: str) -> list[int]:
+        """Check a signing batch again, at the latest block, just before ``sender`` (the
+        lane's executor) signs it: what changed since acceptance is refused now, before the
+        executor pays for a revert. Returns the ids of the jobs still good, oldest first.
+
+        - Each payer's jobs must fit, together and beside its jobs already signed, in its
+          balance now (a payer who moved funds away after acceptance): the ones that do not
+          are rejected with the token's ``ERC20InsufficientBalance``.
+        - Each job is simulated again as ``sender`` (one ``eth_estimateGas``, concurrently):
+          a revert rejects it (``contract_revert``); a job that now needs more gas than it
+          was given, or whose allowance now covers a lower fee cap (the L1 fee or the ETH
+          price moved), is planned again, or rejected with
+          ``insufficient_authorized_value`` when its allowance no longer covers it.
+        - A job whose check could not be made (the node failed) stays simulated for the next
+          batch. Nothing refused here was signed: the identical request may be retried.
 
         Raises:
-            Unavailable: the chain node or the database failed (nothing was rejected for it).
+            Unavailable: the database failed.
         """
-        outcomes = await asyncio.gather(*(self._still_good(job) for job in batch), return_exceptions=True)
+        fits = await self._fits(batch)
+        checked = [job for job in batch if job.id in fits]
+        outcomes = await asyncio.gather(
+            *(self._still_good(job, sender) for job in checked), return_exceptions=True
+        )
         good: list[int] = []
-        for job, outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, ChainRevert):
-                log.warning(
-                    "refused before signing: the settlement would revert now",
-                    extra={"job_id": job.id, "error_name": outcome.error_name},
-                )
+        for job, outcome in zip(checked, outcomes, strict=True):
+            if isinstance(outcome, Unavailable):
+                log.warning("re-check failed; the job waits for the next batch", extra={"job_id": job.id})
+            elif isinstance(outcome, RelayerError):
+                log.warning("refused before signing", extra={"job_id": job.id, "error": outcome.code})
                 await self.jobs.move(job.id, JobState.REJECTED, error=outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
@@ -106,9 +122,57 @@ class Simulator:
                 good.append(job.id)
         return good
 
-    async def _still_good(self, job: Job) -> None:
-        function = "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"
-        await self.executor.estimate_gas(self.executor_address, job.settlement, job.call_data, function)
+    async def _fits(self, batch: Sequence[Job]) -> set[int]:
+        """The jobs of ``batch`` whose payers can pay them, oldest first, beside what their
+        signed jobs will take; the others are rejected."""
+        fits: set[int] = set()
+        payers: dict[tuple[str, str], list[Job]] = {}
+        for job in sorted(batch, key=lambda j: j.id):
+            payers.setdefault((job.payer, job.input_token), []).append(job)
+        for (payer, token), jobs in payers.items():
+            try:
+                balance = await self.reads.balance(token, payer, fresh=True)
+            except Unavailable:
+                continue  # checked again with the next batch
+            spent = await self.jobs.committed(self.chain_id, payer, token, balance.block_number)
+            for job in jobs:
+                if spent + job.auth_value > balance.amount:
+                    function = _function(job)
+                    refusal = ChainRevert.insufficient_balance(
+                        payer, max(0, balance.amount - spent), job.auth_value, function
+                    )
+                    log.warning("refused before signing: the payer's balance fell", extra={"job_id": job.id})
+                    await self.jobs.move(job.id, JobState.REJECTED, error=refusal)
+                    continue
+                spent += job.auth_value
+                fits.add(job.id)
+        return fits
+
+    async def _still_good(self, job: Job, sender: str) -> None:
+        """Simulate ``job`` again as ``sender``; keep its plan while it still holds (the gas
+        limit covers the estimate and the fee cap stays under what the allowance covers),
+        else plan it again.
+
+        Raises:
+            ChainRevert: it would revert now.
+            Rejection: insufficient_authorized_value, gas_limit_exceeds_cap.
+            Unavailable: the chain node or the database failed.
+        """
+        estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
+        assert job.gas_limit is not None and job.max_fee_per_gas is not None
+        pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
+        if estimate <= job.gas_limit:
+            ceiling = await self.gas.ceiling(job.gas_allowance, job.gas_limit, pays_usdc, size)
+            if job.max_fee_per_gas <= ceiling:
+                return
+        fresh = await self.gas.plan(estimate, job.gas_allowance, pays_usdc, job.quote_total or 0, size)
+        await self.jobs.replan(
+            job.id,
+            fresh.gas_limit,
+            fresh.max_fee_per_gas,
+            fresh.max_priority_fee_per_gas,
+            fresh.allowance_wei,
+        )
 
     async def resume(self, job: Job) -> None:
         """Simulate ``job`` if it is an orphan (in ``accepted`` for :data:`ORPHAN_AFTER_S`),
@@ -140,3 +204,7 @@ class Simulator:
             except RelayerError:
                 pass  # stored with the job
         return len(orphans)
+
+
+def _function(job: Job) -> str:
+    return "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"

@@ -47,10 +47,12 @@ CLAIM_SIMULATED: Final = """
 SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
 """
-# How many transactions of executor $2 on chain $1 are in flight (live: not mined, not replaced).
+# How many transactions of executor $2 on chain $1 are in flight: the rows LIVE returns.
 IN_FLIGHT: Final = """
-SELECT count(*) FROM relay_transactions
-WHERE chain_id = $1 AND executor = $2 AND mined_block IS NULL AND replaced_by IS NULL
+SELECT count(*) FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
+WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replaced_by IS NULL
+  AND t.created_at > now() - interval '1 day'
+  AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 """
 # Up to $2 simulated jobs, oldest first (a look, no lock: the next signing batch).
 NEXT_SIMULATED: Final = """

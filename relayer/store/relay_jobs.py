@@ -68,13 +68,29 @@ LOCK_PAYER: Final = """
 SELECT pg_advisory_xact_lock(hashtextextended('payer:' || $1::integer || ':' || $2 || ':' || $3, 0))
 """
 # What the payer's other jobs may still take from its token balance as read at block $4:
-# the value of every job not yet mined that may still be, and of every job mined after that
+# the value of every job not yet mined whose authorization has not expired (an expired one
+# can no longer pull funds; a minute of grace for clocks), and of every job mined after that
 # block (the balance does not show it spent yet). $5 is the new job's own authorization key.
 RESERVED_BY_PAYER: Final = """
 SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
 WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND auth_key <> $5
-  AND (state IN ('accepted', 'simulated', 'signed', 'submitted')
+  AND ((state IN ('accepted', 'simulated', 'signed', 'submitted')
+        AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
+"""
+# What the payer's signed jobs will take from its token balance as read at block $4 (signed
+# or sent and not yet mined, or mined after that block): a signing batch must fit beside it.
+COMMITTED_BY_PAYER: Final = """
+SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+WHERE chain_id = $1 AND payer = $2 AND input_token = $3
+  AND ((state IN ('signed', 'submitted') AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
+       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
+"""
+# Re-plan simulated job $1 with the gas and fees of a fresh simulation (still simulated only).
+REPLAN: Final = """
+UPDATE relay_jobs SET gas_limit = $2, max_fee_per_gas = $3, max_priority_fee_per_gas = $4,
+       allowance_wei = $5, updated_at = now()
+WHERE id = $1 AND state = 'simulated'
 """
 # One job by id.
 JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
@@ -122,12 +138,13 @@ WHERE id IN (SELECT id FROM relay_jobs
              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING *
 """
-# Delete up to $2 jobs rejected before anything was signed more than $1 seconds ago, with
-# their spent salts (the identical request may be posted again and starts afresh).
+# Delete up to $2 jobs of chain $3 rejected before anything was signed more than $1 seconds
+# ago, with their spent salts (the identical request may be posted again and starts afresh).
 PURGE_REJECTED: Final = """
 WITH doomed AS (
     SELECT id FROM relay_jobs j
-    WHERE state = 'rejected' AND tx_hash IS NULL AND updated_at < now() - make_interval(secs => $1)
+    WHERE chain_id = $3 AND state = 'rejected' AND tx_hash IS NULL
+      AND updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM relay_transactions t WHERE t.job_id = j.id)
     ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), salts AS (
@@ -204,6 +221,7 @@ class Job:
     block_number: int | None
     timestamps: dict[str, float | None]
     allowance_wei: int | None = None
+    auth_value: int = 0
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -235,6 +253,7 @@ class Job:
             block_number=opt_int(row["block_number"]),
             timestamps={col: (None if row[col] is None else row[col].timestamp()) for col in STAMPS},
             allowance_wei=opt_int(row["allowance_wei"]),
+            auth_value=int(row["auth_value"]),
         )
 
 
@@ -406,10 +425,31 @@ class RelayJobs:
         """Take over up to ``limit`` jobs that have sat in ``accepted`` for ``older_than_s``."""
         return [Job.from_row(r) for r in await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit)]
 
-    async def purge_rejected(self, older_than_s: float, limit: int) -> int:
-        """Delete up to ``limit`` jobs rejected before signing more than ``older_than_s``
-        seconds ago, with their salts; returns how many (see :data:`PURGE_REJECTED`)."""
-        return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit))
+    async def purge_rejected(self, chain_id: int, older_than_s: float, limit: int) -> int:
+        """Delete up to ``limit`` jobs of ``chain_id`` rejected before signing more than
+        ``older_than_s`` seconds ago, with their salts; returns how many (see
+        :data:`PURGE_REJECTED`)."""
+        return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit, chain_id))
+
+    async def committed(self, chain_id: int, payer: str, token: str, block_number: int) -> int:
+        """What the payer's signed jobs will still take from its balance as read at
+        ``block_number`` (atomic units; see :data:`COMMITTED_BY_PAYER`)."""
+        return int(await self.db.fetchval(COMMITTED_BY_PAYER, chain_id, payer, token, block_number))
+
+    async def replan(
+        self,
+        job_id: int,
+        gas_limit: int,
+        max_fee_per_gas: int,
+        max_priority_fee_per_gas: int,
+        allowance_wei: int,
+    ) -> bool:
+        """Give a simulated job the gas and fees (wei per gas) of a fresh simulation; False
+        when it is no longer simulated."""
+        status = await self.db.execute(
+            REPLAN, job_id, gas_limit, max_fee_per_gas, max_priority_fee_per_gas, allowance_wei
+        )
+        return status.endswith(" 1")
 
     async def count_by_state(self) -> dict[str, int]:
         rows = await self.db.fetch(COUNT_BY_STATE)

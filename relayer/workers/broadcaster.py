@@ -103,6 +103,7 @@ class Broadcaster:
         self.min_balance_wei = min_balance_wei
         self.key_index = key_index
         self._drained = False
+        self._registered = True
         self.lane = lane
         self.keeper = keeper
         self.signer = signer
@@ -124,7 +125,15 @@ class Broadcaster:
         return SignedTx(job.id, tx_hash, raw, nonce, job.gas_limit, job.max_fee_per_gas, tip)
 
     async def start_lane(self) -> None:
-        """Reconcile the nonce lane with the chain and re-send every live transaction."""
+        """Check that the settlement accepts this key as an executor (a key it does not
+        takes no work: every transaction it sent would revert), reconcile the nonce lane
+        with the chain and re-send every live transaction."""
+        self._registered = await self.chain.is_executor(self.signer.address)
+        if not self._registered:
+            log.error(
+                "the settlement does not accept this key as an executor: its lane takes no work",
+                extra={"executor": self.signer.address, "key": self.key_index},
+            )
         pending = await self.chain.pending_nonce(self.signer.address)
         nxt = await self.lane.reconcile_nonce(self.signer.address, pending)
         resent = await self.keeper.resend_all()
@@ -141,18 +150,25 @@ class Broadcaster:
             LeaseLost: another process took the key (nothing more is signed or sent).
         """
         epoch = self._epoch()
-        limit = await self._claim_limit()
-        batch = await self.lane.next_simulated(limit) if limit else []
-        good = await self.simulator.recheck(batch) if batch else []
-        signed = await self.lane.sign_simulated(
-            self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
-        )
+        signed: list[SignedTx] = []
+        failed: Unavailable | None = None
+        try:
+            limit = await self._claim_limit()
+            batch = await self.lane.next_simulated(limit) if limit else []
+            good = await self.simulator.recheck(batch, self.signer.address) if batch else []
+            signed = await self.lane.sign_simulated(
+                self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
+            )
+        except Unavailable as exc:
+            failed = exc  # the lane's own transactions still need their upkeep below
         for _ in signed:
             self.metrics.job_transitions.labels("signed").inc()
         await self.keeper.send(signed)
         if not await self.lane.holds(self.signer.address, epoch):
             raise LeaseLost(message="the executor lease moved on")
         await self.keeper.upkeep(epoch)
+        if failed is not None:
+            raise failed
         return len(signed)
 
     async def _claim_limit(self) -> int:
@@ -164,8 +180,8 @@ class Broadcaster:
             Unavailable: the chain node or the database failed.
         """
         address = self.signer.address
-        drained = False
-        if self._balance is not None and self.min_balance_wei:
+        drained = not self._registered
+        if not drained and self._balance is not None and self.min_balance_wei:
             balance = await self._balance(address)
             self.metrics.executor_balance_wei.labels(str(self.key_index)).set(balance)
             drained = balance < self.min_balance_wei

@@ -35,7 +35,9 @@ class Sweeper:
         while not stop.is_set():
             try:
                 resumed = await self.simulator.sweep()
-                purged = await self.jobs.purge_rejected(self.rejected_retention_s, PURGE_BATCH)
+                purged = await self.jobs.purge_rejected(
+                    self.simulator.chain_id, self.rejected_retention_s, PURGE_BATCH
+                )
                 outage.recovered()
                 if resumed:
                     log.info("resumed orphaned jobs", extra={"count": resumed})

@@ -105,3 +105,23 @@ async def test_two_daemons_on_one_database_split_the_keys_with_no_overlap(
             f"\ntwo daemons, two keys: one key each; 20 settled over keys {sorted(set(used))}, "
             "no nonce shared"
         )
+
+
+async def test_a_key_the_settlement_does_not_accept_takes_no_work(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    # anvil's account 6: funded, but never registered with setExecutor
+    stranger = "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e"
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        settings = daemon_settings(info, dsn, free_port(), executor_private_keys=stranger)
+        async with serving(settings, info) as d:
+            deadline = time.monotonic() + 10
+            while len(await _leased(d)) < 2:
+                assert time.monotonic() < deadline, "both leases not taken"
+                await asyncio.sleep(0.1)
+            bodies = [await _signed(d, i % 3) for i in range(10)]
+            answers = await asyncio.gather(*(d.post(b) for b in bodies))
+            assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+            assert set(await _executors_of(d, bodies)) == {info["executor"]["address"]}
+            assert d.runtime.metrics.executor_drained.labels("1")._value.get() == 1
+            print("\nunregistered key: no work taken (reported drained); 10 settled through the other")

@@ -187,3 +187,36 @@ async def test_funds_moved_away_after_acceptance_are_refused_before_signing(daem
     assert [r["state"] for r in await _jobs_of(daemon, payer["address"])] == [JobState.REJECTED.value]
     assert await daemon.runtime.executor.pending_nonce(executor) == nonce_before
     print("\nfunds moved away after acceptance: refused before signing, executor gas 0")
+
+
+async def test_a_payer_whose_balance_falls_after_acceptance_gets_only_what_still_fits(daemon: Daemon) -> None:
+    """Three jobs accepted while the payer could pay all three; before they are signed it
+    moves two thirds away: each alone would still simulate, but together they do not fit,
+    so two are refused before signing and the executor pays for no revert."""
+    payer = _fresh_payer()
+    bodies = await _signed_by(daemon, payer, 3)
+    value = int(bodies[0]["authPayload"]["value"])
+    _as_deployer(daemon.chain, "UsdcEip3009", "mint", payer["address"], 3 * value)
+    await _seen_funded(daemon, payer, 3 * value)
+    rt = daemon.runtime
+    real_next = rt.lane.next_simulated
+    moved = False
+
+    async def funds_fall_before_signing(limit: int) -> list[Any]:
+        nonlocal moved
+        batch = await real_next(limit)
+        if not moved and any(j.payer == payer["address"] for j in batch):
+            moved = True
+            _move_away(daemon.chain, payer, 2 * value)
+        return batch
+
+    rt.lane.next_simulated = funds_fall_before_signing  # type: ignore[method-assign]
+    try:
+        answers = await asyncio.gather(*(daemon.post(b) for b in bodies))
+    finally:
+        rt.lane.next_simulated = real_next  # type: ignore[method-assign]
+    settled = [r for s, r in answers if (s, r.get("status")) == (200, "settled")]
+    refused = [r for s, r in answers if _refused_for_balance(s, r)]
+    assert (len(settled), len(refused)) == (1, 2), answers
+    assert await _reverted_on_chain(daemon, payer["address"]) == 0
+    print("\nbalance fell after acceptance: settled 1, refused 2 before signing, executor reverts 0")

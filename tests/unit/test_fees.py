@@ -466,10 +466,10 @@ def test_the_feed_price_is_used_while_fresh_and_the_bound_otherwise() -> None:
     assert eth_price_from_feed(300_000_000_001, 8, now - 60, now, 3600, bound) == (3000 * USDC + 1, True)
     assert eth_price_from_feed(3000 * 10**8, 8, now - 3600, now, 3600, bound) == (3000 * USDC, True)
     assert eth_price_from_feed(3000 * 10**8, 8, now - 3601, now, 3600, bound) == (bound, False)  # stale
-    assert eth_price_from_feed(3000 * 10**8, 8, now + 1, now, 3600, bound) == (
-        bound,
-        False,
-    )  # from the future
+    skew = 3000 * USDC, True
+    assert eth_price_from_feed(3000 * 10**8, 8, now + 60, now, 3600, bound) == skew  # clock skew
+    future = eth_price_from_feed(3000 * 10**8, 8, now + 61, now, 3600, bound)
+    assert future == (bound, False)
     assert eth_price_from_feed(0, 8, now, now, 3600, bound) == (bound, False)
     assert eth_price_from_feed(-1, 8, now, now, 3600, bound) == (bound, False)
     assert eth_price_from_feed(3000 * 10**18, 18, now, now, 3600, bound) == (3000 * USDC, True)

@@ -1,0 +1,24 @@
+"""What an OP-stack receipt says a transaction paid beyond L2 gas (relayer/chain/follower.py):
+the L1 data fee and the Isthmus operator fee, in whatever form web3 leaves those fields."""
+
+from __future__ import annotations
+
+from relayer.chain.follower import _operator_fee, _quantity
+
+
+def test_quantities_in_every_form_web3_leaves_them() -> None:
+    assert _quantity(None) == 0
+    assert _quantity(12) == 12
+    assert _quantity("0x0c") == 12
+    assert _quantity("0x") == 0
+
+
+def test_the_operator_fee_of_an_isthmus_receipt() -> None:
+    # 100,000 gas at a scalar of 1.5 (1,500,000 / 1e6) plus a constant of 7 wei, rounded down.
+    receipt = {"gasUsed": 100_001, "operatorFeeScalar": "0x16e360", "operatorFeeConstant": 7}
+    assert _operator_fee(receipt) == 100_001 * 1_500_000 // 10**6 + 7
+    assert _operator_fee({"gasUsed": 100_000}) == 0  # not an OP-stack receipt
+
+
+def test_bytes_are_big_endian() -> None:
+    assert _quantity(b"\x01\x00") == 256
