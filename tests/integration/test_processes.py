@@ -172,3 +172,39 @@ async def test_two_api_and_two_worker_processes_on_one_key_settle_200_requests_o
         )
         assert (conflicts, doubles) == (0, 0)
         print(f"\n2 serve + 2 work: 200 settled in {elapsed:.1f} s, nonce conflicts 0, double broadcasts 0")
+
+
+async def test_two_worker_processes_split_two_executor_keys(
+    tmp_path: Path, admin_database_url: str, db_of: Any
+) -> None:
+    """Two ``relayer work`` processes on one database and two keys: each takes one key's
+    lease (none overlaps), and work flows through both."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
+    ):
+        db, log = await db_of(dsn), tmp_path / "daemons.log"
+        env = daemon_env(info, dsn, executor_private_keys=info["spareExecutors"][0]["privateKey"])
+        api = await DaemonProcess("serve", env, log).start()
+        workers = [await DaemonProcess("work", env, log).start() for _ in range(2)]
+        try:
+            deadline = time.monotonic() + 20
+            while await db.fetchval("SELECT count(*) FROM executor_leases") < 2:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(5)  # past the lease spread: nothing changes hands any more
+            holders = await db.fetch("SELECT executor, holder, epoch FROM executor_leases")
+            client = Client(session, api.base, info)
+            bodies = [await _signed(client, i % 3) for i in range(40)]
+            results = await asyncio.gather(*(client.post(b) for b in bodies))
+            after = await db.fetch("SELECT executor, holder, epoch FROM executor_leases")
+        finally:
+            codes = [p.stop() for p in (api, *workers)]
+        assert {(s, r.get("status") or r.get("error")) for s, r in results} == {(200, "settled")}
+        assert codes == [0, 0, 0]
+        pids = {row["holder"].split(":")[1] for row in holders}
+        assert len(holders) == 2 and len(pids) == 2, holders  # one key each, by two processes
+        assert sorted(map(tuple, holders)) == sorted(map(tuple, after))  # no lease moved meanwhile
+        used = {r["executor"] for r in await db.fetch("SELECT DISTINCT executor FROM relay_jobs")}
+        assert used == {row["executor"] for row in holders}, used
+        print("\n2 work processes, 2 keys: one key each; 40 settled through both keys")
