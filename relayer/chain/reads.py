@@ -121,16 +121,27 @@ class ChainReads:
         (nonce,) = await self.node.call(self.contracts.kvcm, _NONCES, owner)
         return int(nonce)
 
-    async def balance(self, token: str, owner: str, *, fresh: bool = False) -> TokenBalance:
-        """``owner``'s balance of the ERC-20 ``token`` (atomic units) and the block it was
-        read at (cached per head and owner: one ``eth_call`` per payer per block; ``fresh``
-        reads the chain's latest block now, past the cache).
+    async def latest_block(self) -> int:
+        """The chain's latest block number now, past the per-head cache (``eth_blockNumber``).
 
         Raises:
             ChainUnavailable: the node failed.
         """
-        if fresh:
-            block = int(await rpc(self.node.w3.eth.block_number))
+        return int(await rpc(self.node.w3.eth.block_number))
+
+    async def balance(
+        self, token: str, owner: str, *, fresh: bool = False, block: int | None = None
+    ) -> TokenBalance:
+        """``owner``'s balance of the ERC-20 ``token`` (atomic units) and the block it was
+        read at: at ``block`` when given; else cached per head and owner (one ``eth_call``
+        per payer per block); ``fresh`` reads the chain's latest block now, past the cache.
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        if fresh and block is None:
+            block = await self.latest_block()
+        if block is not None:
             (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
             return TokenBalance(int(amount), block)
         block = await self.node.head()

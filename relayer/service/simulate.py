@@ -129,11 +129,19 @@ class Simulator:
         payers: dict[tuple[str, str], list[Job]] = {}
         for job in sorted(batch, key=lambda j: j.id):
             payers.setdefault((job.payer, job.input_token), []).append(job)
-        for (payer, token), jobs in payers.items():
-            try:
-                balance = await self.reads.balance(token, payer, fresh=True)
-            except Unavailable:
+        try:
+            block = await self.reads.latest_block()
+        except Unavailable:
+            return fits  # all checked again with the next batch
+        balances = await asyncio.gather(
+            *(self.reads.balance(token, payer, block=block) for payer, token in payers),
+            return_exceptions=True,
+        )
+        for ((payer, token), jobs), balance in zip(payers.items(), balances, strict=True):
+            if isinstance(balance, Unavailable):
                 continue  # checked again with the next batch
+            if isinstance(balance, BaseException):
+                raise balance
             spent = await self.jobs.committed(self.chain_id, payer, token, balance.block_number)
             for job in jobs:
                 if spent + job.auth_value > balance.amount:
