@@ -18,6 +18,13 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._relay()
+        self._http()
+        self._workers()
+        self._executor()
+
+    def _relay(self) -> None:
+        """Relay jobs: by state, their transitions and the time per stage."""
         self.jobs_by_state = Gauge(
             "relayer_relay_jobs", "Relay jobs by state (from Postgres).", ["state"], registry=self.registry
         )
@@ -38,6 +45,9 @@ class Metrics:
         )
         for stage in STAGES:
             self.stage_seconds.labels(stage)
+
+    def _http(self) -> None:
+        """HTTP requests by action and code, error responses by spec code, durations."""
         self.requests = Counter(
             "relayer_http_requests_total",
             "HTTP requests by action and outcome code.",
@@ -56,6 +66,9 @@ class Metrics:
             ["action"],
             registry=self.registry,
         )
+
+    def _workers(self) -> None:
+        """Worker health: RPC failures, restarts, the indexer's block."""
         self.rpc_errors = Counter(
             "relayer_rpc_errors_total",
             "Chain RPC failures seen by workers.",
@@ -73,6 +86,10 @@ class Metrics:
             "Last block the retirement indexer has processed.",
             registry=self.registry,
         )
+
+    def _executor(self) -> None:
+        """The executor lanes: broadcasts, replacements, no-ops, reorgs, balances and the
+        solvency ledger (wei paid, allowances received)."""
         self.broadcasts = Counter(
             "relayer_broadcasts_total",
             "Raw transactions sent, by the node's answer (sent, known, nonce_used, nonce_ahead, "
