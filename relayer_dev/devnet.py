@@ -102,7 +102,11 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 
 
 def start_anvil(
-    state_dir: Path, port: int, chain_id: int = 84532, block_time: float | None = None
+    state_dir: Path,
+    port: int,
+    chain_id: int = 84532,
+    block_time: float | None = None,
+    gas_limit: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start anvil on ``127.0.0.1:port`` and wait until it answers ``eth_chainId``.
 
@@ -115,6 +119,7 @@ def start_anvil(
         port: TCP port; must be free.
         chain_id: chain id to report (84532 Base Sepolia, 8453 Base).
         block_time: seconds between blocks; ``None`` mines one block per transaction.
+        gas_limit: the block gas limit (anvil's default: 30M).
 
     Returns:
         The running anvil process.
@@ -142,6 +147,8 @@ def start_anvil(
     ]
     if block_time is not None:
         cmd += ["--block-time", str(block_time)]
+    if gas_limit is not None:
+        cmd += ["--gas-limit", str(gas_limit)]
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True

@@ -6,6 +6,7 @@ before Isthmus has no operator fee (its oracle reverts on it): 0. Reads are cach
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,12 +42,16 @@ class BaseCosts:
         self.eth_usd_feed = eth_usd_feed
         self._has_oracle: bool | None = None
         self._feed_decimals: int | None = None
+        self._first_read = asyncio.Lock()
 
     async def has_oracle(self) -> bool:
-        """Whether the chain has code at the GasPriceOracle predeploy (read once)."""
+        """Whether the chain has code at the GasPriceOracle predeploy (read once: concurrent
+        first callers share the one read)."""
         if self._has_oracle is None:
-            code = await rpc(self.node.w3.eth.get_code(address(GAS_PRICE_ORACLE)))
-            self._has_oracle = len(bytes(code)) > 0
+            async with self._first_read:
+                if self._has_oracle is None:
+                    code = await rpc(self.node.w3.eth.get_code(address(GAS_PRICE_ORACLE)))
+                    self._has_oracle = len(bytes(code)) > 0
         return self._has_oracle
 
     async def l1_fee(self, unsigned_tx_size: int) -> int:
@@ -80,8 +85,10 @@ class BaseCosts:
         if feed is None:
             return None
         if self._feed_decimals is None:
-            (decimals,) = await self.node.call(feed, _DECIMALS)
-            self._feed_decimals = int(decimals)
+            async with self._first_read:
+                if self._feed_decimals is None:
+                    (decimals,) = await self.node.call(feed, _DECIMALS)
+                    self._feed_decimals = int(decimals)
         places = self._feed_decimals
 
         async def load() -> FeedAnswer:

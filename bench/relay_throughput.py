@@ -1,0 +1,423 @@
+"""Relay throughput against the chain's own limit (issue 8), everything on loopback.
+
+One run:
+1. a private anvil (``--block-time``, ``--gas-limit`` high enough that the chain is not the
+   ceiling), the reference protocol, and N distinct payers funded with USDC;
+2. the baseline: N identical settlement transactions (``retireWithAuthorization`` of signed
+   authorizations, built by the daemon's own code) signed and sent directly from the
+   executor key, pipelined over one keep-alive session, no daemon: sent to all mined;
+3. the daemon as deployed (``relayer all``, or ``relayer serve`` + ``relayer work`` with
+   ``--split``) in processes of its own, its JSON-RPC through a counting proxy; this process
+   is the client: it posts N other signed retirements at ``--concurrency`` and waits for each
+   answer.
+
+Prints the figures, then one JSON line: settledPerSecond, baselinePerSecond, ratio, p50Seconds,
+p95Seconds, failures, nonceErrors, rpcCallsPerRetirement, daemonCpuMsPerRetirement.
+
+    .venv/bin/python bench/relay_throughput.py --retirements 1000 --concurrency 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from eth_utils.crypto import keccak
+from web3 import Web3
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from relayer.app import open_runtime  # noqa: E402
+from relayer.chain import calls  # noqa: E402
+from relayer.chain.abi import abi  # noqa: E402
+from relayer.config import Settings  # noqa: E402
+from relayer.domain.eip712 import Signature  # noqa: E402
+from relayer.domain.schemas import parse_request  # noqa: E402
+from relayer.domain.verify import VerifiedAuthorization, verify_authorization  # noqa: E402
+from relayer.service.terms import resolve  # noqa: E402
+from relayer.store.migrations import migrate  # noqa: E402
+from relayer_dev import devdb, devnet  # noqa: E402
+from relayer_dev.deploy import deploy_and_seed  # noqa: E402
+
+RELAYER = Path(sys.executable).with_name("relayer")
+DEFAULT_BLOCK_GAS: int = 30_000_000
+AMOUNT = "0.01"  # tonnes of class RE per retirement
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_key(index: int) -> str:
+    return "0x" + keccak(text=f"relayer-bench payer {index}").hex()
+
+
+async def counting_proxy(port: int, upstream: str, counts: dict[str, int]) -> web.AppRunner:
+    """A JSON-RPC pass-through on loopback counting every call (batch elements too)."""
+    session = aiohttp.ClientSession()
+
+    async def forward(request: web.Request) -> web.Response:
+        body = await request.read()
+        payload = json.loads(body)
+        for item in payload if isinstance(payload, list) else [payload]:
+            counts[item["method"]] = counts.get(item["method"], 0) + 1
+        async with session.post(upstream, data=body, headers={"content-type": "application/json"}) as r:
+            return web.Response(body=await r.read(), content_type="application/json")
+
+    async def close(_app: web.Application) -> None:
+        await session.close()
+
+    app = web.Application()
+    app.router.add_post("/", forward)
+    app.on_cleanup.append(close)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def fund(info: dict[str, Any], payers: list[str], each: int) -> None:
+    """Mint ``each`` USDC atomic units to every payer, pipelined from the deployer."""
+    w3 = Web3(Web3.HTTPProvider(info["rpcUrl"], request_kwargs={"timeout": 60}))
+    owner = Account.from_key(info["deployer"]["privateKey"])
+    usdc = w3.eth.contract(address=info["contracts"]["usdc"], abi=abi("UsdcEip3009"))
+    nonce = w3.eth.get_transaction_count(owner.address, "pending")
+    fee = 2 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + 1
+    hashes = []
+    for i, payer in enumerate(payers):
+        tx = usdc.functions.mint(payer, each).build_transaction(
+            {
+                "from": owner.address,
+                "nonce": nonce + i,
+                "gas": 100_000,
+                "maxFeePerGas": fee,
+                "maxPriorityFeePerGas": 0,
+                "chainId": info["chainId"],
+            }
+        )
+        hashes.append(w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction))
+    for tx_hash in hashes[-1:]:
+        assert w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)["status"] == 1
+
+
+async def signed_requests(rt: Any, payers: list[str], now: int) -> list[dict[str, Any]]:
+    """One signed actions/retire body per payer, from the daemon's own prepare-auth."""
+    bodies = []
+    for key in payers:
+        address = Account.from_key(key).address
+        request = parse_request(
+            {
+                "action": "actions/retire",
+                "from": address,
+                "carbonClass": "RE",
+                "amount": AMOUNT,
+                "inputToken": "USDC",
+                "details": {"beneficiaryIsPayer": True, "beneficiaryString": "bench"},
+            }
+        )
+        ch = await rt.services.prepare.prepare_auth(request, now)
+        body = copy.deepcopy(ch["actionsRetireRequest"])
+        sig = Account.sign_message(encode_typed_data(full_message=ch["typedData"]), key)
+        body["authPayload"]["signature"] = "0x" + bytes(sig.signature).hex()
+        bodies.append(body)
+    return bodies
+
+
+async def call_data(rt: Any, body: dict[str, Any], now: int) -> bytes:
+    """The settlement call the daemon would send for ``body`` (verified by its own code)."""
+    request = parse_request(body)
+    resolved = await resolve(rt.services.catalog, request, now)
+    relay = rt.services.relay
+    terms = resolved.terms(relay.chain_id, relay.settlement, int(request.gasAllowance or 0))
+    verified = verify_authorization(request, terms, now)
+    assert isinstance(verified, VerifiedAuthorization), verified
+    sig = verified.signature
+    assert isinstance(sig, Signature)
+    return calls.retire_with_authorization(
+        verified.retirement,
+        verified.salt,
+        verified.payer,
+        verified.value,
+        verified.valid_after,
+        verified.valid_before,
+        sig,
+    )
+
+
+async def baseline(info: dict[str, Any], datas: list[bytes]) -> dict[str, Any]:
+    """Sign the settlement calls from the executor key and send them pipelined; per second
+    from the first send to the last mined."""
+    w3 = Web3(Web3.HTTPProvider(info["rpcUrl"], request_kwargs={"timeout": 60}))
+    executor = Account.from_key(info["executor"]["privateKey"])
+    settlement = info["contracts"]["settlement"]
+    gas = int(w3.eth.estimate_gas({"from": executor.address, "to": settlement, "data": datas[0]}) * 12 // 10)
+    nonce = w3.eth.get_transaction_count(executor.address, "pending")
+    fee = 4 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + 10**6
+    started = time.perf_counter()
+    raws = []
+    for i, data in enumerate(datas):
+        tx = {
+            "type": 2,
+            "chainId": info["chainId"],
+            "nonce": nonce + i,
+            "to": settlement,
+            "data": data,
+            "value": 0,
+            "gas": gas,
+            "maxFeePerGas": fee,
+            "maxPriorityFeePerGas": 10**6,
+        }
+        raws.append("0x" + bytes(executor.sign_transaction(tx).raw_transaction).hex())
+    signed_in = time.perf_counter() - started
+    errors = 0
+    async with aiohttp.ClientSession() as session:
+        sem = asyncio.Semaphore(64)
+
+        async def send(i: int, raw: str) -> None:
+            nonlocal errors
+            async with sem:
+                payload = {"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction", "params": [raw]}
+                async with session.post(info["rpcUrl"], json=payload) as r:
+                    if "error" in await r.json():
+                        errors += 1
+
+        await asyncio.gather(*(send(i, raw) for i, raw in enumerate(raws)))
+        target = nonce + len(raws)
+        deadline = time.monotonic() + 300
+        while w3.eth.get_transaction_count(executor.address, "latest") < target:
+            assert time.monotonic() < deadline, "baseline transactions not mined"
+            await asyncio.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    last = w3.eth.get_transaction_receipt(w3.eth.get_block("latest", True)["transactions"][-1]["hash"])
+    return {
+        "perSecond": len(datas) / elapsed,
+        "seconds": elapsed,
+        "signSeconds": signed_in,
+        "sendErrors": errors,
+        "gasPerRetirement": int(last["gasUsed"]),
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start_daemon(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([str(RELAYER), command], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def wait_healthy(base: str, procs: list[subprocess.Popen[bytes]], log: Path) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), log.read_text()[-3000:]
+            try:
+                async with session.get(f"{base}/readyz", timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"daemon not ready: {log.read_text()[-3000:]}")
+
+
+async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=600)
+    ) as session:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def post(body: dict[str, Any]) -> None:
+            async with sem:
+                t0 = time.perf_counter()
+                async with session.post(f"{base}/api", json=body) as r:
+                    out = await r.json(content_type=None)
+                key = out.get("status") or out.get("error") or str(r.status)
+                outcomes[key] = outcomes.get(key, 0) + 1
+                if key == "settled":
+                    latencies.append(time.perf_counter() - t0)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(post(b) for b in bodies))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
+
+    return {
+        "seconds": elapsed,
+        "outcomes": outcomes,
+        "p50": pct(0.5),
+        "p95": pct(0.95),
+        "settled": len(latencies),
+    }
+
+
+async def refused_for_nonce(base: str) -> int:
+    """Broadcasts the node refused for their nonce (``relayer_broadcasts_total`` with
+    ``nonce_used`` or ``nonce_ahead``), from the daemon's /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as r:
+        text = await r.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("relayer_broadcasts_total{") and (
+            '"nonce_used"' in line or '"nonce_ahead"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+async def main(args: argparse.Namespace) -> None:
+    n = args.retirements
+    admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
+    dsn = devdb.create_scratch_database(admin, prefix="relayer_bench")
+    migrate(dsn)
+    state = Path(tempfile.mkdtemp(prefix="relayer-throughput-"))
+    log = state / "daemon.log"
+    anvil_port = free_port()
+    anvil = devnet.start_anvil(state, anvil_port, 84532, args.block_time, args.gas_limit)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        info = deploy_and_seed(devnet.rpc_url(anvil_port), 84532, devnet.DEFAULT_PROJECTS_FILE)
+        (state / "devnet.json").write_text(json.dumps(info))
+        payers = [bench_key(i) for i in range(n)]
+        t0 = time.perf_counter()
+        fund(info, [Account.from_key(k).address for k in payers], 10 * 10**6)
+        print(f"funded {n} payers in {time.perf_counter() - t0:.1f} s", flush=True)
+        settings = Settings(
+            database_url=dsn,
+            rpc_url=info["rpcUrl"],
+            chain_id=84532,
+            deployment_file=state / "devnet.json",
+            executor_private_key=info["executor"]["privateKey"],
+            confirmations=1,
+        )
+        now = int(time.time())
+        t0 = time.perf_counter()
+        async with open_runtime(settings, workers=False) as rt:
+            base_bodies = await signed_requests(rt, payers, now)
+            datas = [await call_data(rt, b, now) for b in base_bodies]
+            daemon_bodies = await signed_requests(rt, payers, now)
+        print(f"signed {2 * n} authorizations in {time.perf_counter() - t0:.1f} s", flush=True)
+        base = await baseline(info, datas)
+        print(
+            f"baseline: {n} direct sends mined in {base['seconds']:.2f} s = {base['perSecond']:.1f}/s "
+            f"(signing {base['signSeconds']:.2f} s, send errors {base['sendErrors']}); "
+            f"{base['gasPerRetirement']} gas a retirement: "
+            f"{base['gasPerRetirement']} gas a retirement: "
+            f"{DEFAULT_BLOCK_GAS // base['gasPerRetirement']} fit "
+            flush=True,
+        )
+        counts: dict[str, int] = {}
+        proxy_port, http_port = free_port(), free_port()
+        proxy = await counting_proxy(proxy_port, info["rpcUrl"], counts)
+        base_url = f"http://127.0.0.1:{http_port}"
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "RELAYER_DATABASE_URL": dsn,
+            "RELAYER_RPC_URL": f"http://127.0.0.1:{proxy_port}",
+            "RELAYER_CHAIN_ID": "84532",
+            "RELAYER_DEPLOYMENT_FILE": str(state / "devnet.json"),
+            "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
+            "RELAYER_CONFIRMATIONS": "1",
+            "RELAYER_SETTLE_WAIT_S": "300",
+            "RELAYER_HTTP_PORT": str(http_port),
+            "RELAYER_PUBLIC_BASE_URL": base_url,
+            "RELAYER_LOG_LEVEL": "WARNING",
+        }
+        commands = ["serve", "work"] if args.split else ["all"]
+        procs = [start_daemon(c, env, log) for c in commands]
+        await wait_healthy(base_url, procs, log)
+        await asyncio.sleep(1)
+        counts.clear()
+        cpu_before = [cpu_seconds(p.pid) for p in procs]
+        result = await load(base_url, daemon_bodies, args.concurrency)
+        cpu = sum(cpu_seconds(p.pid) - b for p, b in zip(procs, cpu_before, strict=True))
+        rpc_calls = sum(counts.values())
+        settled = result["settled"]
+        per_second = settled / result["seconds"]
+        failures = n - settled
+        nonce_errors = await refused_for_nonce(base_url) if not args.split else -1
+        print(
+            f"daemon ({' + '.join('relayer ' + c for c in commands)}): {settled}/{n} settled in "
+            f"{result['seconds']:.2f} s = {per_second:.1f}/s at concurrency {args.concurrency}; "
+            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s; outcomes {result['outcomes']}",
+            flush=True,
+        )
+        print(
+            f"RPC calls {rpc_calls} ({rpc_calls / n:.2f} a retirement): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
+            flush=True,
+        )
+        print(
+            f"daemon CPU {cpu:.2f} s = {1000 * cpu / n:.1f} ms a retirement; broadcasts the node refused for "
+            f"their nonce: {nonce_errors if nonce_errors >= 0 else 'not exported by relayer work'}"
+        )
+        await proxy.cleanup()
+        print(
+            json.dumps(
+                {
+                    "settledPerSecond": round(per_second, 2),
+                    "baselinePerSecond": round(base["perSecond"], 2),
+                    "ratio": round(per_second / base["perSecond"], 3),
+                    "p50Seconds": round(result["p50"], 3),
+                    "p95Seconds": round(result["p95"], 3),
+                    "failures": failures,
+                    "nonceErrors": nonce_errors,
+                    "rpcCallsPerRetirement": round(rpc_calls / n, 2),
+                    "daemonCpuMsPerRetirement": round(1000 * cpu / n, 1),
+                }
+            )
+        )
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        anvil.terminate()
+        anvil.wait(timeout=10)
+        devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--retirements", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=500)
+    parser.add_argument("--block-time", type=float, default=1.0)
+    parser.add_argument("--gas-limit", type=int, default=1_000_000_000)
+    parser.add_argument(
+        "--split", action="store_true", help="relayer serve + relayer work instead of relayer all"
+    )
+    asyncio.run(main(parser.parse_args()))
