@@ -330,8 +330,7 @@ async def main(args: argparse.Namespace) -> None:
             f"baseline: {n} direct sends mined in {base['seconds']:.2f} s = {base['perSecond']:.1f}/s "
             f"(signing {base['signSeconds']:.2f} s, send errors {base['sendErrors']}); "
             f"{base['gasPerRetirement']} gas a retirement: "
-            f"{base['gasPerRetirement']} gas a retirement: "
-            f"{DEFAULT_BLOCK_GAS // base['gasPerRetirement']} fit "
+            f"{DEFAULT_BLOCK_GAS // base['gasPerRetirement']} fit in a {DEFAULT_BLOCK_GAS:,}-gas block",
             flush=True,
         )
         counts: dict[str, int] = {}
