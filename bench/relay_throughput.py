@@ -223,9 +223,15 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def start_daemon(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(
+    command: str, env: dict[str, str], log: Path, profile: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``relayer <command>``; under cProfile (written to ``profile`` when it stops) if asked."""
+    argv = [str(RELAYER), command]
+    if profile is not None:
+        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "relayer", command]
     with log.open("ab") as out:
-        return subprocess.Popen([str(RELAYER), command], env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def wait_healthy(base: str, procs: list[subprocess.Popen[bytes]], log: Path) -> None:
@@ -352,7 +358,9 @@ async def main(args: argparse.Namespace) -> None:
             "RELAYER_LOG_LEVEL": "WARNING",
         }
         commands = ["serve", "work"] if args.split else ["all"]
-        procs = [start_daemon(c, env, log) for c in commands]
+        procs = [
+            start_daemon(c, env, log, Path(f"{args.profile}.{c}") if args.profile else None) for c in commands
+        ]
         await wait_healthy(base_url, procs, log)
         await asyncio.sleep(1)
         counts.clear()
@@ -400,8 +408,9 @@ async def main(args: argparse.Namespace) -> None:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=60)
             except subprocess.TimeoutExpired:
+                print(f"daemon pid {p.pid} ignored SIGTERM for 60 s; killed", file=sys.stderr)
                 p.kill()
         anvil.terminate()
         anvil.wait(timeout=10)
@@ -418,5 +427,8 @@ if __name__ == "__main__":
     parser.add_argument("--gas-limit", type=int, default=1_000_000_000)
     parser.add_argument(
         "--split", action="store_true", help="relayer serve + relayer work instead of relayer all"
+    )
+    parser.add_argument(
+        "--profile", help="run the daemon under cProfile, writing PROFILE.<command> when it stops"
     )
     asyncio.run(main(parser.parse_args()))
