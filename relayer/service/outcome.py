@@ -21,6 +21,10 @@ from relayer.store.retirements import IndexedRetirement, RetirementStore
 
 # How often a wait re-reads its job while the database is unavailable (seconds).
 OUTAGE_RETRY_S: Final = 0.25
+# How long a wait trusts the job's notifications before it re-reads the job anyway (seconds):
+# every change of state is notified (the trigger), and a re-opened LISTEN connection wakes
+# every waiter, so this only bounds what a lost notification costs.
+POLL_FALLBACK_S: Final = 5.0
 
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 
@@ -84,7 +88,7 @@ class Outcomes:
                 continue
             if answer is not None:
                 return answer
-            await self._wait_for_change(job_id, max(0.0, min(remaining, 1.0)))
+            await self._wait_for_change(job_id, max(0.0, min(remaining, POLL_FALLBACK_S)))
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""
