@@ -78,13 +78,15 @@ WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND auth_key <> $5
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
 """
-# What the payer's signed jobs will take from its token balance as read at block $4 (signed
-# or sent and not yet mined, or mined after that block): a signing batch must fit beside it.
-COMMITTED_BY_PAYER: Final = """
-SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
-WHERE chain_id = $1 AND payer = $2 AND input_token = $3
+# What the signed jobs of payers $2 will take from their token balances as read at block $3
+# (signed or sent and not yet mined, or mined after that block), per payer and token: a
+# signing batch must fit beside it.
+COMMITTED_BY_PAYERS: Final = """
+SELECT payer, input_token, sum(auth_value) AS committed FROM relay_jobs
+WHERE chain_id = $1 AND payer = ANY($2::text[])
   AND ((state IN ('signed', 'submitted') AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
-       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
+       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $3))
+GROUP BY payer, input_token
 """
 # Re-plan simulated job $1 with the gas and fees of a fresh simulation (still simulated only).
 REPLAN: Final = """
@@ -431,10 +433,21 @@ class RelayJobs:
         :data:`PURGE_REJECTED`)."""
         return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit, chain_id))
 
-    async def committed(self, chain_id: int, payer: str, token: str, block_number: int) -> int:
-        """What the payer's signed jobs will still take from its balance as read at
-        ``block_number`` (atomic units; see :data:`COMMITTED_BY_PAYER`)."""
-        return int(await self.db.fetchval(COMMITTED_BY_PAYER, chain_id, payer, token, block_number))
+    async def committed(
+        self, chain_id: int, payers: Sequence[tuple[str, str]], block_number: int
+    ) -> dict[tuple[str, str], int]:
+        """What the signed jobs of each (payer, token) will still take from its balance as
+        read at ``block_number`` (atomic units; absent: nothing; see
+        :data:`COMMITTED_BY_PAYERS`). One round trip for all of them."""
+        wanted = set(payers)
+        rows = await self.db.fetch(
+            COMMITTED_BY_PAYERS, chain_id, sorted({p for p, _ in wanted}), block_number
+        )
+        return {
+            (r["payer"], r["input_token"]): int(r["committed"])
+            for r in rows
+            if (r["payer"], r["input_token"]) in wanted
+        }
 
     async def replan(
         self,
