@@ -365,8 +365,10 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.sleep(1)
         counts.clear()
         cpu_before = [cpu_seconds(p.pid) for p in procs]
+        anvil_before, client_before = cpu_seconds(anvil.pid), time.process_time()
         result = await load(base_url, daemon_bodies, args.concurrency)
         cpu = sum(cpu_seconds(p.pid) - b for p, b in zip(procs, cpu_before, strict=True))
+        anvil_cpu, client_cpu = cpu_seconds(anvil.pid) - anvil_before, time.process_time() - client_before
         rpc_calls = sum(counts.values())
         settled = result["settled"]
         per_second = settled / result["seconds"]
@@ -381,6 +383,12 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"RPC calls {rpc_calls} ({rpc_calls / n:.2f} a retirement): "
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
+            flush=True,
+        )
+        print(
+            f"CPU a retirement: daemon {1000 * cpu / n:.1f} ms, anvil {1000 * anvil_cpu / n:.1f} ms, "
+            f"this client {1000 * client_cpu / n:.1f} ms "
+            f"(the machine has {os.cpu_count()} cores for all of them and Postgres)",
             flush=True,
         )
         print(
