@@ -285,6 +285,44 @@ async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dic
     }
 
 
+async def stage_means(base: str) -> dict[str, float]:
+    """Mean seconds a job spent per stage (``relayer_relay_stage_duration_seconds``), from
+    the daemon's /metrics: where a relayed retirement's latency goes."""
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as r:
+        text = await r.text()
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        for suffix, into in (("_sum{", sums), ("_count{", counts)):
+            if line.startswith("relayer_relay_stage_duration_seconds" + suffix):
+                stage = line.split('stage="', 1)[1].split('"', 1)[0]
+                into[stage] = float(line.rsplit(" ", 1)[1])
+    return {stage: sums[stage] / counts[stage] for stage in sums if counts.get(stage)}
+
+
+async def stamp_means(dsn: str) -> str:
+    """Mean seconds between the state stamps of the indexed jobs (accepted -> simulated ->
+    signed -> submitted -> mined -> indexed), from Postgres."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            """
+            SELECT avg(extract(epoch FROM simulated_at - accepted_at)) AS accepted_simulated,
+                   avg(extract(epoch FROM signed_at - simulated_at)) AS simulated_signed,
+                   avg(extract(epoch FROM submitted_at - signed_at)) AS signed_submitted,
+                   avg(extract(epoch FROM mined_at - submitted_at)) AS submitted_mined,
+                   avg(extract(epoch FROM indexed_at - mined_at)) AS mined_indexed
+            FROM relay_jobs WHERE state = 'indexed'
+            """
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return ", ".join(f"{k.replace('_', ' -> ')} {float(v or 0):.2f}" for k, v in row.items())
+
+
 async def refused_for_nonce(base: str) -> int:
     """Broadcasts the node refused for their nonce (``relayer_broadcasts_total`` with
     ``nonce_used`` or ``nonce_ahead``), from the daemon's /metrics."""
@@ -374,6 +412,7 @@ async def main(args: argparse.Namespace) -> None:
         per_second = settled / result["seconds"]
         failures = n - settled
         nonce_errors = await refused_for_nonce(base_url) if not args.split else -1
+        stages = await stage_means(base_url) if not args.split else {}
         print(
             f"daemon ({' + '.join('relayer ' + c for c in commands)}): {settled}/{n} settled in "
             f"{result['seconds']:.2f} s = {per_second:.1f}/s at concurrency {args.concurrency}; "
@@ -391,6 +430,9 @@ async def main(args: argparse.Namespace) -> None:
             f"(the machine has {os.cpu_count()} cores for all of them and Postgres)",
             flush=True,
         )
+        if stages:
+            print("mean seconds a stage: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), flush=True)
+        print("mean seconds between a job's stamps: " + await stamp_means(dsn), flush=True)
         print(
             f"daemon CPU {cpu:.2f} s = {1000 * cpu / n:.1f} ms a retirement; broadcasts the node refused for "
             f"their nonce: {nonce_errors if nonce_errors >= 0 else 'not exported by relayer work'}"
