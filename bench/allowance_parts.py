@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from web3 import Web3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import free_port  # noqa: E402
 from relayer.app import make_web_app, open_runtime  # noqa: E402
 from relayer.chain.abi import abi  # noqa: E402
 from relayer.config import Settings  # noqa: E402
@@ -41,12 +41,6 @@ MAINNET_LIKE = {
     "l2BaseFee": 5 * 10**6,
 }
 LONGEST = {"beneficiaryString": "b" * 200, "retiringEntityString": "r" * 200, "retirementMessage": "m" * 1000}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def set_oracle(info: dict[str, Any], l1: int, blob: int, scalars: tuple[int, int]) -> None:

@@ -15,7 +15,6 @@ import asyncio
 import copy
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from eth_account.messages import encode_typed_data
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import counting_proxy, free_port  # noqa: E402
 from relayer.app import make_web_app, open_runtime  # noqa: E402
 from relayer.config import Settings  # noqa: E402
 from relayer.store.migrations import migrate  # noqa: E402
@@ -38,41 +38,11 @@ from relayer_dev import devdb, devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def round_trips(session: aiohttp.ClientSession, n: int, call: Any) -> float:
     started = time.perf_counter()
     for _ in range(n):
         await call(session)
     return n / (time.perf_counter() - started)
-
-
-async def start_counting_proxy(port: int, upstream: str, calls: dict[str, int]) -> web.AppRunner:
-    """A JSON-RPC pass-through on loopback that counts every call (batch elements too)."""
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        body = await request.read()
-        payload = json.loads(body)
-        for item in payload if isinstance(payload, list) else [payload]:
-            calls[item["method"]] = calls.get(item["method"], 0) + 1
-        async with session.post(upstream, data=body, headers={"content-type": "application/json"}) as r:
-            return web.Response(body=await r.read(), content_type="application/json")
-
-    async def close(_app: web.Application) -> None:
-        await session.close()
-
-    app = web.Application()
-    app.router.add_post("/", forward)
-    app.on_cleanup.append(close)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
 
 
 async def main(n: int, concurrency: int, block_time: float | None) -> None:
@@ -88,7 +58,7 @@ async def main(n: int, concurrency: int, block_time: float | None) -> None:
         base = f"http://127.0.0.1:{http_port}"
         calls: dict[str, int] = {}
         proxy_port = free_port()
-        proxy = await start_counting_proxy(proxy_port, info["rpcUrl"], calls)
+        proxy = await counting_proxy(proxy_port, info["rpcUrl"], calls)
         settings = Settings(
             database_url=dsn,
             executor_private_key=info["executor"]["privateKey"],

@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils.crypto import keccak
@@ -43,6 +41,7 @@ from web3 import Web3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import counting_proxy, free_port  # noqa: E402
 from relayer.app import open_runtime  # noqa: E402
 from relayer.chain import calls  # noqa: E402
 from relayer.chain.abi import abi  # noqa: E402
@@ -60,38 +59,8 @@ DEFAULT_BLOCK_GAS: int = 30_000_000
 AMOUNT = "0.01"  # tonnes of class RE per retirement
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bench_key(index: int) -> str:
     return "0x" + keccak(text=f"relayer-bench payer {index}").hex()
-
-
-async def counting_proxy(port: int, upstream: str, counts: dict[str, int]) -> web.AppRunner:
-    """A JSON-RPC pass-through on loopback counting every call (batch elements too)."""
-    session = aiohttp.ClientSession()
-
-    async def forward(request: web.Request) -> web.Response:
-        body = await request.read()
-        payload = json.loads(body)
-        for item in payload if isinstance(payload, list) else [payload]:
-            counts[item["method"]] = counts.get(item["method"], 0) + 1
-        async with session.post(upstream, data=body, headers={"content-type": "application/json"}) as r:
-            return web.Response(body=await r.read(), content_type="application/json")
-
-    async def close(_app: web.Application) -> None:
-        await session.close()
-
-    app = web.Application()
-    app.router.add_post("/", forward)
-    app.on_cleanup.append(close)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
 
 
 def fund(info: dict[str, Any], payers: list[str], each: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from eth_account import Account
 
+from relayer.domain.eip712 import RECEIVE_WITH_AUTHORIZATION_FIELDS
 from relayer.domain.states import JobState
 from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon
@@ -35,16 +36,8 @@ def _move_away(chain: dict[str, Any], payer: dict[str, str], value: int) -> None
             "chainId": chain["chainId"],
             "verifyingContract": chain["contracts"]["usdc"],
         },
-        "types": {
-            "TransferWithAuthorization": [
-                {"name": "from", "type": "address"},
-                {"name": "to", "type": "address"},
-                {"name": "value", "type": "uint256"},
-                {"name": "validAfter", "type": "uint256"},
-                {"name": "validBefore", "type": "uint256"},
-                {"name": "nonce", "type": "bytes32"},
-            ]
-        },
+        # EIP-3009's TransferWithAuthorization has the fields of ReceiveWithAuthorization
+        "types": {"TransferWithAuthorization": RECEIVE_WITH_AUTHORIZATION_FIELDS},
         "primaryType": "TransferWithAuthorization",
         "message": {
             "from": payer["address"],
