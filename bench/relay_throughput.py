@@ -12,7 +12,12 @@ One run:
    answer.
 
 Prints the figures, then one JSON line: settledPerSecond, baselinePerSecond, ratio, p50Seconds,
-p95Seconds, failures, nonceErrors, rpcCallsPerRetirement, daemonCpuMsPerRetirement.
+p95Seconds, failures, nonceErrors, rpcCallsPerRetirement, daemonCpuMsPerRetirement, and beside
+them rpcMethodCallsPerRetirement and steadySettledPerSecond. rpcCallsPerRetirement counts HTTP
+round trips to the node (a JSON-RPC batch is one); rpcMethodCallsPerRetirement counts the calls
+they carry (what a metered provider bills). nonceErrors are broadcasts the node refused for
+their nonce, seen by the counting proxy. steadySettledPerSecond is the rate between the 10th
+and the 90th percentile of answers (without the first block's ramp and the last confirmations).
 
     .venv/bin/python bench/relay_throughput.py --retirements 1000 --concurrency 500
 """
@@ -41,7 +46,7 @@ from web3 import Web3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import counting_proxy, free_port  # noqa: E402
+from bench.common import NONCE_REFUSALS, ROUND_TRIPS, counting_proxy, free_port  # noqa: E402
 from relayer.app import open_runtime  # noqa: E402
 from relayer.chain import calls  # noqa: E402
 from relayer.chain.abi import abi  # noqa: E402
@@ -235,18 +240,26 @@ async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dic
                 key = out.get("status") or out.get("error") or str(r.status)
                 outcomes[key] = outcomes.get(key, 0) + 1
                 if key == "settled":
-                    latencies.append(time.perf_counter() - t0)
+                    done = time.perf_counter()
+                    latencies.append(done - t0)
+                    finished.append(done)
 
+        finished: list[float] = []
         started = time.perf_counter()
         await asyncio.gather(*(post(b) for b in bodies))
         elapsed = time.perf_counter() - started
     latencies.sort()
+    # The rate between the 10th and the 90th percentile of answers: the steady state, without
+    # the ramp-up (the first block) and the tail (the last jobs' confirmations).
+    lo, hi = int(0.1 * len(finished)), int(0.9 * len(finished)) - 1
+    steady = (hi - lo) / (finished[hi] - finished[lo]) if hi > lo and finished[hi] > finished[lo] else 0.0
 
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
 
     return {
         "seconds": elapsed,
+        "steadyPerSecond": steady,
         "outcomes": outcomes,
         "p50": pct(0.5),
         "p95": pct(0.95),
@@ -290,20 +303,6 @@ async def stamp_means(dsn: str) -> str:
         await conn.close()
     assert row is not None
     return ", ".join(f"{k.replace('_', ' -> ')} {float(v or 0):.2f}" for k, v in row.items())
-
-
-async def refused_for_nonce(base: str) -> int:
-    """Broadcasts the node refused for their nonce (``relayer_broadcasts_total`` with
-    ``nonce_used`` or ``nonce_ahead``), from the daemon's /metrics."""
-    async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as r:
-        text = await r.text()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("relayer_broadcasts_total{") and (
-            '"nonce_used"' in line or '"nonce_ahead"' in line
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -376,20 +375,23 @@ async def main(args: argparse.Namespace) -> None:
         result = await load(base_url, daemon_bodies, args.concurrency)
         cpu = sum(cpu_seconds(p.pid) - b for p, b in zip(procs, cpu_before, strict=True))
         anvil_cpu, client_cpu = cpu_seconds(anvil.pid) - anvil_before, time.process_time() - client_before
+        nonce_errors = counts.pop(NONCE_REFUSALS, 0)
+        round_trips = counts.pop(ROUND_TRIPS, 0)
         rpc_calls = sum(counts.values())
         settled = result["settled"]
         per_second = settled / result["seconds"]
         failures = n - settled
-        nonce_errors = await refused_for_nonce(base_url) if not args.split else -1
         stages = await stage_means(base_url) if not args.split else {}
         print(
             f"daemon ({' + '.join('relayer ' + c for c in commands)}): {settled}/{n} settled in "
             f"{result['seconds']:.2f} s = {per_second:.1f}/s at concurrency {args.concurrency}; "
-            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s; outcomes {result['outcomes']}",
+            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s; outcomes {result['outcomes']}; "
+            f"steady rate (10th to 90th percentile of answers) {result['steadyPerSecond']:.1f}/s",
             flush=True,
         )
         print(
-            f"RPC calls {rpc_calls} ({rpc_calls / n:.2f} a retirement): "
+            f"JSON-RPC: {round_trips} HTTP round trips ({round_trips / n:.2f} a retirement) carrying "
+            f"{rpc_calls} calls ({rpc_calls / n:.2f} a retirement): "
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
             flush=True,
         )
@@ -404,7 +406,7 @@ async def main(args: argparse.Namespace) -> None:
         print("mean seconds between a job's stamps: " + await stamp_means(dsn), flush=True)
         print(
             f"daemon CPU {cpu:.2f} s = {1000 * cpu / n:.1f} ms a retirement; broadcasts the node refused for "
-            f"their nonce: {nonce_errors if nonce_errors >= 0 else 'not exported by relayer work'}"
+            f"their nonce: {nonce_errors}"
         )
         await proxy.cleanup()
         print(
@@ -417,8 +419,10 @@ async def main(args: argparse.Namespace) -> None:
                     "p95Seconds": round(result["p95"], 3),
                     "failures": failures,
                     "nonceErrors": nonce_errors,
-                    "rpcCallsPerRetirement": round(rpc_calls / n, 2),
+                    "rpcCallsPerRetirement": round(round_trips / n, 2),
                     "daemonCpuMsPerRetirement": round(1000 * cpu / n, 1),
+                    "rpcMethodCallsPerRetirement": round(rpc_calls / n, 2),
+                    "steadySettledPerSecond": round(result["steadyPerSecond"], 2),
                 }
             )
         )
