@@ -117,12 +117,9 @@ def translate(exc: BaseException, function: str | None = None) -> RelayerError |
     return None
 
 
-def send_outcome(exc: BaseException) -> SendOutcome | None:
-    """The refusal a node's answer to a broadcast means (see :class:`SendOutcome`), or None
-    for any other failure (then the node is unavailable)."""
-    if not isinstance(exc, Web3RPCError) or not isinstance(exc.rpc_response, dict):
-        return None
-    error = exc.rpc_response.get("error")
+def refusal(error: Any) -> SendOutcome | None:
+    """The refusal a JSON-RPC ``error`` member answering ``eth_sendRawTransaction`` means,
+    or None for any other error (then the node is unavailable)."""
     message = str(error.get("message", "") if isinstance(error, dict) else error).lower()
     for words, outcome in _REFUSALS:
         if any(w in message for w in words):

@@ -4,14 +4,16 @@ broadcast is an outcome (:class:`SendOutcome`) with its own handling, not an err
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from eth_abi.exceptions import DecodingError
 from eth_typing import HexStr
 from web3.types import TxParams
 
 from relayer.chain import codec
-from relayer.chain.errors import SendOutcome, rpc, send_outcome, translate
+from relayer.chain.errors import ChainUnavailable, SendOutcome, refusal, rpc
 from relayer.chain.node import ChainNode, address
 
 FEE_HISTORY_BLOCKS: Final = 5
@@ -64,6 +66,26 @@ class ExecutorChain:
         }
         return int(await rpc(self.node.w3.eth.estimate_gas(tx), function))
 
+    async def calls_succeed(
+        self, sender: str, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]]
+    ) -> list[bool]:
+        """Whether each call (to, data, gas limit, the function it calls) from ``sender``
+        succeeds at the latest block within its gas limit and returns what the function
+        returns: one execution each (``eth_call``), all in one JSON-RPC batch. False is any
+        other answer (a revert, out of gas, the node's error, an empty result where there
+        is no code): the caller finds out which by :meth:`estimate_gas`.
+
+        Raises:
+            ChainUnavailable: the batch failed as a whole.
+        """
+        answers = await self.node.batch(
+            [
+                ("eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex(), "gas": hex(g)}, "latest"])
+                for to, data, g, _f in calls
+            ]
+        )
+        return [_returns(answer, f) for answer, (_t, _d, _g, f) in zip(answers, calls, strict=True)]
+
     async def is_executor(self, account: str) -> bool:
         """Whether the settlement accepts ``account`` as an executor (``isExecutor``).
 
@@ -89,23 +111,35 @@ class ExecutorChain:
         """
         return int(await rpc(self.node.w3.eth.get_transaction_count(address(account), "latest")))
 
-    async def send_raw(self, raw: bytes) -> SendOutcome:
-        """Broadcast signed bytes.
+    async def send_raw_many(self, raws: Sequence[bytes]) -> list[SendOutcome | ChainUnavailable]:
+        """Broadcast signed bytes in JSON-RPC batches (one round trip per batch), in order.
 
         Returns:
-            SENT, or the node's refusal (see :class:`SendOutcome`).
+            For each: SENT, the node's refusal (see :class:`SendOutcome`), or the failure
+            (send the same bytes again later).
 
         Raises:
-            ChainUnavailable: any other failure (send the same bytes again later).
+            ChainUnavailable: a batch failed as a whole (nothing known about its sends).
         """
-        try:
-            await self.node.w3.eth.send_raw_transaction(raw)
-        except Exception as exc:
-            outcome = send_outcome(exc)
-            if outcome is not None:
-                return outcome
-            mapped = translate(exc)
-            if mapped is None:
-                raise
-            raise mapped from None
-        return SendOutcome.SENT
+        answers = await self.node.batch([("eth_sendRawTransaction", ["0x" + raw.hex()]) for raw in raws])
+        outcomes: list[SendOutcome | ChainUnavailable] = []
+        for answer in answers:
+            if "error" not in answer:
+                outcomes.append(SendOutcome.SENT)
+                continue
+            error = answer["error"]
+            outcome = refusal(error)
+            message = str(error.get("message", "") if isinstance(error, dict) else error)
+            outcomes.append(outcome if outcome is not None else ChainUnavailable(detail=message[:200]))
+        return outcomes
+
+
+def _returns(answer: dict[str, Any], function: codec.FunctionAbi) -> bool:
+    result = answer.get("result")
+    if "error" in answer or not isinstance(result, str):
+        return False
+    try:
+        function.decode(bytes.fromhex(result[2:]))
+    except (ValueError, DecodingError):
+        return False
+    return True

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar, cast
 
 from eth_abi.exceptions import DecodingError
 from eth_typing import BlockNumber, ChecksumAddress, HexStr
@@ -25,6 +25,8 @@ from relayer.chain.types import Contracts
 from relayer.config import ConfigError
 
 T = TypeVar("T")
+BATCH_MAX: Final = 64
+"""Most calls in one JSON-RPC batch (providers cap batches; a bounded body either way)."""
 
 
 def address(value: str) -> ChecksumAddress:
@@ -100,6 +102,20 @@ class ChainNode:
             return function.decode(raw)
         except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
             raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
+
+    async def batch(self, calls: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+        """``calls`` (method, params) as JSON-RPC batches of at most :data:`BATCH_MAX`
+        (one round trip each); each call's response (``result`` or ``error``), in order.
+
+        Raises:
+            ChainUnavailable: a batch failed as a whole (transport, malformed answer).
+        """
+        provider = self.w3.provider
+        assert isinstance(provider, KeepAliveHTTPProvider)
+        answers: list[dict[str, Any]] = []
+        for start in range(0, len(calls), BATCH_MAX):
+            answers += await rpc(provider.batch(calls[start : start + BATCH_MAX]))
+        return answers
 
     async def head(self) -> int:
         """The latest block number (``eth_blockNumber``; cached per head and TTL, so within

@@ -7,8 +7,9 @@ synchronous web3 use in the same thread; this transport does neither.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -85,6 +86,43 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
         if shape is not None and "error" not in decoded and not shape(decoded.get("result")):
             raise BadResponseFormat(f"the node answered {method} with a malformed result")
         return decoded
+
+    async def batch(self, calls: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+        """Send ``calls`` (method, params) as one JSON-RPC batch: one HTTP round trip, and
+        each call's response (``result`` or ``error``) in the order of ``calls``. A result of
+        the wrong shape is returned as an ``error`` entry (code -32603), not raised.
+
+        Raises:
+            aiohttp.ClientError, TimeoutError: the transport failed.
+            BadResponseFormat: the answer is not a JSON-RPC batch answering every call.
+        """
+        if not calls:
+            return []
+        body = json.dumps(
+            [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls)]
+        ).encode()
+        async with self._client().post(
+            self.endpoint, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            response.raise_for_status()
+            raw = await response.read()
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            raise BadResponseFormat("the node's answer is not JSON") from None
+        if not isinstance(decoded, list):
+            raise BadResponseFormat("the node's answer to a batch is not a JSON-RPC batch")
+        by_id = {r.get("id"): r for r in decoded if isinstance(r, dict)}
+        answers: list[dict[str, Any]] = []
+        for i, (method, _params) in enumerate(calls):
+            answer = by_id.get(i)
+            if answer is None:
+                raise BadResponseFormat("the node's batch answer misses a call")
+            shape = RESULT_SHAPES.get(method)
+            if "error" not in answer and shape is not None and not shape(answer.get("result")):
+                answer = {"id": i, "error": {"code": -32603, "message": f"malformed {method} result"}}
+            answers.append(answer)
+        return answers
 
     async def is_connected(self, show_traceback: bool = False) -> bool:
         try:

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from relayer.chain import codec
+from relayer.chain.calls import SETTLEMENT
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads
@@ -93,11 +95,13 @@ class Simulator:
         - Each payer's jobs must fit, together and beside its jobs already signed, in its
           balance now (a payer who moved funds away after acceptance): the ones that do not
           are rejected with the token's ``ERC20InsufficientBalance``.
-        - Each job is simulated again as ``sender`` (one ``eth_estimateGas``, concurrently):
-          a revert rejects it (``contract_revert``); a job that now needs more gas than it
-          was given, or whose allowance now covers a lower fee cap (the L1 fee or the ETH
-          price moved), is planned again, or rejected with
-          ``insufficient_authorized_value`` when its allowance no longer covers it.
+        - Each job is executed again as ``sender`` at its gas limit (``eth_call``, the
+          whole batch in one JSON-RPC batch); one that fails is simulated again
+          (``eth_estimateGas``): a revert rejects it (``contract_revert``); a job that now
+          needs more gas than it was given is planned again. A job whose allowance now
+          covers a lower fee cap (the L1 fee or the ETH price moved) is planned again, or
+          rejected with ``insufficient_authorized_value`` when its allowance no longer
+          covers it.
         - A job whose check could not be made (the node failed) stays simulated for the next
           batch. Nothing refused here was signed: the identical request may be retried.
 
@@ -106,8 +110,25 @@ class Simulator:
         """
         fits = await self._fits(batch)
         checked = [job for job in batch if job.id in fits]
+        try:
+            succeed = await self.executor.calls_succeed(
+                sender,
+                [
+                    (
+                        job.settlement,
+                        job.call_data,
+                        job.gas_limit or 0,
+                        codec.function(SETTLEMENT, _function(job)),
+                    )
+                    for job in checked
+                ],
+            )
+        except Unavailable:
+            log.warning("re-check failed; the batch waits for the next one")
+            return []
         outcomes = await asyncio.gather(
-            *(self._still_good(job, sender) for job in checked), return_exceptions=True
+            *(self._still_good(job, sender, ok) for job, ok in zip(checked, succeed, strict=True)),
+            return_exceptions=True,
         )
         good: list[int] = []
         for job, outcome in zip(checked, outcomes, strict=True):
@@ -165,18 +186,20 @@ class Simulator:
                 fits.add(job.id)
         return fits
 
-    async def _still_good(self, job: Job, sender: str) -> None:
-        """Simulate ``job`` again as ``sender``; keep its plan while it still holds (the gas
-        limit covers the estimate and the fee cap stays under what the allowance covers),
-        else plan it again.
+    async def _still_good(self, job: Job, sender: str, succeeds: bool) -> None:
+        """Keep ``job``'s plan while it still holds (it ``succeeds`` at its gas limit, or
+        its gas limit covers a new estimate as ``sender``, and the fee cap stays under what
+        the allowance covers), else plan it again.
 
         Raises:
             ChainRevert: it would revert now.
             Rejection: insufficient_authorized_value, gas_limit_exceeds_cap.
             Unavailable: the chain node or the database failed.
         """
-        estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
+        estimate = job.gas_limit
+        if not succeeds:
+            estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
         pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
         if estimate <= job.gas_limit:
             ceiling = await self.gas.ceiling(job.gas_allowance, job.gas_limit, pays_usdc, size)

@@ -63,15 +63,20 @@ class LaneKeeper:
 
     async def send(self, txs: list[SignedTx]) -> None:
         """Broadcast journaled transactions and record which the node took; a refusal is
-        remembered for the next upkeep (replace, fill a hole), a failure re-sent later."""
+        remembered for the next upkeep (replace, fill a hole), a failure re-sent later. The
+        bytes go out in JSON-RPC batches, in nonce order."""
         taken: list[SignedTx] = []
-        for tx in txs:
-            try:
-                outcome = await self.chain.send_raw(tx.raw)
-            except ChainUnavailable as exc:
+        if not txs:
+            return
+        try:
+            outcomes = await self.chain.send_raw_many([tx.raw for tx in txs])
+        except ChainUnavailable as exc:
+            outcomes = [exc] * len(txs)
+        for tx, outcome in zip(txs, outcomes, strict=True):
+            if isinstance(outcome, ChainUnavailable):
                 self.metrics.rpc_errors.labels("broadcaster").inc()
                 log.warning(
-                    "broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": exc.detail}
+                    "broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": outcome.detail}
                 )
                 continue
             self.metrics.broadcasts.labels(outcome.value).inc()

@@ -154,6 +154,7 @@ async def test_outages_produce_no_internal_error(site: Site) -> None:
 async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str) -> None:
     """An HTML maintenance page, an empty body, a null result, "0x" from a lagging node or a
     bare array: each is the node failing (503), never an exception that would give a 500."""
+    from relayer.chain import codec
     from relayer.chain.errors import ChainUnavailable
     from relayer.chain.executor import ExecutorChain
     from relayer.chain.node import ChainNode
@@ -168,9 +169,10 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
             return web.Response(body=b"")
         if mode == "array":
             return web.json_response([1, 2])
-        return web.json_response(
-            {"jsonrpc": "2.0", "id": call["id"], "result": None if mode == "null" else "0x"}
-        )
+        result = None if mode == "null" else "0x"
+        if isinstance(call, list):  # a JSON-RPC batch
+            return web.json_response([{"jsonrpc": "2.0", "id": c["id"], "result": result} for c in call])
+        return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": result})
 
     app = web.Application()
     app.router.add_post("/", answer)
@@ -180,6 +182,7 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     await web.TCPSite(runner, "127.0.0.1", port).start()
     keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
     contracts = Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
+    retire = codec.function("RetirementSettlement", "retireWithAuthorization")
     node = ChainNode(f"http://127.0.0.1:{port}/", 84532, contracts)
     try:
         reads, executor = ChainReads(node), ExecutorChain(node)
@@ -191,11 +194,24 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
             lambda: executor.mined_nonce(contracts.usdc),
             lambda: executor.pending_nonce(contracts.usdc),
             lambda: executor.estimate_gas(contracts.usdc, contracts.settlement, b"\x00" * 4),
-            lambda: executor.send_raw(b"\x02"),
             node.check,
         ):
             with pytest.raises(ChainUnavailable):
                 await call()
+        # Batched: a garbled batch fails as a whole; a garbled answer to one call is that
+        # call's failure, never a success.
+        for batched in (
+            lambda: executor.send_raw_many([b"\x02", b"\x03"]),
+            lambda: executor.calls_succeed(
+                contracts.usdc, [(contracts.settlement, b"\x00" * 4, 10**6, retire)] * 2
+            ),
+        ):
+            try:
+                outcomes = await batched()
+            except ChainUnavailable:
+                continue
+            assert mode in ("null", "0x") and len(outcomes) == 2, outcomes
+            assert all(isinstance(o, ChainUnavailable) or o is False for o in outcomes), outcomes
     finally:
         await node.close()
         await runner.cleanup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -274,20 +275,20 @@ async def test_failed_broadcast_is_resent_with_the_same_bytes(daemon: Daemon) ->
     payer = daemon.chain["payers"][1]
     ch = await challenge(daemon, payer, carbonClass="IND", amount="0.3", inputToken="USDC")
     body = signed_request(ch, payer["privateKey"])
-    real_send = chain.send_raw
+    real_send = chain.send_raw_many
     sent: list[bytes] = []
 
-    async def flaky_send(raw: bytes) -> SendOutcome:
-        sent.append(raw)
+    async def flaky_send(raws: Sequence[bytes]) -> list[SendOutcome | ChainUnavailable]:
+        sent.extend(raws)
         if len(sent) == 1:
-            raise ChainUnavailable()
-        return await real_send(raw)
+            return [ChainUnavailable()]
+        return await real_send(raws)
 
-    chain.send_raw = flaky_send  # type: ignore[method-assign]
+    chain.send_raw_many = flaky_send  # type: ignore[method-assign]
     try:
         status, data = await daemon.post(body)
     finally:
-        chain.send_raw = real_send  # type: ignore[method-assign]
+        chain.send_raw_many = real_send  # type: ignore[method-assign]
     assert (status, data["status"]) == (200, "settled"), data
     assert len(sent) == 2 and sent[0] == sent[1]  # the same signed bytes, never a second transaction
     rows = await daemon.runtime.db.fetchval(

@@ -22,7 +22,7 @@ from web3.exceptions import (
 
 from relayer.chain import calls, codec
 from relayer.chain.abi import abi
-from relayer.chain.errors import ChainRevert, ChainUnavailable, SendOutcome, send_outcome, translate
+from relayer.chain.errors import ChainRevert, ChainUnavailable, SendOutcome, refusal, translate
 from relayer.chain.types import Contracts
 from relayer.domain.eip712 import Signature
 from relayer.domain.errors import RelayerError
@@ -198,11 +198,8 @@ def test_other_exceptions_are_not_translated() -> None:
     ],
 )
 def test_broadcast_refusals(message: str, outcome: SendOutcome | None) -> None:
-    exc = Web3RPCError(
-        message, rpc_response={"jsonrpc": "2.0", "id": 1, "error": {"code": -32003, "message": message}}
-    )
-    assert send_outcome(exc) is outcome
-    assert send_outcome(ValueError(message)) is None
+    assert refusal({"code": -32003, "message": message}) is outcome
+    assert refusal(message) is outcome  # a bare string error member
 
 
 def test_settled_event_strings_decode_leniently_as_stored_text() -> None:
