@@ -263,6 +263,8 @@ async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dic
         "outcomes": outcomes,
         "p50": pct(0.5),
         "p95": pct(0.95),
+        "p99": pct(0.99),
+        "max": latencies[-1] if latencies else float("nan"),
         "settled": len(latencies),
     }
 
@@ -385,7 +387,7 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"daemon ({' + '.join('relayer ' + c for c in commands)}): {settled}/{n} settled in "
             f"{result['seconds']:.2f} s = {per_second:.1f}/s at concurrency {args.concurrency}; "
-            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s; outcomes {result['outcomes']}; "
+            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s, p99 {result['p99']:.2f} s, max {result['max']:.2f} s; outcomes {result['outcomes']}; "
             f"steady rate (10th to 90th percentile of answers) {result['steadyPerSecond']:.1f}/s",
             flush=True,
         )

@@ -5,14 +5,14 @@ codec into domain types) and block timestamps. A new head clears the node's read
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
-from eth_typing import BlockNumber, HexStr
-from web3.types import FilterParams
+from eth_abi.exceptions import DecodingError
 
 from relayer.chain import calls, codec
-from relayer.chain.errors import rpc
-from relayer.chain.node import ChainNode, address
+from relayer.chain.errors import ChainUnavailable
+from relayer.chain.node import ChainNode
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
 
 # Strings in the event are decoded as bytes (the same ABI encoding): anyone can settle a
@@ -21,9 +21,12 @@ _SETTLED: Final = codec.event("RetirementSettlement", "RetirementSettled").with_
 
 
 class FollowerChain:
-    """Reads that follow the chain block by block.
+    """Reads that follow the chain block by block, parsed straight from the node's JSON
+    (only the fields they use; web3's result formatters cost more than the rest of the
+    follower under load).
 
-    Every method raises ``ChainUnavailable`` when the node fails.
+    Every method raises ``ChainUnavailable`` when the node fails or answers a malformed or
+    missing block, receipt or log.
     """
 
     def __init__(self, node: ChainNode) -> None:
@@ -31,65 +34,98 @@ class FollowerChain:
 
     async def head(self) -> int:
         """Latest block number; a change drops the node's cached reads."""
-        number = int(await rpc(self.node.w3.eth.block_number))
+        number = _parsed(_int, await self.node.request("eth_blockNumber", []))
         self.node.observe_head(number)
         return number
 
     async def head_block(self) -> BlockHeader:
         """The latest block's number, hash and parent hash; a new head drops the node's
         cached reads."""
-        block = await rpc(self.node.w3.eth.get_block("latest"))
-        header = BlockHeader(int(block["number"]), bytes(block["hash"]), bytes(block["parentHash"]))
+        block = await self._block("latest")
+        header = _parsed(
+            lambda b: BlockHeader(_int(b["number"]), _bytes(b["hash"], 32), _bytes(b["parentHash"], 32)),
+            block,
+        )
         self.node.observe_head(header.number)
         return header
 
     async def block_hash(self, number: int) -> bytes:
-        block = await rpc(self.node.w3.eth.get_block(BlockNumber(number)))
-        return bytes(block["hash"])
+        return _parsed(lambda b: _bytes(b["hash"], 32), await self._block(hex(number)))
 
     async def block_timestamps(self, numbers: set[int]) -> dict[int, int]:
         """Unix timestamps of the given blocks (one ``eth_getBlockByNumber`` each, concurrently)."""
-        blocks = await asyncio.gather(
-            *(rpc(self.node.w3.eth.get_block(BlockNumber(n))) for n in sorted(numbers))
-        )
-        return {int(b["number"]): int(b["timestamp"]) for b in blocks}
+        blocks = await asyncio.gather(*(self._block(hex(n)) for n in sorted(numbers)))
+        return _parsed(lambda bs: {_int(b["number"]): _int(b["timestamp"]) for b in bs}, blocks)
+
+    async def _block(self, tag: str) -> Any:
+        return await self.node.request("eth_getBlockByNumber", [tag, False])
 
     async def block_receipts(self, number: int) -> list[Receipt]:
         """All receipts of one block (one ``eth_getBlockReceipts``)."""
-        receipts = await rpc(self.node.w3.eth.get_block_receipts(BlockNumber(number)))
-        return [
-            Receipt(
-                tx_hash=bytes(r["transactionHash"]),
-                block_number=int(r["blockNumber"]),
-                block_hash=bytes(r["blockHash"]),
-                status=int(r["status"]),
-                gas_used=int(r["gasUsed"]),
-                effective_gas_price=int(r.get("effectiveGasPrice", 0)),
-                l1_fee=_quantity(r.get("l1Fee")) + _operator_fee(r),
-            )
-            for r in receipts
-        ]
+        receipts = await self.node.request("eth_getBlockReceipts", [hex(number)])
+        return _parsed(lambda rs: [_receipt(r) for r in rs], receipts)
 
     async def settled_logs(self, from_block: int, to_block: int) -> list[SettledLog]:
         """``RetirementSettled`` events of the settlement in a block range (one ``eth_getLogs``)."""
-        query: FilterParams = {
-            "address": address(self.node.contracts.settlement),
-            "fromBlock": BlockNumber(from_block),
-            "toBlock": BlockNumber(to_block),
-            "topics": [HexStr("0x" + _SETTLED.topic.hex())],
+        query = {
+            "address": self.node.contracts.settlement,
+            "fromBlock": hex(from_block),
+            "toBlock": hex(to_block),
+            "topics": ["0x" + _SETTLED.topic.hex()],
         }
-        return [_settled(entry) for entry in await rpc(self.node.w3.eth.get_logs(query))]
+        entries = await self.node.request("eth_getLogs", [query])
+        return _parsed(lambda es: [_settled(e) for e in es], entries)
+
+
+T = TypeVar("T")
+
+
+def _parsed(parse: Callable[[Any], T], value: Any) -> T:
+    """``parse(value)``, a malformed answer being the node's failure."""
+    try:
+        return parse(value)
+    except (KeyError, TypeError, ValueError, IndexError, DecodingError) as exc:
+        raise ChainUnavailable(detail=f"malformed answer: {type(exc).__name__}") from None
+
+
+def _int(value: Any) -> int:
+    """A JSON-RPC quantity ("0x1a")."""
+    if not isinstance(value, str) or not value.startswith("0x") or len(value) < 3:
+        raise ValueError("not a quantity")
+    return int(value, 16)
+
+
+def _bytes(value: Any, size: int | None = None) -> bytes:
+    """JSON-RPC data ("0x..."), of ``size`` bytes when given."""
+    if not isinstance(value, str) or not value.startswith("0x"):
+        raise ValueError("not data")
+    data = bytes.fromhex(value[2:])
+    if size is not None and len(data) != size:
+        raise ValueError("wrong size")
+    return data
+
+
+def _receipt(r: Any) -> Receipt:
+    return Receipt(
+        tx_hash=_bytes(r["transactionHash"], 32),
+        block_number=_int(r["blockNumber"]),
+        block_hash=_bytes(r["blockHash"], 32),
+        status=_int(r["status"]),
+        gas_used=_int(r["gasUsed"]),
+        effective_gas_price=_int(r.get("effectiveGasPrice", "0x0")),
+        l1_fee=_quantity(r.get("l1Fee")) + _operator_fee(r),
+    )
 
 
 def _settled(entry: Any) -> SettledLog:
     (payer, beneficiary, index), (value, fee, cost, refunded, nonce, retirement) = _SETTLED.decode(
-        [bytes(t) for t in entry["topics"]], bytes(entry["data"])
+        [_bytes(t, 32) for t in entry["topics"]], _bytes(entry["data"])
     )
     return SettledLog(
-        tx_hash=bytes(entry["transactionHash"]),
-        block_number=int(entry["blockNumber"]),
-        block_hash=bytes(entry["blockHash"]),
-        log_index=int(entry["logIndex"]),
+        tx_hash=_bytes(entry["transactionHash"], 32),
+        block_number=_int(entry["blockNumber"]),
+        block_hash=_bytes(entry["blockHash"], 32),
+        log_index=_int(entry["logIndex"]),
         payer=payer,
         beneficiary=beneficiary,
         retirement_index=int(index),
@@ -103,8 +139,8 @@ def _settled(entry: Any) -> SettledLog:
 
 
 def _quantity(value: object) -> int:
-    """A receipt field web3 may leave unformatted (an OP-stack extra such as ``l1Fee``): an
-    int, bytes, a hex quantity ("0x" is 0), or absent (0)."""
+    """An OP-stack receipt extra such as ``l1Fee``: a hex quantity ("0x" is 0), an int, or
+    absent (0)."""
     if value is None:
         return 0
     if isinstance(value, int):
@@ -121,4 +157,4 @@ def _operator_fee(receipt: Any) -> int:
     scalar, constant = receipt.get("operatorFeeScalar"), receipt.get("operatorFeeConstant")
     if scalar is None and constant is None:
         return 0
-    return int(receipt["gasUsed"]) * _quantity(scalar) // 10**6 + _quantity(constant)
+    return _quantity(receipt["gasUsed"]) * _quantity(scalar) // 10**6 + _quantity(constant)

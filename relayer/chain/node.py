@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar, cast
 from eth_abi.exceptions import DecodingError
 from eth_typing import BlockNumber, ChecksumAddress, HexStr
 from web3 import AsyncWeb3
-from web3.types import BlockIdentifier
+from web3.types import BlockIdentifier, RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainUnavailable, rpc
@@ -102,6 +102,21 @@ class ChainNode:
             return function.decode(raw)
         except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
             raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
+
+    async def request(self, method: str, params: list[Any]) -> Any:
+        """One JSON-RPC call, its ``result`` as the node sent it (JSON: hex strings, lists,
+        objects), past web3's formatters: for the hot reads that parse only the fields they
+        use (the follower's blocks, receipts and logs).
+
+        Raises:
+            ChainUnavailable: the node failed, answered an error or no result.
+        """
+        provider = self.w3.provider
+        assert isinstance(provider, KeepAliveHTTPProvider)
+        answer = await rpc(provider.make_request(RPCEndpoint(method), params))
+        if "error" in answer or answer.get("result") is None:
+            raise ChainUnavailable(detail=f"{method} answered {'an error' if 'error' in answer else 'null'}")
+        return answer["result"]
 
     async def batch(self, calls: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
         """``calls`` (method, params) as JSON-RPC batches of at most :data:`BATCH_MAX`

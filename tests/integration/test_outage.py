@@ -157,6 +157,7 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     from relayer.chain import codec
     from relayer.chain.errors import ChainUnavailable
     from relayer.chain.executor import ExecutorChain
+    from relayer.chain.follower import FollowerChain
     from relayer.chain.node import ChainNode
     from relayer.chain.reads import ChainReads
     from relayer.chain.types import Contracts
@@ -185,7 +186,7 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     retire = codec.function("RetirementSettlement", "retireWithAuthorization")
     node = ChainNode(f"http://127.0.0.1:{port}/", 84532, contracts)
     try:
-        reads, executor = ChainReads(node), ExecutorChain(node)
+        reads, executor, follower = ChainReads(node), ExecutorChain(node), FollowerChain(node)
         for call in (
             reads.reserves,
             reads.classes,
@@ -195,6 +196,12 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
             lambda: executor.pending_nonce(contracts.usdc),
             lambda: executor.estimate_gas(contracts.usdc, contracts.settlement, b"\x00" * 4),
             node.check,
+            follower.head,
+            follower.head_block,
+            lambda: follower.block_hash(1),
+            lambda: follower.block_timestamps({1, 2}),
+            lambda: follower.block_receipts(1),
+            lambda: follower.settled_logs(1, 2),
         ):
             with pytest.raises(ChainUnavailable):
                 await call()

@@ -3,6 +3,8 @@ the L1 data fee and the Isthmus operator fee, in whatever form web3 leaves those
 
 from __future__ import annotations
 
+import pytest
+
 from relayer.chain.follower import _operator_fee, _quantity
 
 
@@ -22,3 +24,30 @@ def test_the_operator_fee_of_an_isthmus_receipt() -> None:
 
 def test_bytes_are_big_endian() -> None:
     assert _quantity(b"\x01\x00") == 256
+
+
+def test_a_malformed_receipt_or_log_is_the_node_failing_not_a_crash() -> None:
+    from relayer.chain.errors import ChainUnavailable
+    from relayer.chain.follower import _parsed, _receipt, _settled
+
+    good = {
+        "transactionHash": "0x" + "11" * 32,
+        "blockNumber": "0x5",
+        "blockHash": "0x" + "22" * 32,
+        "status": "0x1",
+        "gasUsed": "0x5208",
+        "effectiveGasPrice": "0x3b9aca00",
+    }
+    receipt = _parsed(_receipt, good)
+    assert (receipt.block_number, receipt.gas_used, receipt.effective_gas_price) == (5, 21_000, 10**9)
+    for broken in (
+        {**good, "transactionHash": "0x11"},  # short hash
+        {**good, "status": None},
+        {**good, "gasUsed": "21000"},  # not a hex quantity
+        {k: v for k, v in good.items() if k != "blockHash"},
+    ):
+        with pytest.raises(ChainUnavailable):
+            _parsed(_receipt, broken)
+    log = {**good, "logIndex": "0x0", "topics": ["0x" + "33" * 32], "data": "0x"}
+    with pytest.raises(ChainUnavailable):  # not a RetirementSettled log
+        _parsed(_settled, log)
