@@ -147,3 +147,17 @@ async def assert_solvent(daemon: Daemon, name: str) -> None:
             for r in rows
         )
     )
+
+
+@pytest.fixture
+async def db_of() -> AsyncIterator[Any]:
+    """Open a small pool on a daemon's database by its URL; all closed after the test."""
+    opened: list[Database] = []
+
+    async def connect(dsn: str) -> Database:
+        opened.append(await Database.connect(dsn, 1, 4))
+        return opened[-1]
+
+    yield connect
+    for db in opened:
+        await db.close()

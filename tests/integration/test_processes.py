@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +30,6 @@ class Client:
     async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         async with self.session.post(f"{self.base}/api", json=body) as r:
             return r.status, await r.json(content_type=None)
-
-
-@pytest.fixture
-async def db_of() -> AsyncIterator[Any]:
-    opened: list[Database] = []
-
-    async def connect(dsn: str) -> Database:
-        opened.append(await Database.connect(dsn, 1, 4))
-        return opened[-1]
-
-    yield connect
-    for db in opened:
-        await db.close()
 
 
 async def _signed(client: Client, payer: int) -> dict[str, Any]:
