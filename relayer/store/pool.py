@@ -75,6 +75,18 @@ def _outage(exc: BaseException) -> BaseException | None:
     return None
 
 
+class StatelessConnection(asyncpg.Connection):
+    """A pooled connection, released without asyncpg's reset statement (``SELECT
+    pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``, one more round trip after
+    every use): the pool's connections never hold session state. Session advisory locks
+    (the executor lease) and LISTEN (notifications) have connections of their own; the
+    daemon never SETs a session variable nor keeps a cursor past its transaction; a
+    transaction left open is still rolled back on release."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class Database:
     """An asyncpg pool whose failures surface as :class:`StoreUnavailable`.
 
@@ -93,7 +105,13 @@ class Database:
             ConfigError: the server refused the credentials or the database name.
         """
         with translated():
-            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=30)
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                command_timeout=30,
+                connection_class=StatelessConnection,
+            )
         assert pool is not None
         return cls(pool)
 

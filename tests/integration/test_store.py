@@ -104,3 +104,28 @@ async def test_a_connection_asyncpg_lost_track_of_is_discarded_not_pooled_again(
     else:
         raise AssertionError(f"backend {pid} still connected: the broken connection went back to the pool")
     assert await db.fetchval("SELECT 1") == 1
+
+
+async def test_a_pooled_connection_goes_back_without_a_reset_round_trip_and_never_inside_a_transaction(
+    daemon: Daemon,
+) -> None:
+    """Releasing a pooled connection sends no statement (asyncpg's reset would cost one
+    round trip after every query); a transaction left open on it is still rolled back."""
+    from relayer.store.pool import Database
+
+    db = await Database.connect(daemon.runtime.dsn, 1, 1)  # one connection: the same one each time
+    sent: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: sent.append(record.query))
+        for _ in range(3):
+            assert await db.fetchval("SELECT 1") == 1
+        assert sent == ["SELECT 1"] * 3, sent
+        async with db.connection() as conn:  # left inside a transaction by a failed caller
+            await conn.execute("BEGIN")
+            await conn.execute("CREATE TEMPORARY TABLE left_open (x int)")
+        async with db.connection() as conn:
+            assert await conn.fetchval("SELECT to_regclass('left_open')") is None  # rolled back
+            assert not conn.is_in_transaction()
+    finally:
+        await db.close()
