@@ -301,10 +301,22 @@ async def stamp_means(dsn: str) -> str:
             FROM relay_jobs WHERE state = 'indexed'
             """
         )
+        slowest = await conn.fetch(
+            """
+            SELECT extract(epoch FROM simulated_at - accepted_at) AS a,
+                   extract(epoch FROM signed_at - simulated_at) AS b,
+                   extract(epoch FROM submitted_at - signed_at) AS c,
+                   extract(epoch FROM mined_at - submitted_at) AS d,
+                   extract(epoch FROM indexed_at - mined_at) AS e
+            FROM relay_jobs WHERE state = 'indexed' ORDER BY indexed_at - accepted_at DESC LIMIT 5
+            """
+        )
     finally:
         await conn.close()
     assert row is not None
-    return ", ".join(f"{k.replace('_', ' -> ')} {float(v or 0):.2f}" for k, v in row.items())
+    means = ", ".join(f"{k.replace('_', ' -> ')} {float(v or 0):.2f}" for k, v in row.items())
+    tails = "; ".join(" / ".join(f"{float(r[k] or 0):.2f}" for k in "abcde") for r in slowest)
+    return f"{means}\nthe 5 slowest jobs, the same stamps: {tails}"
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -387,7 +399,8 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"daemon ({' + '.join('relayer ' + c for c in commands)}): {settled}/{n} settled in "
             f"{result['seconds']:.2f} s = {per_second:.1f}/s at concurrency {args.concurrency}; "
-            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s, p99 {result['p99']:.2f} s, max {result['max']:.2f} s; outcomes {result['outcomes']}; "
+            f"p50 {result['p50']:.2f} s, p95 {result['p95']:.2f} s, p99 {result['p99']:.2f} s, "
+            f"max {result['max']:.2f} s; outcomes {result['outcomes']}; "
             f"steady rate (10th to 90th percentile of answers) {result['steadyPerSecond']:.1f}/s",
             flush=True,
         )
