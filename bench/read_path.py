@@ -17,7 +17,9 @@ One run:
 Prints, per target, answers per second, p50 and p99 latency, errors (any answer but 200, and
 requests that failed), the server process's CPU per request and this client's; each daemon
 target's rate against the bare endpoint's (GET against bare GET, POST against bare POST) and
-whether the target (ratio >= 0.40) is met. Then one JSON line: ``bare``, ``discover`` and
+whether the target (ratio >= 0.40) is met; and a warning naming any target during which other
+processes kept the machine busy (``/proc/stat``: its figures are then not quiet ones). Then
+one JSON line: ``bare``, ``discover`` and
 ``quote``, each with ``get`` and ``post`` holding ``rps``, ``p50Ms``, ``p99Ms``, ``errors``,
 ``cpuMsPerRequest`` (the serving process) and, for the daemon's, ``ratio``; beside them
 ``minRatio``, ``targetMet`` and ``errors`` (the total).
@@ -31,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -416,10 +419,15 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
 async def main(args: argparse.Namespace) -> None:
     admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
     dsn = devdb.create_scratch_database(admin, prefix="relayer_bench")
+    state = Path(tempfile.mkdtemp(prefix="relayer-read-path-"))
     try:
         migrate(dsn)
-        state = Path(tempfile.mkdtemp(prefix="relayer-read-path-"))
         await run(args, state, dsn)
+    except BaseException:
+        print(f"logs (anvil, daemon, bare server) kept in {state}", file=sys.stderr)
+        raise
+    else:
+        shutil.rmtree(state, ignore_errors=True)
     finally:
         devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
 
