@@ -151,6 +151,20 @@ class ChainNode:
             self._head = number
             self._reads.clear()
 
+    def fresh(self, *keys: str) -> bool:
+        """Whether every read cached under ``keys`` is loaded and current: awaiting them
+        now costs no round trip and never waits, so callers may await them one after the
+        other instead of paying a task each for ``asyncio.gather``."""
+        now = time.monotonic()
+        for key in keys:
+            hit = self._reads.get(key)
+            if hit is None or hit[0] != self._head or now - hit[1] >= self.read_ttl_s:
+                return False
+            future = hit[2]
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                return False
+        return True
+
     async def cached(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
         """Single-flight read cache: concurrent callers share one load per head and TTL; a
         failed load is not cached."""
@@ -158,6 +172,8 @@ class ChainNode:
         hit = self._reads.get(key)
         if hit is not None and hit[0] == self._head and now - hit[1] < self.read_ttl_s:
             shared: asyncio.Future[T] = hit[2]
+            if shared.done() and not shared.cancelled() and shared.exception() is None:
+                return shared.result()
             return await asyncio.shield(shared)
         task: asyncio.Future[T] = asyncio.ensure_future(load())
         self._reads[key] = (self._head, now, task)

@@ -4,6 +4,8 @@ schedule, permit nonces and EIP-3009 authorization state. Mutable state is cache
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Any, Final
 
 from relayer.chain import codec
@@ -56,6 +58,19 @@ class ChainReads:
             return PoolReserves(int(usdc), int(kvcm))
 
         return await self.node.cached("reserves", load)
+
+    def catalog_fresh(self) -> bool:
+        """Whether the catalogue's per-head reads (classes, listings, pool reserves, fee
+        schedule) are cached and current (see :meth:`ChainNode.fresh`)."""
+        return self.node.fresh("classes", "listings", "reserves", "fees")
+
+    async def credits(self, token_ids: Sequence[int]) -> list[CreditInfo]:
+        """:meth:`credit` of each id, in order: the unknown ones read concurrently, the
+        known ones (all of them, once warm) without a task or a round trip."""
+        known = [self._credits.get(t) for t in token_ids]
+        if all(c is not None for c in known):
+            return [c for c in known if c is not None]
+        return list(await asyncio.gather(*(self.credit(t) for t in token_ids)))
 
     async def credit(self, token_id: int) -> CreditInfo:
         """Credit metadata (cached for good: it never changes)."""

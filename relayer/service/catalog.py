@@ -129,17 +129,15 @@ class Catalog:
     async def discover(self, req: ActionRequest, now: int) -> dict[str, Any]:
         """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply)."""
         self.check_chain(req.chainId)
-        classes, listings, reserves, fee_schedule = await asyncio.gather(
-            self.chain.classes(), self.chain.listings(), self.chain.reserves(), self.chain.fee_schedule()
-        )
-        token_ids = {t for c in classes for t, _ in c.credits} | {li.token_id for li in listings}
-        credits = dict(
-            zip(
-                sorted(token_ids),
-                await asyncio.gather(*(self.chain.credit(t) for t in sorted(token_ids))),
-                strict=True,
+        if self.chain.catalog_fresh():  # cache hits: one after the other, no task each
+            classes, listings = await self.chain.classes(), await self.chain.listings()
+            reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()
+        else:
+            classes, listings, reserves, fee_schedule = await asyncio.gather(
+                self.chain.classes(), self.chain.listings(), self.chain.reserves(), self.chain.fee_schedule()
             )
-        )
+        token_ids = sorted({t for c in classes for t, _ in c.credits} | {li.token_id for li in listings})
+        credits = dict(zip(token_ids, await self.chain.credits(token_ids), strict=True))
         max_price = (
             None if req.maxUsdcPricePerTonne is None else parse_units(req.maxUsdcPricePerTonne, USDC_DECIMALS)
         )
@@ -345,7 +343,7 @@ class Catalog:
             raise Rejection(
                 "no_candidates", f"no carbon class {wanted!r}", carbonClasses=[c.symbol for c in classes]
             )
-        credits = await asyncio.gather(*(self.chain.credit(t) for t, _ in chosen.credits))
+        credits = await self.chain.credits([t for t, _ in chosen.credits])
         pairs = [(cr, avail) for cr, (_, avail) in zip(credits, chosen.credits, strict=True)]
         if req.credit is not None or req.tokenId is not None:
             pairs = [p for p in pairs if self._credit_matches(p[0], req.model_copy(update={"vintage": None}))]
@@ -368,7 +366,10 @@ class Catalog:
         if not whole_ok:
             _check_whole_tonnes(fitting[0][0], units)
         credit = whole_ok[0][0]
-        reserves, fee_schedule = await asyncio.gather(self.chain.reserves(), self.chain.fee_schedule())
+        if self.chain.catalog_fresh():
+            reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()
+        else:
+            reserves, fee_schedule = await asyncio.gather(self.chain.reserves(), self.chain.fee_schedule())
         quote = fees.quote_class(
             chosen.price_kvcm_per_tonne, units, token.key == "usdc", reserves, fee_schedule
         )
