@@ -195,7 +195,7 @@ def _wire(
     catalog = Catalog(reads, settings, projects)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, catalog, settings.public_base_url)
-    outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.wait)
+    outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch)
     prepare = Prepare(catalog, reads, gas, settings)
     simulator = Simulator(
         executor,

@@ -7,7 +7,9 @@ stored with the job, raised. Spec: actions/retire, States; transaction_reverted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -53,14 +55,14 @@ class Outcomes:
         reads: ChainReads,
         certificates: Certificates,
         settle_wait_s: float,
-        wait_for_change: Callable[[int, float], Awaitable[None]],
+        watch: Callable[[int], AbstractContextManager[asyncio.Event]],
     ) -> None:
         self.jobs = jobs
         self.retirements = retirements
         self.reads = reads
         self.certificates = certificates
         self.settle_wait_s = settle_wait_s
-        self._wait_for_change = wait_for_change
+        self._watch = watch
 
     async def wait(self, job_id: int) -> RetireOutcome:
         """Wait (at most ``settle_wait_s``) until the job settles or fails, then answer.
@@ -73,22 +75,25 @@ class Outcomes:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settle_wait_s
-        while True:
-            remaining = deadline - loop.time()
-            try:
-                job = await self.jobs.get(job_id)
-                assert job is not None
-                answer = await self._answer(job, remaining)
-            except Unavailable:
-                # The job is recorded and its workers carry on without this request: a short
-                # outage (a database restart) is ridden out within the wait, not answered 503.
-                if remaining <= 0:
-                    raise
-                await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
-                continue
-            if answer is not None:
-                return answer
-            await self._wait_for_change(job_id, max(0.0, min(remaining, POLL_FALLBACK_S)))
+        with self._watch(job_id) as changed:
+            while True:
+                changed.clear()  # before the read: a change from here on ends the wait below
+                remaining = deadline - loop.time()
+                try:
+                    job = await self.jobs.get(job_id)
+                    assert job is not None
+                    answer = await self._answer(job, remaining)
+                except Unavailable:
+                    # The job is recorded and its workers carry on without this request: a
+                    # short outage (a database restart) is ridden out within the wait.
+                    if remaining <= 0:
+                        raise
+                    await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
+                    continue
+                if answer is not None:
+                    return answer
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""

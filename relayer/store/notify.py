@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Final
 
 import asyncpg
@@ -125,15 +126,22 @@ class JobNotifications:
             event.set()
         self.any_change.set()
 
-    async def wait(self, job_id: int, timeout_s: float) -> None:
-        """Return when ``job_id`` changes or after ``timeout_s`` seconds."""
+    @contextlib.contextmanager
+    def watch(self, job_id: int) -> Iterator[asyncio.Event]:
+        """An event that every change of ``job_id`` sets, from now until the block ends.
+        Clear it, read the job, then wait on it: a change that lands between the read and
+        the wait has already set it, so no wake-up is lost."""
         event = asyncio.Event()
         self._waiters[job_id].add(event)
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+            yield event
         finally:
             self._waiters[job_id].discard(event)
             if not self._waiters[job_id]:
                 del self._waiters[job_id]
+
+    async def wait(self, job_id: int, timeout_s: float) -> None:
+        """Return when ``job_id`` changes or after ``timeout_s`` seconds (changes before
+        this call are not seen: see :meth:`watch`)."""
+        with self.watch(job_id) as event, contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import asyncpg
 import pytest
 
-from relayer.domain.errors import Rejection
+from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.states import JobState
 from relayer.store.pool import StoreUnavailable
 from relayer.store.relay_jobs import NewJob
@@ -129,3 +130,33 @@ async def test_a_pooled_connection_goes_back_without_a_reset_round_trip_and_neve
             assert not conn.is_in_transaction()
     finally:
         await db.close()
+
+
+async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daemon: Daemon) -> None:
+    """A request reads its job, then waits for a change: a change that lands in between
+    (its NOTIFY delivered before the wait began) must still end the wait at once, not after
+    the 5 s fallback poll."""
+    rt = daemon.runtime
+    outcomes = rt.services.relay.outcomes
+    job, _ = await rt.jobs.reserve(_job(b"\x07" * 32))
+    real_get = outcomes.jobs.get
+    reads = 0
+
+    async def get_then_change(job_id: int) -> Any:
+        nonlocal reads
+        reads += 1
+        seen = await real_get(job_id)
+        if reads == 1:  # the job changes right after this read; its NOTIFY arrives at once
+            await rt.jobs.move(job_id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+            await asyncio.sleep(0.3)
+        return seen
+
+    outcomes.jobs.get = get_then_change  # type: ignore[method-assign]
+    started = asyncio.get_running_loop().time()
+    try:
+        with pytest.raises(RelayerError) as refused:
+            await outcomes.wait(job.id)
+    finally:
+        outcomes.jobs.get = real_get  # type: ignore[method-assign]
+    assert refused.value.code == "gas_limit_exceeds_cap"
+    assert asyncio.get_running_loop().time() - started < 2.0
