@@ -12,10 +12,10 @@ from typing import Any
 from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode
 from eth_abi.grammar import ABIType, BasicType, TupleType, parse
-from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
 from relayer.chain.abi import abi, canonical_type
+from relayer.domain.addresses import checksum_address
 
 
 def decode(types: Sequence[str], data: bytes) -> tuple[Any, ...]:
@@ -34,7 +34,7 @@ def _checksummed(kind: ABIType, value: Any) -> Any:
     if isinstance(kind, TupleType):
         return tuple(_checksummed(c, v) for c, v in zip(kind.components, value, strict=True))
     if isinstance(kind, BasicType) and kind.base == "address":
-        return str(to_checksum_address(value))
+        return checksum_address(value)
     return value
 
 

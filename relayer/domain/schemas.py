@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Annotated, Any, Final, Literal
 
-from eth_utils.address import to_checksum_address
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -25,6 +24,7 @@ from pydantic import (
     field_validator,
 )
 
+from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection
 
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
@@ -39,7 +39,7 @@ def _address(value: str) -> str:
     """EIP-55: a mixed-case address must carry a valid checksum (a typo is caught); an
     all-lower- or all-upper-case one carries none and is accepted, as viem and ethers do.
     The zero address is never a valid party. Returns the checksummed form."""
-    checksummed = str(to_checksum_address(value))
+    checksummed = checksum_address(value)
     body = value[2:]
     if body != body.lower() and body != body.upper() and value != checksummed:
         raise ValueError("bad EIP-55 checksum")
