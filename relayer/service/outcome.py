@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -27,6 +27,11 @@ OUTAGE_RETRY_S: Final = 0.25
 # every change of state is notified (the trigger), and a re-opened LISTEN connection wakes
 # every waiter, so this only bounds what a lost notification costs.
 POLL_FALLBACK_S: Final = 5.0
+ANSWERING_STATES: Final = frozenset(
+    {JobState.INDEXED.value, JobState.REJECTED.value, JobState.DROPPED.value, JobState.REVERTED.value}
+)
+"""The states a waiting request is woken for: the ones :meth:`Outcomes._answer` answers
+from before its deadline (the others only change what it says when the wait runs out)."""
 
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 
@@ -55,7 +60,7 @@ class Outcomes:
         reads: ChainReads,
         certificates: Certificates,
         settle_wait_s: float,
-        watch: Callable[[int], AbstractContextManager[asyncio.Event]],
+        watch: Callable[[int, Collection[str]], AbstractContextManager[asyncio.Event]],
     ) -> None:
         self.jobs = jobs
         self.retirements = retirements
@@ -75,7 +80,7 @@ class Outcomes:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settle_wait_s
-        with self._watch(job_id) as changed:
+        with self._watch(job_id, ANSWERING_STATES) as changed:
             while True:
                 changed.clear()  # before the read: a change from here on ends the wait below
                 remaining = deadline - loop.time()

@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
@@ -25,13 +26,19 @@ PING_EVERY_S: Final = 5.0
 PING: Final = "SELECT 1"
 
 
+@dataclass(eq=False, slots=True)
+class _Watch:
+    event: asyncio.Event
+    states: frozenset[str] | None
+
+
 class JobNotifications:
     """In-process fan-out of ``relay_jobs`` notifications."""
 
     def __init__(self) -> None:
         self._dsn: str | None = None
         self._conn: asyncpg.Connection | None = None
-        self._waiters: dict[int, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: dict[int, set[_Watch]] = defaultdict(set)
         self._lost = asyncio.Event()
         self.any_change = asyncio.Event()
         self.reconnects = 0
@@ -112,31 +119,39 @@ class JobNotifications:
         self._lost.set()
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        self.notify_local(int(str(payload)))
+        job_id, _, state = str(payload).partition(":")
+        try:
+            self.notify_local(int(job_id), state or None)
+        except ValueError:  # not ours: wake everyone rather than lose a change
+            log.warning("unexpected notification payload on the jobs channel")
+            self._wake_all()
 
     def _wake_all(self) -> None:
-        for events in self._waiters.values():
-            for event in events:
-                event.set()
+        for watches in self._waiters.values():
+            for watch in watches:
+                watch.event.set()
         self.any_change.set()
 
-    def notify_local(self, job_id: int) -> None:
-        """Wake waiters of ``job_id`` and the workers (also used without Postgres round trip)."""
-        for event in self._waiters.get(job_id, ()):
-            event.set()
+    def notify_local(self, job_id: int, state: str | None = None) -> None:
+        """Wake the waiters of ``job_id`` that wait for ``state`` (all of them when the
+        state is not known) and the workers (also used without a Postgres round trip)."""
+        for watch in self._waiters.get(job_id, ()):
+            if watch.states is None or state is None or state in watch.states:
+                watch.event.set()
         self.any_change.set()
 
     @contextlib.contextmanager
-    def watch(self, job_id: int) -> Iterator[asyncio.Event]:
-        """An event that every change of ``job_id`` sets, from now until the block ends.
-        Clear it, read the job, then wait on it: a change that lands between the read and
-        the wait has already set it, so no wake-up is lost."""
-        event = asyncio.Event()
-        self._waiters[job_id].add(event)
+    def watch(self, job_id: int, states: Collection[str] | None = None) -> Iterator[asyncio.Event]:
+        """An event that every change of ``job_id`` into one of ``states`` (any state when
+        None) sets, from now until the block ends; a re-opened LISTEN connection sets it
+        too. Clear it, read the job, then wait on it: a change that lands between the read
+        and the wait has already set it, so no wake-up is lost."""
+        watch = _Watch(asyncio.Event(), None if states is None else frozenset(states))
+        self._waiters[job_id].add(watch)
         try:
-            yield event
+            yield watch.event
         finally:
-            self._waiters[job_id].discard(event)
+            self._waiters[job_id].discard(watch)
             if not self._waiters[job_id]:
                 del self._waiters[job_id]
 

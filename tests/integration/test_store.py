@@ -160,3 +160,34 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
         outcomes.jobs.get = real_get  # type: ignore[method-assign]
     assert refused.value.code == "gas_limit_exceeds_cap"
     assert asyncio.get_running_loop().time() - started < 2.0
+
+
+async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
+    """Notifications name the new state: a request waiting for its answer is woken by
+    indexed, rejected, dropped or reverted, not by each step in between; a bare id (the
+    trigger of the last release) still wakes it."""
+    from relayer.service.outcome import ANSWERING_STATES
+
+    rt = daemon.runtime
+    db, notifications = rt.db, rt.notifications
+    with notifications.watch(424242, ANSWERING_STATES) as answered, notifications.watch(424242) as any_step:
+        for payload, wakes in (
+            ("424242:simulated", False),
+            ("424242:signed", False),
+            ("424242:indexed", True),
+        ):
+            answered.clear()
+            any_step.clear()
+            await db.execute("SELECT pg_notify('relay_jobs', $1)", payload)
+            await asyncio.wait_for(any_step.wait(), 10)  # delivered
+            assert answered.is_set() is wakes, payload
+        answered.clear()
+        await db.execute("SELECT pg_notify('relay_jobs', '424242')")
+        await asyncio.wait_for(answered.wait(), 10)
+    job, _ = await rt.jobs.reserve(_job(b"\x08" * 32))
+    with notifications.watch(job.id, ANSWERING_STATES) as answered:
+        await rt.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(answered.wait(), 0.5)
+        await rt.jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+        await asyncio.wait_for(answered.wait(), 10)  # the trigger names the state
