@@ -11,7 +11,7 @@ that signs checks, in its own transaction, that the lease is still at this proce
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -19,8 +19,9 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from relayer.domain.errors import RelayerError
+from relayer.domain.states import JobState, sources_of
 from relayer.store.pool import Database
-from relayer.store.relay_jobs import Job
+from relayer.store.relay_jobs import MOVE_MINED, Job
 
 # -- statements -------------------------------------------------------------------------
 
@@ -323,12 +324,39 @@ class ExecutorLane:
         rows = await self.db.fetch(PENDING, self.chain_id)
         return {bytes(r["tx_hash"]): PendingTx(r["job_id"], r["kind"]) for r in rows}
 
-    async def mark_mined(
-        self, tx_hash: bytes, block_number: int, gas_used: int, paid_wei: int, succeeded: bool
-    ) -> None:
-        """Record a transaction mined in ``block_number`` with what it cost the executor
-        (``paid_wei``: gas used times effective gas price plus any L1 data fee)."""
-        await self.db.execute(MARK_MINED, tx_hash, block_number, gas_used, paid_wei, succeeded)
+    async def record_mined(
+        self,
+        mined: Sequence[tuple[bytes, int, int, int, bool]],
+        moves: Mapping[JobState, Sequence[tuple[int, int, bytes, bytes]]],
+    ) -> dict[JobState, list[Job]]:
+        """Record a block's transactions of ours mined and move their jobs, in one
+        transaction: a transaction is never seen mined (and so no longer looked for) while
+        its job still waits for it, even if the process dies in between.
+
+        Args:
+            mined: (transaction hash, block number, gas used, what it cost the executor in
+                wei: gas used times effective gas price plus any L1 data fee, whether it
+                succeeded) each.
+            moves: per target (mined or reverted), (job id, block number, block hash,
+                transaction hash) each; a job moves only from a state the transition table
+                allows.
+
+        Returns:
+            The jobs moved, per target.
+        """
+        moved: dict[JobState, list[Job]] = {}
+        if not mined:
+            return moved
+        async with self.db.transaction() as conn:
+            await conn.executemany(MARK_MINED, mined)
+            for target, jobs in moves.items():
+                if not jobs:
+                    continue
+                ids, blocks, hashes, txs = (list(column) for column in zip(*jobs, strict=True))
+                sources = [s.value for s in sources_of(target)]
+                rows = await conn.fetch(MOVE_MINED, target.value, sources, ids, blocks, hashes, txs)
+                moved[target] = [Job.from_row(r) for r in rows]
+        return moved
 
     async def ledger(self) -> list[LedgerRow]:
         """The solvency ledger (see :data:`LEDGER`)."""

@@ -153,16 +153,29 @@ class ChainFollower:
     async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> None:
         """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
         replacements) moves it to mined or reverted; a no-op that stood in for a job drops
-        it; every no-op's cost is counted."""
+        it; every no-op's cost is counted. The block's transactions and their jobs are
+        written in one database transaction (a few round trips, not two per transaction):
+        a crash never leaves a transaction recorded mined with its job still waiting."""
+        ours = []
         for receipt in await self.chain.block_receipts(number):
             self._remember(number, receipt.block_hash)
             tx = pending.get(receipt.tx_hash)
-            if tx is None:
-                continue
+            if tx is not None:
+                ours.append((receipt, tx))
+        moves: dict[JobState, list[tuple[int, int, bytes, bytes]]] = {
+            JobState.MINED: [],
+            JobState.REVERTED: [],
+        }
+        for receipt, tx in ours:
+            if tx.kind == "relay":
+                assert tx.job_id is not None
+                target = JobState.MINED if receipt.status == 1 else JobState.REVERTED
+                moves[target].append((tx.job_id, receipt.block_number, receipt.block_hash, receipt.tx_hash))
+        moved = await self.lane.record_mined(
+            [(r.tx_hash, r.block_number, r.gas_used, r.paid_wei, r.status == 1) for r, _ in ours], moves
+        )
+        for receipt, tx in ours:
             succeeded = receipt.status == 1
-            await self.lane.mark_mined(
-                receipt.tx_hash, receipt.block_number, receipt.gas_used, receipt.paid_wei, succeeded
-            )
             self.metrics.gas_paid_wei.labels(tx.kind, "success" if succeeded else "reverted").inc(
                 receipt.paid_wei
             )
@@ -171,26 +184,17 @@ class ChainFollower:
                 if tx.job_id is not None and await self.jobs.move(tx.job_id, JobState.DROPPED) is not None:
                     self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
                     log.warning("dropped: a no-op took its nonce", extra={"job_id": tx.job_id})
-                continue
-            assert tx.job_id is not None
-            target = JobState.MINED if receipt.status == 1 else JobState.REVERTED
-            job = await self.jobs.move(
-                tx.job_id,
-                target,
-                block_number=receipt.block_number,
-                block_hash=receipt.block_hash,
-                tx_hash=receipt.tx_hash,
-            )
-            if job is not None:
+        for target, jobs in moved.items():
+            for job in jobs:
                 self.metrics.job_transitions.labels(target.value).inc()
-                if succeeded:
+                if target is JobState.MINED:
                     self.metrics.allowance_received_wei.inc(job.allowance_wei or 0)
                 self.metrics.observe_stage(
                     "submitted_to_mined",
                     job.timestamps["submitted_at"] or job.timestamps["signed_at"],
                     job.timestamps["mined_at"] or job.timestamps["submitted_at"],
                 )
-                log.info(target.value, extra={"job_id": tx.job_id, "block": receipt.block_number})
+                log.info(target.value, extra={"job_id": job.id, "block": job.block_number})
 
     async def _index(self, from_block: int, to_block: int) -> None:
         logs = await self.chain.settled_logs(from_block, to_block)
