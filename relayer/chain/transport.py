@@ -63,6 +63,14 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
             )
         return self._session
 
+    async def _post(self, body: bytes) -> bytes:
+        """POST a JSON-RPC body; the raw answer (an HTTP error status raises)."""
+        async with self._client().post(
+            self.endpoint, data=body, headers={"content-type": "application/json"}
+        ) as response:
+            response.raise_for_status()
+            return await response.read()
+
     async def make_request(self, method: RPCEndpoint, params: Any) -> RPCResponse:
         """Send one JSON-RPC request.
 
@@ -70,12 +78,7 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
             aiohttp.ClientError, TimeoutError: the transport failed.
             BadResponseFormat: the answer is not a JSON-RPC object.
         """
-        body = self.encode_rpc_request(method, params)
-        async with self._client().post(
-            self.endpoint, data=body, headers={"content-type": "application/json"}
-        ) as response:
-            response.raise_for_status()
-            raw = await response.read()
+        raw = await self._post(self.encode_rpc_request(method, params))
         try:
             decoded = self.decode_rpc_response(raw)
         except ValueError:  # JSONDecodeError, UnicodeDecodeError: an HTML page, an empty body
@@ -98,14 +101,11 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
         """
         if not calls:
             return []
-        body = json.dumps(
-            [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls)]
-        ).encode()
-        async with self._client().post(
-            self.endpoint, data=body, headers={"content-type": "application/json"}
-        ) as response:
-            response.raise_for_status()
-            raw = await response.read()
+        raw = await self._post(
+            json.dumps(
+                [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls)]
+            ).encode()
+        )
         try:
             decoded = json.loads(raw)
         except ValueError:
