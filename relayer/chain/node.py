@@ -20,7 +20,7 @@ from web3.types import BlockIdentifier, RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainUnavailable, rpc
-from relayer.chain.transport import KeepAliveHTTPProvider
+from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError
 
@@ -120,16 +120,28 @@ class ChainNode:
 
     async def batch(self, calls: Sequence[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
         """``calls`` (method, params) as JSON-RPC batches of at most :data:`BATCH_MAX`
-        (one round trip each); each call's response (``result`` or ``error``), in order.
+        (one round trip each); each call's response (``result`` or ``error``), in order. A
+        node that refuses batches gets the calls one by one, in order. When a later batch
+        fails, the earlier ones' responses stand and each call of the failed ones gets an
+        ``error`` response.
 
         Raises:
-            ChainUnavailable: a batch failed as a whole (transport, malformed answer).
+            ChainUnavailable: the first batch failed as a whole (transport, malformed
+                answer): nothing is known of any call.
         """
         provider = self.w3.provider
         assert isinstance(provider, KeepAliveHTTPProvider)
         answers: list[dict[str, Any]] = []
         for start in range(0, len(calls), BATCH_MAX):
-            answers += await rpc(provider.batch(calls[start : start + BATCH_MAX]))
+            chunk = calls[start : start + BATCH_MAX]
+            try:
+                answers += await rpc(_batch_or_one_by_one(provider, chunk))
+            except ChainUnavailable as exc:
+                if not answers:
+                    raise
+                failed = {"code": -32603, "message": f"batch failed: {exc.detail}"}
+                answers += [{"error": failed} for _ in calls[len(answers) :]]
+                break
         return answers
 
     async def head(self) -> int:
@@ -183,3 +195,12 @@ class ChainNode:
             if key in self._reads and self._reads[key][2] is task:
                 del self._reads[key]
             raise
+
+
+async def _batch_or_one_by_one(
+    provider: KeepAliveHTTPProvider, calls: Sequence[tuple[str, list[Any]]]
+) -> list[dict[str, Any]]:
+    try:
+        return await provider.batch(calls)
+    except BatchRefused:
+        return [dict(await provider.make_request(RPCEndpoint(m), p)) for m, p in calls]

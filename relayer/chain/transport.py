@@ -37,6 +37,11 @@ RESULT_SHAPES: Final[dict[str, Callable[[Any], bool]]] = {
 }
 
 
+class BatchRefused(BadResponseFormat):
+    """The node answered a JSON-RPC batch with something else (one error object: a node or
+    provider that does not take batches)."""
+
+
 class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
     """An async JSON-RPC provider with a bounded, kept-alive connection pool.
 
@@ -111,8 +116,8 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
         except ValueError:
             raise BadResponseFormat("the node's answer is not JSON") from None
         if not isinstance(decoded, list):
-            raise BadResponseFormat("the node's answer to a batch is not a JSON-RPC batch")
-        by_id = {r.get("id"): r for r in decoded if isinstance(r, dict)}
+            raise BatchRefused("the node's answer to a batch is not a JSON-RPC batch")
+        by_id = {r["id"]: r for r in decoded if isinstance(r, dict) and type(r.get("id")) is int}
         answers: list[dict[str, Any]] = []
         for i, (method, _params) in enumerate(calls):
             answer = by_id.get(i)

@@ -97,11 +97,11 @@ class Simulator:
           are rejected with the token's ``ERC20InsufficientBalance``.
         - Each job is executed again as ``sender`` at its gas limit (``eth_call``, the
           whole batch in one JSON-RPC batch); one that fails is simulated again
-          (``eth_estimateGas``): a revert rejects it (``contract_revert``); a job that now
-          needs more gas than it was given is planned again. A job whose allowance now
-          covers a lower fee cap (the L1 fee or the ETH price moved) is planned again, or
-          rejected with ``insufficient_authorized_value`` when its allowance no longer
-          covers it.
+          (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
+          planned again and waits for a later batch. A job whose allowance now covers a
+          lower fee cap (the L1 fee or the ETH price moved) is planned again from a fresh
+          estimate too, or rejected with ``insufficient_authorized_value`` when its
+          allowance no longer covers it.
         - A job whose check could not be made (the node failed) stays simulated for the next
           batch. Nothing refused here was signed: the identical request may be retried.
 
@@ -139,7 +139,7 @@ class Simulator:
                 await self.jobs.move(job.id, JobState.REJECTED, error=outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
-            else:
+            elif outcome:
                 good.append(job.id)
         return good
 
@@ -186,10 +186,12 @@ class Simulator:
                 fits.add(job.id)
         return fits
 
-    async def _still_good(self, job: Job, sender: str, succeeds: bool) -> None:
-        """Keep ``job``'s plan while it still holds (it ``succeeds`` at its gas limit, or
-        its gas limit covers a new estimate as ``sender``, and the fee cap stays under what
-        the allowance covers), else plan it again.
+    async def _still_good(self, job: Job, sender: str, succeeds: bool) -> bool:
+        """Whether ``job`` may be signed now: it ``succeeds`` at its gas limit (its
+        ``eth_call`` as ``sender``) and its fee cap stays under what its allowance covers.
+        Otherwise it is simulated again (``eth_estimateGas``) and planned again, and False:
+        it is signed in a later batch, once its call succeeds at the new plan's gas limit
+        (a job is only ever signed at a gas limit just executed successfully).
 
         Raises:
             ChainRevert: it would revert now.
@@ -197,14 +199,14 @@ class Simulator:
             Unavailable: the chain node or the database failed.
         """
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
-        estimate = job.gas_limit
-        if not succeeds:
-            estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
         pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
-        if estimate <= job.gas_limit:
+        if succeeds:
             ceiling = await self.gas.ceiling(job.gas_allowance, job.gas_limit, pays_usdc, size)
             if job.max_fee_per_gas <= ceiling:
-                return
+                return True
+        # The plan's margin applies to a fresh estimate, never to the old limit (which
+        # already holds one): a re-plan does not inflate the gas limit.
+        estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
         fresh = await self.gas.plan(estimate, job.gas_allowance, pays_usdc, job.quote_total or 0, size)
         await self.jobs.replan(
             job.id,
@@ -213,6 +215,7 @@ class Simulator:
             fresh.max_priority_fee_per_gas,
             fresh.allowance_wei,
         )
+        return False
 
     async def resume(self, job: Job) -> None:
         """Simulate ``job`` if it is an orphan (in ``accepted`` for :data:`ORPHAN_AFTER_S`),

@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState, sources_of
 from relayer.store.pool import Database
-from relayer.store.relay_jobs import MOVE_MINED, Job
+from relayer.store.relay_jobs import MOVE_DROPPED, MOVE_MINED, Job
 
 # -- statements -------------------------------------------------------------------------
 
@@ -328,6 +328,7 @@ class ExecutorLane:
         self,
         mined: Sequence[tuple[bytes, int, int, int, bool]],
         moves: Mapping[JobState, Sequence[tuple[int, int, bytes, bytes]]],
+        dropped: Sequence[int] = (),
     ) -> dict[JobState, list[Job]]:
         """Record a block's transactions of ours mined and move their jobs, in one
         transaction: a transaction is never seen mined (and so no longer looked for) while
@@ -340,6 +341,7 @@ class ExecutorLane:
             moves: per target (mined or reverted), (job id, block number, block hash,
                 transaction hash) each; a job moves only from a state the transition table
                 allows.
+            dropped: the jobs whose nonces the block's no-ops took (moved to dropped).
 
         Returns:
             The jobs moved, per target.
@@ -356,6 +358,10 @@ class ExecutorLane:
                 sources = [s.value for s in sources_of(target)]
                 rows = await conn.fetch(MOVE_MINED, target.value, sources, ids, blocks, hashes, txs)
                 moved[target] = [Job.from_row(r) for r in rows]
+            if dropped:
+                sources = [s.value for s in sources_of(JobState.DROPPED)]
+                rows = await conn.fetch(MOVE_DROPPED, list(dropped), sources)
+                moved[JobState.DROPPED] = [Job.from_row(r) for r in rows]
         return moved
 
     async def ledger(self) -> list[LedgerRow]:

@@ -20,7 +20,7 @@ from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState, sources_of
 from relayer.store.pool import Database
 
-NOTIFY_CHANNEL: Final = "relay_jobs"
+NOTIFY_CHANNEL: Final = "relay_job_states"  # "<job id>:<state>" (migration 0008)
 
 # Moves written as literal SQL below (batch paths) or in store/executor_lane.py and
 # store/reorg.py; each must be
@@ -136,6 +136,12 @@ UPDATE relay_jobs AS j SET
 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::bytea[]) AS u(id, block_number, block_hash, tx_hash)
 WHERE j.id = u.id AND j.state = ANY($2::text[])
 RETURNING j.*
+"""
+# Move the jobs $1 whose nonces no-ops took to dropped, each only from one of the states $2.
+MOVE_DROPPED: Final = """
+UPDATE relay_jobs SET state = 'dropped', updated_at = now()
+WHERE id = ANY($1::bigint[]) AND state = ANY($2::text[])
+RETURNING *
 """
 # Take over job $1 left in accepted for longer than $2 seconds (its owner died mid-check).
 CLAIM_ORPHAN: Final = """

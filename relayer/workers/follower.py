@@ -155,7 +155,8 @@ class ChainFollower:
         replacements) moves it to mined or reverted; a no-op that stood in for a job drops
         it; every no-op's cost is counted. The block's transactions and their jobs are
         written in one database transaction (a few round trips, not two per transaction):
-        a crash never leaves a transaction recorded mined with its job still waiting."""
+        a crash never leaves a transaction (or a no-op) recorded mined with its job still
+        waiting."""
         ours = []
         for receipt in await self.chain.block_receipts(number):
             self._remember(number, receipt.block_hash)
@@ -171,8 +172,11 @@ class ChainFollower:
                 assert tx.job_id is not None
                 target = JobState.MINED if receipt.status == 1 else JobState.REVERTED
                 moves[target].append((tx.job_id, receipt.block_number, receipt.block_hash, receipt.tx_hash))
+        stood_in = [tx.job_id for _, tx in ours if tx.kind == "noop" and tx.job_id is not None]
         moved = await self.lane.record_mined(
-            [(r.tx_hash, r.block_number, r.gas_used, r.paid_wei, r.status == 1) for r, _ in ours], moves
+            [(r.tx_hash, r.block_number, r.gas_used, r.paid_wei, r.status == 1) for r, _ in ours],
+            moves,
+            stood_in,
         )
         for receipt, tx in ours:
             succeeded = receipt.status == 1
@@ -181,9 +185,9 @@ class ChainFollower:
             )
             if tx.kind == "noop":
                 self.metrics.noop_cost_wei.inc(receipt.paid_wei)
-                if tx.job_id is not None and await self.jobs.move(tx.job_id, JobState.DROPPED) is not None:
-                    self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
-                    log.warning("dropped: a no-op took its nonce", extra={"job_id": tx.job_id})
+        for job in moved.pop(JobState.DROPPED, []):
+            self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
+            log.warning("dropped: a no-op took its nonce", extra={"job_id": job.id})
         for target, jobs in moved.items():
             for job in jobs:
                 self.metrics.job_transitions.labels(target.value).inc()

@@ -222,3 +222,63 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     finally:
         await node.close()
         await runner.cleanup()
+
+
+async def test_json_rpc_batches_against_awkward_nodes() -> None:
+    """Answers out of order, an unhashable or boolean id, a string error member: each call
+    gets its own answer or error, never another's, never a crash. A node that refuses
+    batches (one error object) gets the calls one by one; a failure after the first batch
+    keeps the earlier batches' answers."""
+    from relayer.chain.errors import ChainUnavailable
+    from relayer.chain.node import BATCH_MAX, ChainNode
+    from relayer.chain.types import Contracts
+
+    mode = "shuffled"
+    singles = 0
+
+    async def answer(request: web.Request) -> web.Response:
+        nonlocal singles
+        call = await request.json()
+        if not isinstance(call, list):
+            singles += 1
+            return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": "0x01"})
+        if mode == "refuses":
+            return web.json_response(
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "no"}}
+            )
+        if mode == "second fails" and len(call) < BATCH_MAX:
+            return web.Response(status=502)
+        replies: list[Any] = [
+            {"jsonrpc": "2.0", "id": c["id"], "result": hex(c["id"] + 1)} for c in reversed(call)
+        ]
+        replies[0] = {"jsonrpc": "2.0", "id": call[-1]["id"], "error": "a bare string"}
+        replies.append({"jsonrpc": "2.0", "id": [0], "result": "0x99"})  # unhashable
+        replies.append({"jsonrpc": "2.0", "id": True, "result": "0x99"})  # True == 1
+        return web.json_response(replies)
+
+    app = web.Application()
+    app.router.add_post("/", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
+    node = ChainNode(
+        f"http://127.0.0.1:{port}/", 84532, Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
+    )
+    calls = [("eth_blockNumber", [])] * 5
+    try:
+        got = await node.batch(calls)
+        assert [a.get("result") for a in got] == ["0x1", "0x2", "0x3", "0x4", None]  # each its own
+        assert got[-1]["error"] == "a bare string"
+        mode = "refuses"
+        assert [a["result"] for a in await node.batch(calls)] == ["0x01"] * 5 and singles == 5
+        mode = "second fails"
+        got = await node.batch([("eth_blockNumber", [])] * (BATCH_MAX + 3))
+        assert all("result" in a for a in got[: BATCH_MAX - 1])  # the last one of each: the string error
+        assert len(got) == BATCH_MAX + 3 and all("error" in a for a in got[BATCH_MAX - 1 :])
+        with pytest.raises(ChainUnavailable):  # the first batch failed: nothing is known
+            await node.batch([("eth_blockNumber", [])] * 3)
+    finally:
+        await node.close()
+        await runner.cleanup()

@@ -164,8 +164,9 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
 
 async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
     """Notifications name the new state: a request waiting for its answer is woken by
-    indexed, rejected, dropped or reverted, not by each step in between; a bare id (the
-    trigger of the last release) still wakes it."""
+    indexed, rejected, dropped or reverted, not by each step in between; a payload without
+    a state still wakes it. The last release's channel still gets the bare id (its daemons
+    keep working beside this one during a rolling upgrade)."""
     from relayer.service.outcome import ANSWERING_STATES
 
     rt = daemon.runtime
@@ -178,13 +179,18 @@ async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Dae
         ):
             answered.clear()
             any_step.clear()
-            await db.execute("SELECT pg_notify('relay_jobs', $1)", payload)
+            await db.execute("SELECT pg_notify('relay_job_states', $1)", payload)
             await asyncio.wait_for(any_step.wait(), 10)  # delivered
             assert answered.is_set() is wakes, payload
         answered.clear()
-        await db.execute("SELECT pg_notify('relay_jobs', '424242')")
+        await db.execute("SELECT pg_notify('relay_job_states', '424242')")
         await asyncio.wait_for(answered.wait(), 10)
+    old_release: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(rt.dsn)
+    await listener.add_listener("relay_jobs", lambda *args: old_release.put_nowait(args[3]))
     job, _ = await rt.jobs.reserve(_job(b"\x08" * 32))
+    assert await asyncio.wait_for(old_release.get(), 10) == str(job.id)
+    await listener.close()
     with notifications.watch(job.id, ANSWERING_STATES) as answered:
         await rt.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
         with pytest.raises(TimeoutError):
