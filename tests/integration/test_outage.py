@@ -158,9 +158,7 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     from relayer.chain.errors import ChainUnavailable
     from relayer.chain.executor import ExecutorChain
     from relayer.chain.follower import FollowerChain
-    from relayer.chain.node import ChainNode
     from relayer.chain.reads import ChainReads
-    from relayer.chain.types import Contracts
 
     async def answer(request: web.Request) -> web.Response:
         call = await request.json()
@@ -175,16 +173,9 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
             return web.json_response([{"jsonrpc": "2.0", "id": c["id"], "result": result} for c in call])
         return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": result})
 
-    app = web.Application()
-    app.router.add_post("/", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
-    contracts = Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
+    runner, node = await _scripted_node(answer)
+    contracts = node.contracts
     retire = codec.function("RetirementSettlement", "retireWithAuthorization")
-    node = ChainNode(f"http://127.0.0.1:{port}/", 84532, contracts)
     try:
         reads, executor, follower = ChainReads(node), ExecutorChain(node), FollowerChain(node)
         for call in (
@@ -230,8 +221,7 @@ async def test_json_rpc_batches_against_awkward_nodes() -> None:
     batches (one error object) gets the calls one by one; a failure after the first batch
     keeps the earlier batches' answers."""
     from relayer.chain.errors import ChainUnavailable
-    from relayer.chain.node import BATCH_MAX, ChainNode
-    from relayer.chain.types import Contracts
+    from relayer.chain.node import BATCH_MAX
 
     mode = "shuffled"
     singles = 0
@@ -256,16 +246,7 @@ async def test_json_rpc_batches_against_awkward_nodes() -> None:
         replies.append({"jsonrpc": "2.0", "id": True, "result": "0x99"})  # True == 1
         return web.json_response(replies)
 
-    app = web.Application()
-    app.router.add_post("/", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
-    node = ChainNode(
-        f"http://127.0.0.1:{port}/", 84532, Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
-    )
+    runner, node = await _scripted_node(answer)
     calls = [("eth_blockNumber", [])] * 5
     try:
         got = await node.batch(calls)
@@ -282,3 +263,20 @@ async def test_json_rpc_batches_against_awkward_nodes() -> None:
     finally:
         await node.close()
         await runner.cleanup()
+
+
+async def _scripted_node(answer: Any) -> tuple[web.AppRunner, Any]:
+    """A JSON-RPC node on loopback that answers with ``answer`` (an aiohttp handler), and a
+    ChainNode on it (placeholder contract addresses); the caller closes both."""
+    from relayer.chain.node import ChainNode
+    from relayer.chain.types import Contracts
+
+    app = web.Application()
+    app.router.add_post("/", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    keys = ("usdc", "kvcm", "carbonCredits", "carbonClasses", "pool", "marketplace", "settlement")
+    contracts = Contracts.from_deployment(dict.fromkeys(keys, "0x" + "11" * 20))
+    return runner, ChainNode(f"http://127.0.0.1:{port}/", 84532, contracts)
