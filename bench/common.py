@@ -1,13 +1,24 @@
-"""What the benchmarks share: a free loopback port and a JSON-RPC pass-through that counts
-every call it forwards (batch elements too) and every HTTP round trip (a batch is one)."""
+"""What the benchmarks share: a free loopback port, a JSON-RPC pass-through that counts
+every call it forwards (batch elements too) and every HTTP round trip (a batch is one), and
+the life of the processes they measure (start the daemon, wait until a URL answers, read a
+process's CPU, stop them)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+
+RELAYER = Path(sys.executable).with_name("relayer")
 
 ROUND_TRIPS = "(round trips)"
 NONCE_REFUSALS = "(sends refused for their nonce)"
@@ -54,3 +65,55 @@ async def counting_proxy(port: int, upstream: str, counts: dict[str, int]) -> we
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start_daemon(
+    command: str, env: dict[str, str], log: Path, profile: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``relayer <command>``; under cProfile (written to ``profile`` when it stops) if asked."""
+    argv = [str(RELAYER), command]
+    if profile is not None:
+        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "relayer", command]
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def wait_ready(
+    url: str, procs: list[subprocess.Popen[bytes]], log: Path, timeout_s: float = 60
+) -> None:
+    """Until GET ``url`` answers 200 (bounded by ``timeout_s``); fails with the tail of
+    ``log`` when one of ``procs`` exits first or the time runs out."""
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"a process exited before {url} answered: {log.read_text()[-3000:]}")
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} not ready in {timeout_s:.0f} s: {log.read_text()[-3000:]}")
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 60) -> None:
+    """SIGTERM every process, then wait for each (bounded); one that ignores it is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"pid {p.pid} ignored SIGTERM for {timeout_s:.0f} s; killed", file=sys.stderr)
+            p.kill()
+            p.wait(timeout=10)

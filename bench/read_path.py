@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,8 +49,7 @@ from yarl import URL
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port  # noqa: E402
-from bench.relay_throughput import cpu_seconds, start_daemon, wait_healthy  # noqa: E402
+from bench.common import cpu_seconds, free_port, start_daemon, stop_processes, wait_ready  # noqa: E402
 from relayer.store.migrations import migrate  # noqa: E402
 from relayer_dev import devdb, devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
@@ -272,34 +270,6 @@ def start_bare(port: int, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-async def wait_bare(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"bare server exited {proc.returncode}: {log.read_text()[-3000:]}")
-            try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
-                    if r.status == 200:
-                        return
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-            await asyncio.sleep(0.1)
-    raise SystemExit(f"bare server not ready in {READY_TIMEOUT_S:.0f} s: {log.read_text()[-3000:]}")
-
-
-def stop_process(proc: subprocess.Popen[bytes], name: str) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        print(f"{name} pid {proc.pid} ignored SIGTERM for {STOP_TIMEOUT_S:.0f} s; killed", file=sys.stderr)
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 def figures(result: Result, ratio: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rps": round(result.rps, 1),
@@ -318,7 +288,7 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
     bare_log = state / "bare.log"
     anvil_port = free_port()
     anvil = devnet.start_anvil(state, anvil_port, CHAIN_ID)
-    procs: list[tuple[subprocess.Popen[bytes], str]] = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         t0 = time.perf_counter()
         info = deploy_and_seed(devnet.rpc_url(anvil_port), CHAIN_ID, devnet.DEFAULT_PROJECTS_FILE)
@@ -340,11 +310,11 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
             "RELAYER_LOG_LEVEL": "WARNING",
         }
         daemon = start_daemon("serve", env, log, Path(args.profile) if args.profile else None)
-        procs.append((daemon, "relayer serve"))
+        procs.append(daemon)
         bare = start_bare(bare_port, bare_log)
-        procs.append((bare, "bare server"))
-        await asyncio.wait_for(wait_healthy(daemon_url, [daemon], log), READY_TIMEOUT_S + 30)
-        await wait_bare(f"{bare_url}{BARE_PATH}", bare, bare_log)
+        procs.append(bare)
+        await wait_ready(f"{daemon_url}/readyz", [daemon], log, READY_TIMEOUT_S + 30)
+        await wait_ready(f"{bare_url}{BARE_PATH}", [bare], bare_log, READY_TIMEOUT_S)
 
         plan = targets(bare_url, daemon_url)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -406,14 +376,8 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
         )
         print(json.dumps(summary))
     finally:
-        for proc, name in procs:
-            stop_process(proc, name)
-        anvil.terminate()
-        try:
-            anvil.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            anvil.kill()
-            anvil.wait(timeout=10)
+        stop_processes(procs, STOP_TIMEOUT_S)
+        stop_processes([anvil], 10)
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -29,7 +29,6 @@ import asyncio
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,16 @@ from web3 import Web3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import NONCE_REFUSALS, ROUND_TRIPS, counting_proxy, free_port  # noqa: E402
+from bench.common import (  # noqa: E402
+    NONCE_REFUSALS,
+    ROUND_TRIPS,
+    counting_proxy,
+    cpu_seconds,
+    free_port,
+    start_daemon,
+    stop_processes,
+    wait_ready,
+)
 from relayer.app import open_runtime  # noqa: E402
 from relayer.chain import calls  # noqa: E402
 from relayer.chain.abi import abi  # noqa: E402
@@ -59,7 +67,6 @@ from relayer.store.migrations import migrate  # noqa: E402
 from relayer_dev import devdb, devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
-RELAYER = Path(sys.executable).with_name("relayer")
 DEFAULT_BLOCK_GAS: int = 30_000_000
 AMOUNT = "0.01"  # tonnes of class RE per retirement
 
@@ -188,39 +195,6 @@ async def baseline(info: dict[str, Any], datas: list[bytes]) -> dict[str, Any]:
         "sendErrors": errors,
         "gasPerRetirement": int(last["gasUsed"]),
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its reaped children, seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(v) for v in fields[11:15])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def start_daemon(
-    command: str, env: dict[str, str], log: Path, profile: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """``relayer <command>``; under cProfile (written to ``profile`` when it stops) if asked."""
-    argv = [str(RELAYER), command]
-    if profile is not None:
-        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "relayer", command]
-    with log.open("ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-async def wait_healthy(base: str, procs: list[subprocess.Popen[bytes]], log: Path) -> None:
-    async with aiohttp.ClientSession() as session:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), log.read_text()[-3000:]
-            try:
-                async with session.get(f"{base}/readyz", timeout=aiohttp.ClientTimeout(total=1)) as r:
-                    if r.status == 200:
-                        return
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-            await asyncio.sleep(0.2)
-    raise AssertionError(f"daemon not ready: {log.read_text()[-3000:]}")
 
 
 async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
@@ -381,7 +355,7 @@ async def main(args: argparse.Namespace) -> None:
         procs = [
             start_daemon(c, env, log, Path(f"{args.profile}.{c}") if args.profile else None) for c in commands
         ]
-        await wait_healthy(base_url, procs, log)
+        await wait_ready(f"{base_url}/readyz", procs, log)
         await asyncio.sleep(1)
         counts.clear()
         cpu_before = [cpu_seconds(p.pid) for p in procs]
@@ -442,16 +416,8 @@ async def main(args: argparse.Namespace) -> None:
             )
         )
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                print(f"daemon pid {p.pid} ignored SIGTERM for 60 s; killed", file=sys.stderr)
-                p.kill()
-        anvil.terminate()
-        anvil.wait(timeout=10)
+        stop_processes(procs)
+        stop_processes([anvil], 10)
         devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
 
 

@@ -154,9 +154,3 @@ class JobNotifications:
             self._waiters[job_id].discard(watch)
             if not self._waiters[job_id]:
                 del self._waiters[job_id]
-
-    async def wait(self, job_id: int, timeout_s: float) -> None:
-        """Return when ``job_id`` changes or after ``timeout_s`` seconds (changes before
-        this call are not seen: see :meth:`watch`)."""
-        with self.watch(job_id) as event, contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)

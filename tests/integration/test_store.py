@@ -4,6 +4,7 @@ and every change of state, and errors are stored as records without HTTP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -17,6 +18,12 @@ from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.integration
+
+
+async def _changed(notifications: Any, job_id: int, timeout_s: float) -> None:
+    """Return when ``job_id`` changes or after ``timeout_s`` seconds."""
+    with notifications.watch(job_id) as event, contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
 
 
 def _job(salt: bytes) -> NewJob:
@@ -47,7 +54,7 @@ async def test_every_state_change_wakes_the_waiters_of_its_job(daemon: Daemon) -
         (JobState.REJECTED, {"error": Rejection("gas_limit_exceeds_cap", gasCap=1)}),
     ):
         # Waiting far longer than the test allows: only a NOTIFY can end it in time.
-        waiter = asyncio.create_task(notifications.wait(job.id, 60))
+        waiter = asyncio.create_task(_changed(notifications, job.id, 60))
         await asyncio.sleep(0.05)
         moved = await jobs.move(job.id, target, **fields)  # type: ignore[arg-type]
         assert moved is not None and moved.state is target
@@ -86,7 +93,7 @@ async def test_wake_ups_resume_after_the_listen_session_is_dropped(daemon: Daemo
     assert notifications.reconnects == before + 1
     assert notifications._conn is not None and notifications._conn.get_server_pid() != pid
     job, _ = await jobs.reserve(_job(b"\x07" * 32))
-    waiter = asyncio.create_task(notifications.wait(job.id, 60))
+    waiter = asyncio.create_task(_changed(notifications, job.id, 60))
     await asyncio.sleep(0.05)
     await jobs.move(job.id, JobState.REJECTED, error=Rejection("contract_revert"))
     await asyncio.wait_for(waiter, 10)
