@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from relayer.domain.errors import RelayerError
@@ -27,11 +27,29 @@ SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD
 _KEY: Final = re.compile(r"(0x)?[0-9a-fA-F]{64}")
 
 
-DEFAULT_CONFIRMATIONS: Final = {8453: 10, 84532: 5}
+DEFAULT_CONFIRMATIONS: Final = {8453: 10, 84532: 5, 137: 64, 80002: 16}
 """Blocks under a receipt before a retirement is settled. Base makes a block every 2 s, so 10
 blocks is about 20 s on mainnet; a reorg of Base's unsafe head is rare and shallow, and the
 follower undoes one at any depth it still remembers. Base Sepolia, a test network: 5. A local
-anvil mines a block per transaction: the dev tooling sets 1."""
+anvil mines a block per transaction: the dev tooling sets 1. Polygon (137), indexed for the
+marketplace only: 64 blocks (about two minutes; Polygon PoS reorgs are deeper than Base's)."""
+
+
+class IndexChain(BaseModel):
+    """Another chain whose marketplace listings, credits and retirements are indexed for the
+    catalogue API (no relaying there): ``{"chainId", "rpcUrl", "deploymentFile",
+    "confirmations"?}``, as JSON in ``RELAYER_INDEX_CHAINS``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    chain_id: int = Field(alias="chainId", gt=0)
+    rpc_url: str = Field(alias="rpcUrl", min_length=1)
+    deployment_file: Path = Field(alias="deploymentFile")
+    confirmations: int | None = Field(default=None, ge=1)
+
+    def depth(self) -> int:
+        """Blocks under an event before it is indexed (``confirmations`` or the chain's default)."""
+        return self.confirmations or DEFAULT_CONFIRMATIONS.get(self.chain_id, 64)
 
 
 class ConfigError(RelayerError):
@@ -121,6 +139,19 @@ class Settings(BaseSettings):
         description="Below this executor ETH balance (wei) new work is refused with payment_unavailable.",
     )
 
+    # --- marketplace catalogue (see relayer/api/marketplace.py) ------------------------
+    index_chains: list[IndexChain] = Field(
+        default_factory=list,
+        description="more chains indexed for the marketplace API (JSON list of chainId, rpcUrl, "
+        "deploymentFile and optional confirmations), e.g. Polygon (137) beside this daemon's Base chain",
+    )
+    treasury_private_key: SecretStr | None = Field(
+        default=None,
+        description="the operator's treasury key, which pays marketplace orders in USDC through the "
+        "gasless relay (64 hex digits); without it POST /orders answers 503",
+    )
+    quote_lifetime_s: int = Field(default=300, gt=0, description="How long a marketplace quote is valid, s.")
+
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
     resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")
     replace_after_s: float = Field(
@@ -146,6 +177,14 @@ class Settings(BaseSettings):
     @classmethod
     def _executor_key(cls, value: SecretStr | None) -> SecretStr | None:
         """Exactly 32 bytes (a 63-digit key would otherwise load as another address)."""
+        if value is None:
+            return None
+        return SecretStr(_checked_key(value.get_secret_value()))
+
+    @field_validator("treasury_private_key")
+    @classmethod
+    def _treasury_key(cls, value: SecretStr | None) -> SecretStr | None:
+        """Exactly 32 bytes, as the executor key."""
         if value is None:
             return None
         return SecretStr(_checked_key(value.get_secret_value()))

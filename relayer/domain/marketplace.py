@@ -1,0 +1,510 @@
+"""The marketplace catalogue API's pure rules (spec: marketplace-api.md, release v18): the
+unified retirement id, listing price source ids, strict request models (unknown keys are
+errors; they also generate the OpenAPI document), bounded pagination, the removed and
+replaced endpoints, the error body, the listing state folded from its events, and the
+provenance walk over indexed credit transfers.
+
+Units: credit amounts in credit units (1 unit = 1 kg CO2e, 1000 = 1 tonne); USDC in atomic
+units (6 decimals); times in unix seconds. Tonnes cross the wire as decimal strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from http import HTTPStatus
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from relayer.domain.addresses import checksum_address
+from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
+
+CHAIN_NAMES: Final = {8453: "Base", 84532: "Base Sepolia", 137: "Polygon", 80002: "Polygon Amoy"}
+"""Display names of the chains the catalogue may index."""
+
+DEFAULT_LIMIT: Final = 20
+MAX_LIMIT: Final = 100
+"""Page sizes of every list endpoint (``limit``; ``offset`` counts items skipped)."""
+MAX_OFFSET: Final = 1_000_000
+MAX_PROVENANCE_STEPS: Final = 32
+"""A provenance walk stops after this many transfers back from the retirement."""
+ZERO_ADDRESS: Final = "0x" + "0" * 40
+_M = TypeVar("_M", bound=BaseModel)
+
+_RETIREMENT_ID: Final = re.compile(r"([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})")
+_SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
+_ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class MarketplaceError(Exception):
+    """A refusal of a marketplace request, answered as ``{statusCode, error, message, code,
+    ...details}`` (``error`` is the HTTP reason phrase; ``code`` a stable machine code)."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        """The one error body of the marketplace API."""
+        return {
+            "statusCode": self.status,
+            "error": HTTPStatus(self.status).phrase,
+            "message": self.message,
+            "code": self.code,
+            **self.details,
+        }
+
+
+def bad_request(code: str, message: str, **details: Any) -> MarketplaceError:
+    return MarketplaceError(400, code, message, **details)
+
+
+def not_found(what: str, value: str) -> MarketplaceError:
+    return MarketplaceError(
+        404, f"{what}_not_found", f"no {what.replace('_', ' ')} {value!r}", **{what: value}
+    )
+
+
+# ---------------------------------------------------------------------------- identifiers
+
+
+@dataclass(frozen=True, slots=True)
+class RetirementId:
+    """``{chainId}-{txHash}-{retirementIndex}``: the unified retirement id (spec: Endpoints)."""
+
+    chain_id: int
+    tx_hash: bytes
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.chain_id}-0x{self.tx_hash.hex()}-{self.index}"
+
+
+def parse_retirement_id(text: str) -> RetirementId:
+    """Parse a unified retirement id (the hash in any case; printed in lower case).
+
+    Raises:
+        MarketplaceError: 400 ``invalid_retirement_id`` naming the format.
+    """
+    match = _RETIREMENT_ID.fullmatch(text)
+    if match is None:
+        raise bad_request(
+            "invalid_retirement_id",
+            "a retirement id is {chainId}-{transactionHash}-{retirementIndex}, e.g. "
+            f"84532-0x{'ab' * 32}-0 (take it from GET /retirements)",
+            id=text[:200],
+        )
+    return RetirementId(int(match[1]), bytes.fromhex(match[2][2:]), int(match[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceId:
+    """A listing's price source id, ``listing-<chainId>-0x<listing id as 64 hex digits>``."""
+
+    chain_id: int
+    listing_id: int
+
+    def __str__(self) -> str:
+        return f"listing-{self.chain_id}-0x{self.listing_id:064x}"
+
+
+def parse_source_id(text: str) -> SourceId:
+    """Parse an ``asset_price_source_id``. Only seller listings exist in v18 (spec: Rules 3,
+    Errors): anything else is refused.
+
+    Raises:
+        MarketplaceError: 400 ``not_a_listing`` (a pool, product or malformed source).
+    """
+    match = _SOURCE_ID.fullmatch(text)
+    if match is None:
+        raise bad_request(
+            "not_a_listing",
+            "asset_price_source_id must name a seller listing: listing-<chainId>-0x<64 hex digits> "
+            "(take it from GET /prices); carbon pool and product sources were removed in v18",
+            asset_price_source_id=text[:200],
+        )
+    return SourceId(int(match[1]), int(match[2], 16))
+
+
+def looks_like_address(text: str) -> bool:
+    return _ADDRESS_LIKE.fullmatch(text) is not None
+
+
+# ---------------------------------------------------------------------------- removed endpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """An endpoint or parameter removed or replaced in v18 and what replaces it."""
+
+    what: str
+    replacement: str
+
+    def error(self) -> MarketplaceError:
+        replaced = self.replacement != ""
+        return MarketplaceError(
+            410,
+            "endpoint_replaced" if replaced else "endpoint_removed",
+            f"{self.what} was {'replaced' if replaced else 'removed'} in release v18"
+            + (f"; use {self.replacement}" if replaced else ""),
+            replacement=self.replacement or None,
+        )
+
+
+REMOVED_PRODUCTS: Final = Removed(
+    "GET /products", "GET /prices (seller listings) and GET /carbonProjects (projects with their listings)"
+)
+REPLACED_RETIREMENT: Final = {
+    "": Removed("GET /retirements/{beneficiaryAddress}/{retirementIndex}", "GET /retirements/{id}"),
+    "certificate": Removed(
+        "GET /retirements/{beneficiaryAddress}/{retirementIndex}/certificate",
+        "GET /retirements/{id}/certificate",
+    ),
+    "provenance": Removed(
+        "GET /retirements/{beneficiaryAddress}/{retirementIndex}/provenance",
+        "GET /retirements/{id}/provenance",
+    ),
+}
+REMOVED_PRICE_PARAMETERS: Final = {
+    "productIds": "none: products were removed; prices are seller listings only",
+    "hasAssetPriceType": "none: every price is a seller listing (type listing)",
+    "isDefaultCredit": "none: filter by projectKey or chainId",
+}
+REMOVED_QUOTE_FIELDS: Final = {
+    "listing_id": "asset_price_source_id (listing-<chainId>-0x<64 hex>, from GET /prices)",
+    "pool": "none: pool quotes were removed; quote a seller listing by asset_price_source_id",
+    "credit_token_address": "asset_price_source_id (the listing names its credit)",
+}
+
+
+def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) -> MarketplaceError | None:
+    """400 ``parameter_removed`` naming each removed parameter (or body field) given and its
+    replacement; None when none was given."""
+    hits = sorted(k for k in given if k in table)
+    if not hits:
+        return None
+    return bad_request(
+        "parameter_removed",
+        f"{', '.join(hits)} {'was' if len(hits) == 1 else 'were'} removed from {where} in release v18",
+        removed={k: table[k] for k in hits},
+    )
+
+
+# ---------------------------------------------------------------------------- request models
+
+_Text = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+_Vintage = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}$")]
+_Sdg = Annotated[str, StringConstraints(pattern=r"^([1-9]|1[0-7])$")]
+_Tonnes = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Page(_Strict):
+    """``offset`` (items skipped, default 0) and ``limit`` (page size, 1-100, default 20)."""
+
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
+    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+
+
+class CarbonProjectsQuery(Page):
+    """Query of GET /carbonProjects. ``country`` and ``category`` combine: a project must match
+    both (case-insensitive; ``category`` must be one of GET /categories). ``search`` matches
+    name, key or description; ``minSupply`` is in tonnes; ``minPriceUSD`` and ``maxPriceUSD``
+    bound the cheapest live listing's USDC price per tonne (projects without one are left out
+    when either is given)."""
+
+    country: _Text | None = None
+    category: _Text | None = None
+    search: _Text | None = None
+    vintage: _Vintage | None = None
+    sdg: _Sdg | None = None
+    registry: _Text | None = None
+    minSupply: _Tonnes | None = None
+    minPriceUSD: _Tonnes | None = None
+    maxPriceUSD: _Tonnes | None = None
+
+
+class RetirementsQuery(Page):
+    """Query of GET /retirements: both chains unless ``chainId`` picks one; newest first."""
+
+    chainId: int | None = Field(default=None, gt=0, lt=2**31)
+    beneficiaryAddress: str | None = None
+    retiringAddress: str | None = None
+    projectKey: _Text | None = None
+
+    @field_validator("beneficiaryAddress", "retiringAddress")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return None if value is None else checksum_address(value)
+
+
+class PricesQuery(Page):
+    """Query of GET /prices: live seller listings, cheapest first."""
+
+    chainId: int | None = Field(default=None, gt=0, lt=2**31)
+    projectKey: _Text | None = None
+
+
+class QuoteRequest(_Strict):
+    """Body of POST /quotes: exactly these two fields (spec: Endpoints). ``quantity_tonnes`` is
+    a decimal (string or JSON number) with at most 3 decimals (1 kg)."""
+
+    asset_price_source_id: str = Field(max_length=200)
+    quantity_tonnes: _Tonnes | Decimal | int
+
+
+class ConsumptionMetadata(_Strict):
+    """Required by whole-tonne registries (Puro): where and when the retired emissions arose."""
+
+    consumptionCountryCode: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
+    consumptionPeriodStart: int = Field(ge=0, lt=2**63)
+    consumptionPeriodEnd: int = Field(ge=0, lt=2**63)
+
+
+class OrderRequest(_Strict):
+    """Body of POST /orders: a quote to fill, and the retirement's attribution."""
+
+    quote_uuid: str = Field(
+        pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )
+    asset_price_source_id: str | None = Field(default=None, max_length=200)
+    beneficiary_name: str = Field(min_length=1, max_length=200)
+    retirement_message: str = Field(default="", max_length=500)
+    beneficiary_address: str | None = None
+    consumption_metadata: ConsumptionMetadata | None = None
+
+    @field_validator("beneficiary_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return None if value is None else checksum_address(value)
+
+
+def validated(model: type[_M], data: dict[str, Any]) -> _M:
+    """``model`` from ``data``, or 400 ``schema_validation`` with one entry per problem
+    (``fields``: the path and the rule broken; values are never echoed).
+
+    Raises:
+        MarketplaceError: 400 ``schema_validation``.
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        fields = [
+            {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "problem": e["msg"]}
+            for e in exc.errors(include_input=False, include_url=False)
+        ]
+        raise bad_request(
+            "schema_validation", "; ".join(f"{f['field']}: {f['problem']}" for f in fields), fields=fields
+        ) from None
+
+
+def quantity_units(value: str | Decimal | int) -> int:
+    """Tonnes (at most 3 decimals, above 0) to credit units.
+
+    Raises:
+        MarketplaceError: 400 ``invalid_quantity``.
+    """
+    try:
+        tonnes = Decimal(str(value))
+    except InvalidOperation:
+        tonnes = Decimal(-1)
+    units = tonnes * UNITS_PER_TONNE
+    if not tonnes.is_finite() or units != units.to_integral_value() or units <= 0 or units >= 10**15:
+        raise bad_request(
+            "invalid_quantity", "quantity_tonnes must be above 0 with at most 3 decimals (1 kg)"
+        )
+    return int(units)
+
+
+def price_units(text: str) -> int:
+    """A USD (USDC) decimal with at most 3 decimals to USDC atomic units."""
+    return int(Decimal(text) * 10**USDC_DECIMALS)
+
+
+def usdc(atomic: int) -> str:
+    """USDC atomic units as a decimal string ("12.5")."""
+    return format_units(atomic, USDC_DECIMALS)
+
+
+# ---------------------------------------------------------------------------- listings
+
+
+@dataclass(frozen=True, slots=True)
+class ListingEvent:
+    """One decoded Marketplace event. ``data`` by kind: created {seller, creditToken, tokenId,
+    amount, unitPrice, minFill, expiration}; updated {unitPrice, minFill, expiration}; filled
+    {buyer, amount, cost}; cancelled {}. Numbers are ints."""
+
+    listing_id: int
+    kind: Literal["created", "updated", "filled", "cancelled"]
+    data: dict[str, Any]
+    block_number: int
+    block_timestamp: int
+    log_index: int = 0
+    tx_hash: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ListingState:
+    """A listing as its events leave it."""
+
+    listing_id: int
+    seller: str
+    credit_token: str
+    token_id: int
+    unit_price: int
+    total_amount: int
+    left_to_sell: int
+    min_fill: int
+    expiration: int
+    active: bool
+    created_block: int
+    created_at: int
+    updated_block: int
+    updated_at: int
+
+    def live(self, now: int) -> bool:
+        """Offered: active, not sold out, not expired (spec: expired, cancelled and sold-out
+        listings are not offered)."""
+        return self.active and self.left_to_sell > 0 and self.expiration > now
+
+
+def fold_listing(state: ListingState | None, event: ListingEvent) -> ListingState | None:
+    """The listing after ``event`` (events in chain order). An event for a listing not created
+    yet (the index started later) leaves it unknown (None)."""
+    if event.kind == "created":
+        d = event.data
+        return ListingState(
+            event.listing_id,
+            str(d["seller"]),
+            str(d["creditToken"]),
+            int(d["tokenId"]),
+            int(d["unitPrice"]),
+            int(d["amount"]),
+            int(d["amount"]),
+            int(d["minFill"]),
+            int(d["expiration"]),
+            True,
+            event.block_number,
+            event.block_timestamp,
+            event.block_number,
+            event.block_timestamp,
+        )
+    if state is None:
+        return None
+    stamped = replace(state, updated_block=event.block_number, updated_at=event.block_timestamp)
+    d = event.data
+    if event.kind == "updated":
+        return replace(
+            stamped,
+            unit_price=int(d["unitPrice"]),
+            min_fill=int(d["minFill"]),
+            expiration=int(d["expiration"]),
+        )
+    if event.kind == "filled":
+        return replace(stamped, left_to_sell=max(0, state.left_to_sell - int(d["amount"])))
+    return replace(stamped, active=False, left_to_sell=0)
+
+
+def fold_all(events: Sequence[ListingEvent]) -> dict[int, ListingState]:
+    """Every listing the events (in chain order) describe, by id."""
+    out: dict[int, ListingState] = {}
+    for event in events:
+        folded = fold_listing(out.get(event.listing_id), event)
+        if folded is not None:
+            out[event.listing_id] = folded
+    return out
+
+
+# ---------------------------------------------------------------------------- provenance
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One indexed ERC-1155 movement of a credit (``amount`` in credit units). Position
+    ``(block_number, log_index, batch_index)`` orders them."""
+
+    block_number: int
+    log_index: int
+    batch_index: int
+    tx_hash: bytes
+    timestamp: int
+    sender: str
+    receiver: str
+    amount: int
+
+    @property
+    def position(self) -> tuple[int, int, int]:
+        return (self.block_number, self.log_index, self.batch_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceStep:
+    """A provenance record: ``kind`` ORIGINATION (mint), TRANSFER or RETIREMENT (burn);
+    ``remaining`` is the receiver's balance of the credit right after it (the holder's, for a
+    retirement), in credit units."""
+
+    kind: Literal["ORIGINATION", "TRANSFER", "RETIREMENT"]
+    transfer: Transfer
+    remaining: int
+
+
+def provenance(transfers: Sequence[Transfer], retirement: Transfer) -> list[ProvenanceStep]:
+    """Walk back from ``retirement`` (the burn) through ``transfers`` of the same credit (any
+    order): the latest transfer into the holder before each step, until a mint, at most
+    :data:`MAX_PROVENANCE_STEPS` steps. Oldest first. Balances are computed from the same
+    transfers (a holder's in minus out up to that point)."""
+    ordered = sorted(transfers, key=lambda t: t.position)
+
+    def balance_after(holder: str, position: tuple[int, int, int]) -> int:
+        total = 0
+        for t in ordered:
+            if t.position > position:
+                break
+            if t.receiver == holder:
+                total += t.amount
+            if t.sender == holder:
+                total -= t.amount
+        return total
+
+    steps = [ProvenanceStep("RETIREMENT", retirement, balance_after(retirement.sender, retirement.position))]
+    holder, before = retirement.sender, retirement.position
+    for _ in range(MAX_PROVENANCE_STEPS):
+        incoming = [t for t in ordered if t.receiver == holder and t.position < before and t.amount > 0]
+        if not incoming:
+            break
+        step = incoming[-1]
+        minted = step.sender == ZERO_ADDRESS
+        steps.append(
+            ProvenanceStep(
+                "ORIGINATION" if minted else "TRANSFER", step, balance_after(holder, step.position)
+            )
+        )
+        if minted:
+            break
+        holder, before = step.sender, step.position
+    steps.reverse()
+    return steps
+
+
+@dataclass(frozen=True, slots=True)
+class CreditRegistration:
+    """A ``CreditRegistered`` event: the credit token id of a project's vintage on a chain."""
+
+    token_id: int
+    project_key: str
+    vintage: int
+    registry: str
+    block_number: int
