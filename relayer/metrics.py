@@ -86,6 +86,12 @@ class Metrics:
             "Last block the retirement indexer has processed.",
             registry=self.registry,
         )
+        self.catalogue_block = Gauge(
+            "relayer_catalogue_indexer_block",
+            "Last block the marketplace catalogue indexer has processed, per indexed chain.",
+            ["chain_id"],
+            registry=self.registry,
+        )
 
     def _executor(self) -> None:
         """The executor lanes: broadcasts, replacements, no-ops, reorgs, balances and the

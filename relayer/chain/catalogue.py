@@ -29,21 +29,13 @@ MAX_TRANSFER_BATCH: Final = 256
 
 @dataclass(slots=True)
 class CatalogueLogs:
-    """What one range of blocks holds for the catalogue, each list in chain order. Listing
-    events and transfers carry block timestamps once :meth:`CatalogueChain.stamped` ran."""
+    """What one range of blocks holds for the catalogue, each list in chain order, listing
+    events and transfers stamped with their blocks' timestamps."""
 
     listings: list[ListingEvent] = field(default_factory=list)
     credits: list[CreditRegistration] = field(default_factory=list)
-    transfers: list[tuple[int, int, Transfer]] = field(default_factory=list)  # (block, log index, transfer)
+    transfers: list[tuple[int, Transfer]] = field(default_factory=list)  # (token id, transfer)
     settled: list[SettledLog] = field(default_factory=list)
-    positions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # listing event positions
-
-    def blocks(self) -> set[int]:
-        return (
-            {e.block_number for e in self.listings}
-            | {t.block_number for _, _, t in self.transfers}
-            | {s.block_number for s in self.settled}
-        )
 
 
 class CatalogueChain:
@@ -87,22 +79,10 @@ class CatalogueChain:
                 out.credits.append(value)
             elif kind == "transfer":
                 for batch_index, (tx_hash, sender, receiver, token_id, amount) in enumerate(value):
-                    out.transfers.append(
-                        (
-                            token_id,
-                            batch_index,
-                            Transfer(
-                                block,
-                                log_index,
-                                batch_index,
-                                tx_hash,
-                                stamps[block],
-                                sender,
-                                receiver,
-                                amount,
-                            ),
-                        )
+                    transfer = Transfer(
+                        block, log_index, batch_index, tx_hash, stamps[block], sender, receiver, amount
                     )
+                    out.transfers.append((token_id, transfer))
             elif kind == "settled" and self.with_settlement:
                 out.settled.append(value)
         return out

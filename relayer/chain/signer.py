@@ -57,3 +57,31 @@ class ExecutorSigner:
         r, s, y_parity = signature[:32], signature[32:64], signature[64]
         raw = b"\x02" + rlp.encode([*fields, y_parity, int.from_bytes(r, "big"), int.from_bytes(s, "big")])
         return raw, keccak(raw)
+
+
+class TreasurySigner:
+    """Signs the operator treasury's EIP-712 authorizations (marketplace orders pay from the
+    treasury through the gasless relay, as any payer would). The key never leaves this object.
+
+    Args:
+        private_key: the treasury key, 0x-prefixed hex.
+    """
+
+    def __init__(self, private_key: str) -> None:
+        account = Account.from_key(private_key)
+        self._address = str(account.address)
+        self._key = coincurve.PrivateKey(bytes(account.key))
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def __repr__(self) -> str:  # never show the key
+        return f"TreasurySigner({self.address})"
+
+    def sign_digest(self, digest: bytes) -> bytes:
+        """A 65-byte r||s||v signature (v 27 or 28, low s) of a 32-byte EIP-712 digest."""
+        if len(digest) != 32:
+            raise ValueError("an EIP-712 digest is 32 bytes")
+        signature = self._key.sign_recoverable(digest, hasher=None)
+        return signature[:64] + bytes([27 + signature[64]])

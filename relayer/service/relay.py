@@ -60,8 +60,19 @@ class Relay:
         self.settlement = catalog.contracts.settlement
 
     async def retire(self, request: ActionRequest, now: int) -> RetireOutcome:
-        """Relay a signed retirement. Without ``authPayload`` raises 402 ``payment_required``
-        with the prepare-auth body.
+        """Relay a signed retirement and wait for its outcome (see :meth:`accept`).
+
+        Raises:
+            Rejection, Unavailable: as :meth:`accept`.
+        """
+        job = await self.accept(request, now)
+        return await self.outcomes.wait(job.id)
+
+    async def accept(self, request: ActionRequest, now: int) -> Job:
+        """Take a signed retirement into the pipeline and return its job without waiting: the
+        identical request's job, or a new one checked, reserved and simulated (the
+        broadcaster signs and sends it). Without ``authPayload`` raises 402
+        ``payment_required`` with the prepare-auth body.
 
         Raises:
             Rejection: the prepare-auth codes, invalid_input_token, payment_required,
@@ -84,7 +95,7 @@ class Relay:
             raise shaped
         existing = await self._identical(request)
         if existing is not None:
-            return await self.outcomes.wait(existing.id)
+            return existing
         await self._executor_funded()
         resolved = await resolve(self.catalog, request, now)
         terms = resolved.terms(self.chain_id, self.settlement, int(request.gasAllowance or 0))
@@ -95,7 +106,7 @@ class Relay:
         job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance)
         if owned:
             await self.simulator.simulate(job)
-        return await self.outcomes.wait(job.id)
+        return job
 
     async def _identical(self, request: ActionRequest) -> Job | None:
         """The live job of the identical request, answered from its job whatever live

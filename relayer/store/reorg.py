@@ -1,12 +1,14 @@
 """Undoing what a reorg took away, in one database transaction: jobs whose block is gone go
 back to ``submitted`` (their transactions become pending again and are re-sent), index rows
-of lost blocks are deleted, and the index cursor moves back to the common ancestor."""
+of lost blocks (retirements and the catalogue's credits, listing events and transfers, with
+the touched listings folded again) are deleted, and the index cursor moves back to the common ancestor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
 
+from relayer.store.catalogue import rewind_catalogue
 from relayer.store.pool import Database
 
 # Jobs mined above block $2 on chain $1 wait again for a receipt (their block is gone).
@@ -54,5 +56,6 @@ async def rewind(db: Database, chain_id: int, ancestor: int, ancestor_hash: byte
         jobs = [r["id"] for r in await conn.fetch(REWIND_JOBS, chain_id, ancestor)]
         txs = await conn.fetch(REWIND_TRANSACTIONS, chain_id, ancestor)
         retirements = await conn.fetch(DELETE_RETIREMENTS, chain_id, ancestor)
+        await rewind_catalogue(conn, chain_id, ancestor)
         await conn.execute(REWIND_CURSORS, chain_id, ancestor, ancestor_hash)
     return Rewound(jobs, len(txs), len(retirements))

@@ -78,6 +78,37 @@ AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index
 """
 
 
+def retirement_args(r: IndexedRetirement) -> tuple[Any, ...]:
+    """The parameters of :data:`INSERT_RETIREMENT` for one retirement."""
+    return (
+        r.chain_id,
+        r.tx_hash,
+        r.retirement_index,
+        r.block_number,
+        r.block_hash,
+        r.log_index,
+        r.block_timestamp,
+        r.payer,
+        r.beneficiary,
+        r.input_token,
+        r.value,
+        r.fee,
+        r.retirement_cost,
+        r.refunded,
+        r.gas_allowance,
+        r.source,
+        r.source_id,
+        r.credit_token,
+        r.token_id,
+        r.amount_units,
+        r.project_id,
+        r.vintage,
+        r.registry,
+        r.authorization_nonce,
+        json.dumps(r.details),
+    )
+
+
 def _from_row(row: asyncpg.Record) -> IndexedRetirement:
     values = dict(row)
     for key in (
@@ -126,36 +157,7 @@ class RetirementStore:
             if retirements:
                 await conn.executemany(
                     INSERT_RETIREMENT,
-                    [
-                        (
-                            r.chain_id,
-                            r.tx_hash,
-                            r.retirement_index,
-                            r.block_number,
-                            r.block_hash,
-                            r.log_index,
-                            r.block_timestamp,
-                            r.payer,
-                            r.beneficiary,
-                            r.input_token,
-                            r.value,
-                            r.fee,
-                            r.retirement_cost,
-                            r.refunded,
-                            r.gas_allowance,
-                            r.source,
-                            r.source_id,
-                            r.credit_token,
-                            r.token_id,
-                            r.amount_units,
-                            r.project_id,
-                            r.vintage,
-                            r.registry,
-                            r.authorization_nonce,
-                            json.dumps(r.details),
-                        )
-                        for r in retirements
-                    ],
+                    [retirement_args(r) for r in retirements],
                 )
             await conn.execute(ADVANCE_CURSOR, chain_id, name, block_number, block_hash)
 

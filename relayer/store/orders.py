@@ -1,0 +1,198 @@
+"""Bearer API keys (stored as SHA-256 hashes only), single-use marketplace quotes and orders
+(each retired through one relay job). Amounts: credit units and USDC atomic units; times:
+unix seconds. Every method raises ``StoreUnavailable`` when the database fails."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+import asyncpg
+
+from relayer.store.pool import Database
+
+# Register an API key by its hash.
+INSERT_KEY: Final = "INSERT INTO api_keys (key_hash, prefix, name) VALUES ($1, $2, $3) RETURNING id"
+# The live key with this hash.
+KEY_BY_HASH: Final = "SELECT id, name FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"
+INSERT_QUOTE: Final = """
+INSERT INTO quotes (uuid, api_key_id, chain_id, marketplace, listing_id, quantity_units, unit_price,
+                    cost_usdc, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+"""
+_QUOTE_COLUMNS: Final = (
+    "uuid, api_key_id, chain_id, marketplace, listing_id, quantity_units, unit_price, cost_usdc, created_at, "
+    "expires_at, consumed_at"
+)
+QUOTE: Final = f"SELECT {_QUOTE_COLUMNS} FROM quotes WHERE uuid = $1 AND api_key_id = $2"
+# Consume quote $1 of key $2 if it is unspent and unexpired at $3; then record the order.
+CONSUME_QUOTE: Final = f"""
+UPDATE quotes SET consumed_at = $3
+WHERE uuid = $1 AND api_key_id = $2 AND consumed_at IS NULL AND expires_at > $3
+RETURNING {_QUOTE_COLUMNS}
+"""
+INSERT_ORDER: Final = """
+INSERT INTO orders (id, quote_uuid, api_key_id, beneficiary_name, beneficiary_address, retirement_message,
+                    consumption_metadata, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $8)
+"""
+SET_ORDER_JOB: Final = "UPDATE orders SET job_id = $2, updated_at = $3 WHERE id = $1"
+SET_ORDER_ERROR: Final = "UPDATE orders SET error = $2::jsonb, updated_at = $3 WHERE id = $1"
+# An order of key $2 with its job's state and transaction, if any.
+ORDER: Final = f"""
+SELECT o.id, o.quote_uuid, o.job_id, o.beneficiary_name, o.beneficiary_address, o.retirement_message,
+       o.error::text AS error, o.created_at, o.updated_at, j.state, j.tx_hash, j.chain_id AS job_chain_id,
+       {", ".join("q." + c.strip() + " AS q_" + c.strip() for c in _QUOTE_COLUMNS.split(","))}
+FROM orders o JOIN quotes q ON q.uuid = o.quote_uuid LEFT JOIN relay_jobs j ON j.id = o.job_id
+WHERE o.id = $1 AND o.api_key_id = $2
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """A marketplace quote: ``quantity_units`` of listing ``listing_id`` at ``unit_price``
+    (USDC atomic per tonne) for ``cost_usdc`` (atomic), valid until ``expires_at``."""
+
+    uuid: uuid.UUID
+    api_key_id: int
+    chain_id: int
+    marketplace: str
+    listing_id: int
+    quantity_units: int
+    unit_price: int
+    cost_usdc: int
+    created_at: int
+    expires_at: int
+    consumed_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """An order and where its relay job stands (``job_state`` None before it has one)."""
+
+    id: uuid.UUID
+    quote: Quote
+    job_id: int | None
+    beneficiary_name: str
+    beneficiary_address: str
+    retirement_message: str
+    error: dict[str, Any] | None
+    created_at: int
+    updated_at: int
+    job_state: str | None
+    tx_hash: bytes | None
+
+
+def _quote(row: asyncpg.Record, prefix: str = "") -> Quote:
+    consumed = row[prefix + "consumed_at"]
+    return Quote(
+        row[prefix + "uuid"],
+        int(row[prefix + "api_key_id"]),
+        int(row[prefix + "chain_id"]),
+        row[prefix + "marketplace"],
+        int(row[prefix + "listing_id"]),
+        int(row[prefix + "quantity_units"]),
+        int(row[prefix + "unit_price"]),
+        int(row[prefix + "cost_usdc"]),
+        int(row[prefix + "created_at"]),
+        int(row[prefix + "expires_at"]),
+        None if consumed is None else int(consumed),
+    )
+
+
+class QuoteSpent(Exception):
+    """The quote is unknown to this key, already consumed, or expired."""
+
+
+class Orders:
+    """Repository of API keys, quotes and orders."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def add_key(self, key_hash: bytes, prefix: str, name: str) -> int:
+        return int(await self.db.fetchval(INSERT_KEY, key_hash, prefix, name))
+
+    async def key_id(self, key_hash: bytes) -> int | None:
+        """The id of the live API key with this SHA-256 hash (an indexed equality lookup on the
+        hash: the token itself is never compared or stored)."""
+        row = await self.db.fetchrow(KEY_BY_HASH, key_hash)
+        return None if row is None else int(row["id"])
+
+    async def add_quote(self, q: Quote) -> None:
+        await self.db.execute(
+            INSERT_QUOTE,
+            q.uuid,
+            q.api_key_id,
+            q.chain_id,
+            q.marketplace,
+            q.listing_id,
+            q.quantity_units,
+            q.unit_price,
+            q.cost_usdc,
+            q.created_at,
+            q.expires_at,
+        )
+
+    async def quote(self, quote_uuid: uuid.UUID, api_key_id: int) -> Quote | None:
+        row = await self.db.fetchrow(QUOTE, quote_uuid, api_key_id)
+        return None if row is None else _quote(row)
+
+    async def place(
+        self,
+        order_id: uuid.UUID,
+        quote_uuid: uuid.UUID,
+        api_key_id: int,
+        beneficiary_name: str,
+        beneficiary_address: str,
+        message: str,
+        consumption: dict[str, Any] | None,
+        now: int,
+    ) -> Quote:
+        """Consume the quote and record the order in one transaction.
+
+        Raises:
+            QuoteSpent: the quote is not this key's, was consumed, or expired at ``now``.
+        """
+        async with self.db.transaction() as conn:
+            row = await conn.fetchrow(CONSUME_QUOTE, quote_uuid, api_key_id, now)
+            if row is None:
+                raise QuoteSpent
+            await conn.execute(
+                INSERT_ORDER,
+                order_id,
+                quote_uuid,
+                api_key_id,
+                beneficiary_name,
+                beneficiary_address,
+                message,
+                None if consumption is None else json.dumps(consumption),
+                now,
+            )
+        return _quote(row)
+
+    async def set_job(self, order_id: uuid.UUID, job_id: int, now: int) -> None:
+        await self.db.execute(SET_ORDER_JOB, order_id, job_id, now)
+
+    async def set_error(self, order_id: uuid.UUID, error: dict[str, Any], now: int) -> None:
+        await self.db.execute(SET_ORDER_ERROR, order_id, json.dumps(error), now)
+
+    async def order(self, order_id: uuid.UUID, api_key_id: int) -> Order | None:
+        row = await self.db.fetchrow(ORDER, order_id, api_key_id)
+        if row is None:
+            return None
+        return Order(
+            row["id"],
+            _quote(row, "q_"),
+            None if row["job_id"] is None else int(row["job_id"]),
+            row["beneficiary_name"],
+            row["beneficiary_address"],
+            row["retirement_message"],
+            None if row["error"] is None else json.loads(row["error"]),
+            int(row["created_at"]),
+            int(row["updated_at"]),
+            row["state"],
+            None if row["tx_hash"] is None else bytes(row["tx_hash"]),
+        )
