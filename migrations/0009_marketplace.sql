@@ -94,6 +94,7 @@ CREATE TABLE api_keys (
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     revoked_at  TIMESTAMPTZ
 );
+CREATE INDEX api_keys_prefix ON api_keys (prefix);
 
 CREATE TABLE quotes (
     uuid            UUID           PRIMARY KEY,

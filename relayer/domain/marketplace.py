@@ -269,8 +269,8 @@ class ConsumptionMetadata(_Strict):
     """Required by whole-tonne registries (Puro): where and when the retired emissions arose."""
 
     consumptionCountryCode: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
-    consumptionPeriodStart: int = Field(ge=0, lt=2**63)
-    consumptionPeriodEnd: int = Field(ge=0, lt=2**63)
+    consumptionPeriodStart: Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
+    consumptionPeriodEnd: Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
 
 
 class OrderRequest(_Strict):

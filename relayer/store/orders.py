@@ -15,8 +15,8 @@ from relayer.store.pool import Database
 
 # Register an API key by its hash.
 INSERT_KEY: Final = "INSERT INTO api_keys (key_hash, prefix, name) VALUES ($1, $2, $3) RETURNING id"
-# The live key with this hash.
-KEY_BY_HASH: Final = "SELECT id, name FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"
+# The live keys whose public prefix is $1 (normally one).
+KEYS_BY_PREFIX: Final = "SELECT id, key_hash FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL LIMIT 8"
 INSERT_QUOTE: Final = """
 INSERT INTO quotes (uuid, api_key_id, chain_id, marketplace, listing_id, quantity_units, unit_price,
                     cost_usdc, created_at, expires_at)
@@ -115,11 +115,10 @@ class Orders:
     async def add_key(self, key_hash: bytes, prefix: str, name: str) -> int:
         return int(await self.db.fetchval(INSERT_KEY, key_hash, prefix, name))
 
-    async def key_id(self, key_hash: bytes) -> int | None:
-        """The id of the live API key with this SHA-256 hash (an indexed equality lookup on the
-        hash: the token itself is never compared or stored)."""
-        row = await self.db.fetchrow(KEY_BY_HASH, key_hash)
-        return None if row is None else int(row["id"])
+    async def keys_with_prefix(self, prefix: str) -> list[tuple[int, bytes]]:
+        """(id, SHA-256 hash) of the live API keys whose public prefix is ``prefix``: the caller
+        compares hashes in constant time (the token itself is never stored)."""
+        return [(int(r["id"]), bytes(r["key_hash"])) for r in await self.db.fetch(KEYS_BY_PREFIX, prefix)]
 
     async def add_quote(self, q: Quote) -> None:
         await self.db.execute(

@@ -77,6 +77,21 @@ SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2
 AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index
 """
 
+# Retirements of any indexed chain, newest first, filtered ($1 chain id, $2 beneficiary, $3 retiring
+# address as recorded in the details, $4 project key; NULL = any), one page ($5 offset, $6 limit).
+SEARCH: Final = f"""
+SELECT {_COLUMNS} FROM retirements
+WHERE ($1::int IS NULL OR chain_id = $1) AND ($2::text IS NULL OR beneficiary = $2)
+  AND ($3::text IS NULL OR details->>'retiringAddress' = $3) AND ($4::text IS NULL OR project_id = $4)
+ORDER BY block_timestamp DESC, chain_id, tx_hash, retirement_index
+OFFSET $5 LIMIT $6
+"""
+SEARCH_COUNT: Final = """
+SELECT count(*) FROM retirements
+WHERE ($1::int IS NULL OR chain_id = $1) AND ($2::text IS NULL OR beneficiary = $2)
+  AND ($3::text IS NULL OR details->>'retiringAddress' = $3) AND ($4::text IS NULL OR project_id = $4)
+"""
+
 
 def retirement_args(r: IndexedRetirement) -> tuple[Any, ...]:
     """The parameters of :data:`INSERT_RETIREMENT` for one retirement."""
@@ -172,3 +187,18 @@ class RetirementStore:
         """Retirements of one transaction (optionally one index), by index."""
         rows = await self.db.fetch(BY_TRANSACTION, chain_id, tx_hash, index)
         return [_from_row(r) for r in rows]
+
+    async def search(
+        self,
+        chain_id: int | None,
+        beneficiary: str | None,
+        retiring: str | None,
+        project: str | None,
+        offset: int,
+        limit: int,
+    ) -> tuple[list[IndexedRetirement], int]:
+        """One page of retirements across indexed chains, newest first, and how many match."""
+        async with self.db.transaction() as conn:  # one snapshot for the page and its count
+            rows = await conn.fetch(SEARCH, chain_id, beneficiary, retiring, project, offset, limit)
+            total = await conn.fetchval(SEARCH_COUNT, chain_id, beneficiary, retiring, project)
+        return [_from_row(r) for r in rows], int(total)

@@ -1,0 +1,841 @@
+"""The marketplace catalogue API's service (spec: marketplace-api.md, release v18) over the
+shared store and indexer: categories, carbon projects with live figures and listings,
+retirements on every indexed chain with provenance and certificate, seller listing prices,
+single-use quotes and orders that retire from the operator's treasury through the relay.
+
+Reads of the catalogue come from an in-memory snapshot: the project records (reloaded when the
+catalogue changes) and the live figures folded from the index (credits, transfers, live
+listings), rebuilt at most every :data:`REFRESH_S` seconds, in the background while requests
+are served from the previous one. Rendered pages are cached per snapshot.
+
+Amounts: credit units (1000 a tonne) and USDC atomic units inside, decimal strings outside;
+times in unix seconds. Refusals are :class:`~relayer.domain.marketplace.MarketplaceError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections import OrderedDict, defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from relayer.chain.signer import TreasurySigner
+from relayer.chain.types import Contracts
+from relayer.domain import fees
+from relayer.domain.amounts import UNITS_PER_TONNE, format_tonnes
+from relayer.domain.eip712 import typed_data_digest
+from relayer.domain.errors import Rejection
+from relayer.domain.marketplace import (
+    CHAIN_NAMES,
+    ZERO_ADDRESS,
+    CarbonProjectsQuery,
+    MarketplaceError,
+    OrderRequest,
+    PricesQuery,
+    QuoteRequest,
+    RetirementId,
+    RetirementsQuery,
+    SourceId,
+    Transfer,
+    bad_request,
+    not_found,
+    parse_source_id,
+    price_units,
+    provenance,
+    quantity_units,
+    usdc,
+)
+from relayer.domain.projects import CATEGORIES, LiveFigures, ProjectRecord, parse_record, project_resource
+from relayer.domain.schemas import parse_request
+from relayer.domain.states import JobState
+from relayer.service.catalog import Catalog
+from relayer.service.documents import CertificateView
+from relayer.service.prepare import Prepare
+from relayer.service.relay import Relay
+from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing
+from relayer.store.orders import Order, Orders, Quote, QuoteSpent
+from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+log = logging.getLogger(__name__)
+
+REFRESH_S: Final = 1.0
+"""Oldest live figures served (seconds): the snapshot is rebuilt when older."""
+CACHE_ENTRIES: Final = 4096
+"""Rendered responses kept per snapshot (least recently used out first)."""
+API_KEY_PREFIX: Final = "mk_"
+
+ORDER_STATUS: Final = {
+    JobState.ACCEPTED.value: "SUBMITTED",
+    JobState.SIMULATED.value: "INITIATED",
+    JobState.SIGNED.value: "INITIATED",
+    JobState.SUBMITTED.value: "COMMITTED",
+    JobState.MINED.value: "COMMITTED",
+    JobState.CONFIRMED.value: "MINTED",
+    JobState.INDEXED.value: "COMPLETED",
+    JobState.REJECTED.value: "FAILED",
+    JobState.REVERTED.value: "FAILED",
+    JobState.DROPPED.value: "FAILED",
+}
+"""An order's status (the public API's SUBMITTED … COMPLETED, FAILED) from its relay job's state."""
+
+EXPLORERS: Final = {
+    8453: "https://basescan.org/tx/",
+    84532: "https://sepolia.basescan.org/tx/",
+    137: "https://polygonscan.com/tx/",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedChain:
+    """A chain whose catalogue events are indexed: its id, display name and contracts."""
+
+    chain_id: int
+    contracts: Contracts
+
+    @property
+    def name(self) -> str:
+        return CHAIN_NAMES.get(self.chain_id, f"chain {self.chain_id}")
+
+
+@dataclass(slots=True)
+class Page:
+    """One page of a list: the items and how many match in all."""
+
+    items: list[dict[str, Any]]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The catalogue as of ``built_at``: records, indexes by filter, live figures and listings."""
+
+    version: tuple[int, int]
+    built_at: float
+    records: dict[str, ProjectRecord]
+    loaded_at: dict[str, int]
+    keys: list[str]
+    by_country: dict[str, list[str]]
+    by_category: dict[str, list[str]]
+    by_both: dict[tuple[str, str], list[str]]
+    live: dict[str, LiveFigures]
+    listings: dict[str, list[ChainListing]]
+    credits: dict[tuple[int, str, int], ChainCredit]
+    all_listings: list[ChainListing]
+    cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+
+
+def _zero(loaded_at: int) -> LiveFigures:
+    return LiveFigures(0, 0, 0, 0, 0, None, loaded_at, "")
+
+
+class Marketplace:
+    """The catalogue API's operations."""
+
+    def __init__(
+        self,
+        store: CatalogueStore,
+        retirements: RetirementStore,
+        orders: Orders,
+        catalog: Catalog,
+        prepare: Prepare,
+        relay: Relay,
+        chains: Sequence[IndexedChain],
+        public_base_url: str,
+        quote_lifetime_s: int,
+        treasury: TreasurySigner | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.retirements = retirements
+        self.orders = orders
+        self.catalog = catalog
+        self.prepare = prepare
+        self.relay = relay
+        self.chains = {c.chain_id: c for c in chains}
+        self.relay_chain_id = catalog.chain_id
+        self.public_base_url = public_base_url
+        self.quote_lifetime_s = quote_lifetime_s
+        self.treasury = treasury
+        self.clock = clock
+        self._snapshot: Snapshot | None = None
+        self._records: tuple[tuple[int, int], dict[str, ProjectRecord], dict[str, int]] | None = None
+        self._refreshing: asyncio.Task[Snapshot] | None = None
+
+    # ------------------------------------------------------------------ snapshot
+
+    async def snapshot(self) -> Snapshot:
+        """The current snapshot: built on first use; past :data:`REFRESH_S`, a rebuild starts in
+        the background and this one is served meanwhile."""
+        current = self._snapshot
+        if current is None:
+            return await self._refresh()
+        if self.clock() - current.built_at > REFRESH_S and self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh())
+            self._refreshing.add_done_callback(_log_failure)
+        return current
+
+    async def _refresh(self) -> Snapshot:
+        try:
+            snap = await self._build()
+            self._snapshot = snap
+            return snap
+        finally:
+            self._refreshing = None
+
+    async def _build(self) -> Snapshot:
+        now = int(self.clock())
+        version = await self.store.version()
+        if self._records is None or self._records[0] != version:
+            rows = await self.store.projects()
+            records: dict[str, ProjectRecord] = {}
+            loaded: dict[str, int] = {}
+            for row in rows:
+                try:
+                    record = parse_record(row.record)
+                except ValueError as exc:  # loaded by an older release's rules: left out, said once
+                    log.warning("catalogue record skipped", extra={"reason": str(exc)[:200]})
+                    continue
+                records[record.key] = record
+                loaded[record.key] = row.loaded_at
+            self._records = (version, records, loaded)
+        _, records, loaded = self._records
+        credits_list, totals, live_listings = await asyncio.gather(
+            self.store.credits(), self.store.credit_totals(), self.store.live_listings(now)
+        )
+        pools = await self.store.holder_balances(
+            [(c.chain_id, c.contracts.carbon_classes) for c in self.chains.values()]
+        )
+        credits = {(c.chain_id, c.credit_token, c.token_id): c for c in credits_list}
+        by_project: dict[str, list[ChainCredit]] = defaultdict(list)
+        for credit in credits_list:
+            by_project[credit.project_key].append(credit)
+        listings: dict[str, list[ChainListing]] = defaultdict(list)
+        for cl in live_listings:
+            listed = credits.get((cl.chain_id, cl.state.credit_token, cl.state.token_id))
+            if listed is not None:
+                listings[listed.project_key].append(cl)
+        live: dict[str, LiveFigures] = {}
+        for key, project_credits in by_project.items():
+            minted = burned = pooled = 0
+            moved = loaded.get(key, 0)
+            for c in project_credits:
+                t = totals.get((c.chain_id, c.credit_token, c.token_id))
+                if t is not None:
+                    minted, burned, moved = minted + t.minted, burned + t.burned, max(moved, t.last_moved)
+                pooled += max(0, pools.get((c.chain_id, c.credit_token, c.token_id), 0))
+            offered = listings.get(key, [])
+            moved = max([moved, *(cl.state.updated_at for cl in offered)])
+            live[key] = LiveFigures(
+                minted,
+                burned,
+                max(0, minted - burned),
+                sum(cl.state.left_to_sell for cl in offered),
+                pooled,
+                min((cl.state.unit_price for cl in offered), default=None),
+                moved,
+                "",
+            )
+        keys = sorted(records)
+        by_country: dict[str, list[str]] = defaultdict(list)
+        by_category: dict[str, list[str]] = defaultdict(list)
+        by_both: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for key in keys:
+            r = records[key]
+            by_country[r.country.lower()].append(key)
+            by_category[r.category.lower()].append(key)
+            by_both[(r.country.lower(), r.category.lower())].append(key)
+        for offered in listings.values():
+            offered.sort(key=lambda cl: (cl.state.unit_price, cl.chain_id, cl.state.listing_id))
+        ordered = sorted(
+            live_listings, key=lambda cl: (cl.state.unit_price, cl.chain_id, cl.state.listing_id)
+        )
+        return Snapshot(
+            version,
+            self.clock(),
+            records,
+            loaded,
+            keys,
+            dict(by_country),
+            dict(by_category),
+            dict(by_both),
+            live,
+            dict(listings),
+            credits,
+            ordered,
+        )
+
+    async def cached(self, key: str, render: Callable[[Snapshot], Awaitable[bytes]]) -> bytes:
+        """The rendered response ``key`` of the current snapshot (rendered once per snapshot)."""
+        snap = await self.snapshot()
+        hit = snap.cache.get(key)
+        if hit is not None:
+            snap.cache.move_to_end(key)
+            return hit
+        body = await render(snap)
+        snap.cache[key] = body
+        if len(snap.cache) > CACHE_ENTRIES:
+            snap.cache.popitem(last=False)
+        return body
+
+    # ------------------------------------------------------------------ categories and projects
+
+    @staticmethod
+    def categories() -> list[dict[str, str]]:
+        """Every methodology category (spec: GET /categories; the authority on allowed values)."""
+        return [{"id": c} for c in CATEGORIES]
+
+    def project_page(self, snap: Snapshot, q: CarbonProjectsQuery) -> Page:
+        """GET /carbonProjects: the projects matching every filter given, by key, one page.
+
+        Raises:
+            MarketplaceError: 400 ``invalid_category`` naming the allowed values.
+        """
+        category = None
+        if q.category is not None:
+            category = next((c for c in CATEGORIES if c.lower() == q.category.lower()), None)
+            if category is None:
+                raise bad_request(
+                    "invalid_category",
+                    f"unknown category {q.category!r}; allowed values are those of GET /categories",
+                    allowed=list(CATEGORIES),
+                )
+        if q.country is not None and category is not None:
+            keys = snap.by_both.get((q.country.lower(), category.lower()), [])
+        elif q.country is not None:
+            keys = snap.by_country.get(q.country.lower(), [])
+        elif category is not None:
+            keys = snap.by_category.get(category.lower(), [])
+        else:
+            keys = snap.keys
+        if any(
+            v is not None
+            for v in (q.search, q.vintage, q.sdg, q.registry, q.minSupply, q.minPriceUSD, q.maxPriceUSD)
+        ):
+            keys = [k for k in keys if self._matches(snap, snap.records[k], q)]
+        page = keys[q.offset : q.offset + q.limit]
+        return Page([self.project(snap, k) for k in page], len(keys), q.offset, q.limit)
+
+    @staticmethod
+    def _matches(snap: Snapshot, r: ProjectRecord, q: CarbonProjectsQuery) -> bool:
+        if q.registry is not None and r.registry.lower() != q.registry.lower():
+            return False
+        if q.vintage is not None and q.vintage not in r.vintages:
+            return False
+        if q.sdg is not None and q.sdg not in r.sdgs:
+            return False
+        if q.search is not None:
+            needle = q.search.lower()
+            if not any(needle in s.lower() for s in (r.key, r.name, r.description, r.country)):
+                return False
+        live = snap.live.get(r.key)
+        if q.minSupply is not None:
+            supply = 0 if live is None else live.listings_units + live.pools_units
+            if supply < int(float(q.minSupply) * UNITS_PER_TONNE + 0.5):
+                return False
+        if q.minPriceUSD is not None or q.maxPriceUSD is not None:
+            price = None if live is None else live.min_listing_price
+            if price is None:
+                return False
+            if q.minPriceUSD is not None and price < price_units(q.minPriceUSD):
+                return False
+            if q.maxPriceUSD is not None and price > price_units(q.maxPriceUSD):
+                return False
+        return True
+
+    def project(self, snap: Snapshot, key: str) -> dict[str, Any]:
+        record = snap.records[key]
+        return project_resource(record, snap.live.get(key) or _zero(snap.loaded_at.get(key, 0)))
+
+    def project_detail(self, snap: Snapshot, key: str) -> dict[str, Any]:
+        """GET /carbonProjects/{key}: the project with its live listings (cheapest first).
+
+        Raises:
+            MarketplaceError: 404 ``project_not_found``.
+        """
+        found = (
+            snap.records.get(key)
+            or next((snap.records[k] for k in snap.keys if k.lower() == key.lower()), None)
+            if len(key) <= 80
+            else None
+        )
+        if found is None:
+            raise not_found("project", key[:200])
+        body = self.project(snap, found.key)
+        body["listings"] = [self.listing(snap, cl) for cl in snap.listings.get(found.key, [])]
+        return body
+
+    def listing(self, snap: Snapshot, cl: ChainListing) -> dict[str, Any]:
+        """A live seller listing (amounts in tonnes, prices in USDC per tonne, decimal strings)."""
+        s = cl.state
+        credit = snap.credits.get((cl.chain_id, s.credit_token, s.token_id))
+        record = None if credit is None else snap.records.get(credit.project_key)
+        return {
+            "id": f"0x{s.listing_id:064x}",
+            "assetPriceSourceId": str(SourceId(cl.chain_id, s.listing_id)),
+            "chainId": cl.chain_id,
+            "leftToSell": format_tonnes(s.left_to_sell),
+            "totalAmountToSell": format_tonnes(s.total_amount),
+            "singleUnitPrice": usdc(s.unit_price),
+            "minFillAmount": format_tonnes(s.min_fill),
+            "tokenAddress": s.credit_token,
+            "active": s.active,
+            "deleted": False,
+            "createdAt": str(s.created_at),
+            "updatedAt": str(s.updated_at),
+            "expiration": str(s.expiration),
+            "seller": {"id": s.seller},
+            "creditId": "" if credit is None else f"{credit.project_key}-{credit.vintage}",
+            "project": None
+            if credit is None
+            else {
+                "key": credit.project_key,
+                "vintage": str(credit.vintage),
+                "registry": credit.registry,
+                "name": record.name if record else "",
+                "category": record.category if record else "",
+                "country": record.country if record else "",
+                "methodology": record.methodologies[0].id if record and record.methodologies else "",
+            },
+            "token": {
+                "address": s.credit_token,
+                "tokenId": str(s.token_id),
+                "tokenStandard": "ERC1155",
+                "decimals": 3,
+            },
+        }
+
+    # ------------------------------------------------------------------ prices
+
+    def prices(self, snap: Snapshot, q: PricesQuery) -> Page:
+        """GET /prices: live seller listings only, cheapest first (spec: Rules 1, 3)."""
+        items = []
+        for cl in snap.all_listings:
+            if q.chainId is not None and cl.chain_id != q.chainId:
+                continue
+            credit = snap.credits.get((cl.chain_id, cl.state.credit_token, cl.state.token_id))
+            if credit is None:
+                continue
+            if q.projectKey is not None and credit.project_key.lower() != q.projectKey.lower():
+                continue
+            items.append(cl)
+        page = items[q.offset : q.offset + q.limit]
+        out = []
+        for cl in page:
+            s = cl.state
+            out.append(
+                {
+                    "sourceId": str(SourceId(cl.chain_id, s.listing_id)),
+                    "type": "listing",
+                    "purchasePrice": usdc(s.unit_price),
+                    "baseUnitPrice": usdc(s.unit_price),
+                    "supply": format_tonnes(s.left_to_sell),
+                    "liquidSupply": format_tonnes(s.left_to_sell),
+                    "minFillAmount": format_tonnes(s.min_fill),
+                    "listing": self.listing(snap, cl),
+                }
+            )
+        return Page(out, len(items), q.offset, q.limit)
+
+    # ------------------------------------------------------------------ retirements
+
+    def retirement_view(self, r: IndexedRetirement) -> dict[str, Any]:
+        """One retirement (amount in tonnes, timestamp unix seconds as a string)."""
+        rid = str(RetirementId(r.chain_id, r.tx_hash, r.retirement_index))
+        d = r.details
+        retiring = d.get("retiringAddress") or r.payer
+        if retiring == ZERO_ADDRESS:
+            retiring = r.payer
+        tx = "0x" + r.tx_hash.hex()
+        explorer = EXPLORERS.get(r.chain_id)
+        base = f"{self.public_base_url}/retirements/{rid}"
+        return {
+            "id": rid,
+            "chainId": r.chain_id,
+            "chain": CHAIN_NAMES.get(r.chain_id, str(r.chain_id)),
+            "amount": format_tonnes(r.amount_units),
+            "hash": tx,
+            "index": r.retirement_index,
+            "blockNumber": r.block_number,
+            "timestamp": str(r.block_timestamp),
+            "beneficiaryAddress": r.beneficiary,
+            "beneficiaryName": d.get("beneficiaryString", ""),
+            "beneficiaryLocation": d.get("beneficiaryLocation", ""),
+            "retirementMessage": d.get("retirementMessage", ""),
+            "retiringAddress": retiring,
+            "retiringName": d.get("retiringEntityString", ""),
+            "token": r.credit_token,
+            "tokenId": str(r.token_id),
+            "creditId": f"{r.project_id}-{r.vintage}",
+            "project": {"key": r.project_id, "vintage": str(r.vintage), "registry": r.registry},
+            "onChainExplorerUrl": None if explorer is None else explorer + tx,
+            "viewRetirementUrl": f"{base}/certificate?format=html",
+            "certificateUrl": f"{base}/certificate",
+            "provenanceUrl": f"{base}/provenance",
+        }
+
+    async def retirement_page(self, q: RetirementsQuery) -> Page:
+        """GET /retirements: every indexed chain (or ``chainId``), newest first, one page."""
+        if q.chainId is not None and q.chainId not in self.chains:
+            raise bad_request(
+                "unsupported_chain", f"chain {q.chainId} is not indexed here", supported=sorted(self.chains)
+            )
+        rows, total = await self.retirements.search(
+            q.chainId, q.beneficiaryAddress, q.retiringAddress, q.projectKey, q.offset, q.limit
+        )
+        return Page([self.retirement_view(r) for r in rows], total, q.offset, q.limit)
+
+    async def retirement(self, rid: RetirementId) -> IndexedRetirement:
+        """Raises MarketplaceError 404 ``retirement_not_found`` (not indexed, or not yet)."""
+        found = (
+            await self.retirements.by_transaction(rid.chain_id, rid.tx_hash, rid.index)
+            if rid.chain_id in self.chains
+            else []
+        )
+        if not found:
+            raise not_found("retirement", str(rid))
+        return found[0]
+
+    async def provenance(self, rid: RetirementId) -> list[dict[str, Any]]:
+        """GET /retirements/{id}/provenance: origination, transfers and the retirement of the
+        retired credit, oldest first, from indexed ERC-1155 transfer events.
+
+        Raises:
+            MarketplaceError: 404 ``retirement_not_found``.
+        """
+        r = await self.retirement(rid)
+        transfers = await self.store.transfers_of(r.chain_id, r.credit_token, r.token_id, r.block_number)
+        burns = [t for t in transfers if t.tx_hash == r.tx_hash and t.receiver == ZERO_ADDRESS]
+        burn = _burn_of(burns, r)
+        if burn is None:
+            return []
+        records = []
+        for step in provenance(transfers, burn):
+            t = step.transfer
+            records.append(
+                {
+                    "id": f"{r.chain_id}-0x{t.tx_hash.hex()}-{t.log_index}-{t.batch_index}",
+                    "transactionType": step.kind,
+                    "transactionHash": "0x" + t.tx_hash.hex(),
+                    "registrySerialNumbers": [],
+                    "token": {"address": r.credit_token, "tokenId": str(r.token_id)},
+                    "creditId": f"{r.project_id}-{r.vintage}",
+                    "sender": t.sender,
+                    "receiver": t.receiver,
+                    "originalAmount": format_tonnes(t.amount),
+                    "remainingAmount": format_tonnes(step.remaining),
+                    "createdAt": str(t.timestamp),
+                    "updatedAt": str(t.timestamp),
+                }
+            )
+        return records
+
+    async def certificate(self, rid: RetirementId) -> CertificateView:
+        """What a certificate shows (404 ``retirement_not_found``)."""
+        r = await self.retirement(rid)
+        view = self.retirement_view(r)
+        snap = await self.snapshot()
+        record = snap.records.get(r.project_id)
+        return CertificateView(
+            retirement_id=view["id"],
+            chain_id=r.chain_id,
+            chain_name=view["chain"],
+            transaction_hash=view["hash"],
+            retirement_index=r.retirement_index,
+            beneficiary_name=view["beneficiaryName"],
+            beneficiary_address=r.beneficiary,
+            retiring_address=view["retiringAddress"],
+            retiring_name=view["retiringName"],
+            message=view["retirementMessage"],
+            amount_tonnes=view["amount"],
+            project_key=r.project_id,
+            project_name="" if record is None else record.name,
+            vintage=str(r.vintage),
+            registry=r.registry,
+            timestamp=r.block_timestamp,
+            verify_url=f"{self.public_base_url}/retirements/{view['id']}",
+        )
+
+    # ------------------------------------------------------------------ API keys
+
+    async def create_key(self, name: str) -> str:
+        """A new bearer token ``mk_<12 hex>_<secret>``, shown once; only its SHA-256 is kept."""
+        prefix = secrets.token_hex(6)
+        token = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+        await self.orders.add_key(hashlib.sha256(token.encode()).digest(), prefix, name[:100])
+        return token
+
+    async def authenticate(self, authorization: str | None) -> int:
+        """The API key id of a ``Bearer`` token, its hash compared in constant time.
+
+        Raises:
+            MarketplaceError: 401 ``unauthorized`` (missing, malformed, unknown or revoked).
+        """
+        refused = MarketplaceError(
+            401,
+            "unauthorized",
+            "a valid API key is required: Authorization: Bearer <key> (relayer apikey create)",
+        )
+        if authorization is None or not authorization.startswith("Bearer ") or len(authorization) > 200:
+            raise refused
+        token = authorization.removeprefix("Bearer ").strip()
+        parts = token.split("_")
+        if len(parts) < 3 or not token.startswith(API_KEY_PREFIX) or len(parts[1]) != 12:
+            raise refused
+        digest = hashlib.sha256(token.encode()).digest()
+        matched = None
+        for key_id, key_hash in await self.orders.keys_with_prefix(parts[1]):
+            if hmac.compare_digest(key_hash, digest):
+                matched = key_id
+        if matched is None:
+            raise refused
+        return matched
+
+    # ------------------------------------------------------------------ quotes and orders
+
+    async def _orderable(
+        self, source: SourceId, units: int, now: int
+    ) -> tuple[ChainListing, int, fees.Quote]:
+        """The live listing a quote or order fills, checked for ``units``; (listing, fill cost,
+        fee quote) at its current price.
+
+        Raises:
+            MarketplaceError: 400 ``unsupported_chain``, ``below_min_fill``,
+                ``amount_not_whole_tonnes``; 404 ``listing_not_found``; 409 ``listing_cancelled``,
+                ``listing_expired``, ``listing_sold_out``, ``insufficient_listing_supply``.
+        """
+        if source.chain_id != self.relay_chain_id:
+            raise bad_request(
+                "unsupported_chain",
+                f"orders retire on chain {self.relay_chain_id} only, not on chain {source.chain_id}",
+                supported=[self.relay_chain_id],
+            )
+        cl = await self.store.listing(source.chain_id, source.listing_id)
+        if cl is None:
+            raise not_found("listing", str(source))
+        s = cl.state
+        if not s.active:
+            raise MarketplaceError(409, "listing_cancelled", "the listing was cancelled", listing=str(source))
+        if s.expiration <= now:
+            raise MarketplaceError(409, "listing_expired", "the listing has expired", listing=str(source))
+        if s.left_to_sell == 0:
+            raise MarketplaceError(409, "listing_sold_out", "the listing is sold out", listing=str(source))
+        if units > s.left_to_sell:
+            raise MarketplaceError(
+                409,
+                "insufficient_listing_supply",
+                f"the listing has {format_tonnes(s.left_to_sell)} t left",
+                leftToSell=format_tonnes(s.left_to_sell),
+            )
+        if units < s.min_fill and units != s.left_to_sell:
+            raise bad_request(
+                "below_min_fill",
+                f"the listing's minimum fill is {format_tonnes(s.min_fill)} t",
+                minFill=format_tonnes(s.min_fill),
+            )
+        credit = await self.catalog.chain.credit(s.token_id)
+        if credit.whole_tonnes_only and units % UNITS_PER_TONNE:
+            raise bad_request(
+                "amount_not_whole_tonnes", f"{credit.registry} credits retire in whole tonnes only"
+            )
+        cost = (s.unit_price * units + UNITS_PER_TONNE - 1) // UNITS_PER_TONNE
+        quote = fees.quote_listing(s.unit_price, units, await self.catalog.chain.fee_schedule())
+        return cl, cost, quote
+
+    async def quote(self, key_id: int, req: QuoteRequest, now: int) -> dict[str, Any]:
+        """POST /quotes: a single-use quote priced from the listing now, valid for
+        ``quote_lifetime_s``. Raises as :meth:`_orderable`, and 400 ``not_a_listing``,
+        ``invalid_quantity``."""
+        source = parse_source_id(req.asset_price_source_id)
+        units = quantity_units(req.quantity_tonnes)
+        cl, cost, fee_quote = await self._orderable(source, units, now)
+        q = Quote(
+            uuid.uuid4(),
+            key_id,
+            cl.chain_id,
+            cl.marketplace,
+            cl.state.listing_id,
+            units,
+            cl.state.unit_price,
+            cost,
+            now,
+            now + self.quote_lifetime_s,
+            None,
+        )
+        await self.orders.add_quote(q)
+        return self.quote_body(q, fee_quote)
+
+    @staticmethod
+    def quote_body(q: Quote, fee_quote: fees.Quote | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "uuid": str(q.uuid),
+            "created_at": str(q.created_at),
+            "expires_at": str(q.expires_at),
+            "asset_price_source_id": str(SourceId(q.chain_id, q.listing_id)),
+            "quantity_tonnes": format_tonnes(q.quantity_units),
+            "unit_price_usdc": usdc(q.unit_price),
+            "cost_usdc": usdc(q.cost_usdc),
+            "consumed": q.consumed_at is not None,
+        }
+        if fee_quote is not None:
+            body["fee_usdc"] = usdc(fee_quote.fee)
+            body["total_usdc"] = usdc(fee_quote.total)
+        return body
+
+    async def place_order(self, key_id: int, req: OrderRequest, now: int) -> dict[str, Any]:
+        """POST /orders: consume the quote and retire it from the treasury through the relay.
+
+        Raises:
+            MarketplaceError: 400 ``not_a_listing``, ``quote_mismatch``,
+                ``consumption_metadata_required``; 404 ``quote_not_found``; 409 ``quote_consumed``,
+                ``quote_expired``, ``quote_outdated`` and the listing refusals of
+                :meth:`_orderable`; 503 ``orders_unavailable`` (no treasury configured).
+        """
+        if self.treasury is None:
+            raise MarketplaceError(
+                503, "orders_unavailable", "this operator takes no orders (no treasury key)"
+            )
+        quote_uuid = uuid.UUID(req.quote_uuid)
+        q = await self.orders.quote(quote_uuid, key_id)
+        if q is None:
+            raise not_found("quote", req.quote_uuid)
+        if req.asset_price_source_id is not None:
+            given = parse_source_id(req.asset_price_source_id)
+            if given != SourceId(q.chain_id, q.listing_id):
+                raise bad_request("quote_mismatch", "asset_price_source_id is not the quote's listing")
+        if q.consumed_at is not None:
+            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order")
+        if q.expires_at <= now:
+            raise MarketplaceError(409, "quote_expired", "this quote has expired; ask for a new one")
+        cl, _, _ = await self._orderable(SourceId(q.chain_id, q.listing_id), q.quantity_units, now)
+        if cl.state.unit_price != q.unit_price:
+            raise MarketplaceError(
+                409,
+                "quote_outdated",
+                "the listing's price changed since the quote; ask for a new one",
+                unit_price_usdc=usdc(cl.state.unit_price),
+            )
+        credit = await self.catalog.chain.credit(cl.state.token_id)
+        if credit.requires_consumption_metadata and req.consumption_metadata is None:
+            raise bad_request(
+                "consumption_metadata_required",
+                f"{credit.registry} retirements need consumption_metadata "
+                "(consumptionCountryCode, consumptionPeriodStart, consumptionPeriodEnd)",
+            )
+        order_id = uuid.uuid4()
+        beneficiary = req.beneficiary_address or self.treasury.address
+        consumption = None if req.consumption_metadata is None else req.consumption_metadata.model_dump()
+        try:
+            await self.orders.place(
+                order_id,
+                quote_uuid,
+                key_id,
+                req.beneficiary_name,
+                beneficiary,
+                req.retirement_message,
+                consumption,
+                now,
+            )
+        except QuoteSpent:
+            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order") from None
+        try:
+            job = await self._submit(q, req, beneficiary, consumption, now)
+        except Rejection as refusal:
+            await self.orders.set_error(
+                order_id, {"code": refusal.code, "message": refusal.message}, int(self.clock())
+            )
+            log.warning("order refused by the relay", extra={"order": str(order_id), "code": refusal.code})
+        else:
+            await self.orders.set_job(order_id, job, int(self.clock()))
+        return await self.order(key_id, str(order_id))
+
+    async def _submit(
+        self, q: Quote, req: OrderRequest, beneficiary: str, consumption: dict[str, Any] | None, now: int
+    ) -> int:
+        """Sign the treasury's EIP-3009 authorization for the quoted fill and hand it to the
+        relay (the same checks, job and broadcaster as any gasless retirement); the job id."""
+        assert self.treasury is not None
+        details: dict[str, Any] = {
+            "beneficiaryAddress": beneficiary,
+            "beneficiaryString": req.beneficiary_name,
+            "retirementMessage": req.retirement_message,
+            **(consumption or {}),
+        }
+        body = {
+            "listingId": str(q.listing_id),
+            "amount": format_tonnes(q.quantity_units),
+            "inputToken": "USDC",
+            "from": self.treasury.address,
+            "details": details,
+        }
+        prepared = await self.prepare.prepare_auth(parse_request(body), now)
+        signature = self.treasury.sign_digest(typed_data_digest(prepared["typedData"]))
+        signed = dict(prepared["actionsRetireRequest"])
+        signed.pop("action", None)
+        signed["authPayload"] = {**signed["authPayload"], "signature": "0x" + signature.hex()}
+        job = await self.relay.accept(parse_request(signed), now)
+        return job.id
+
+    async def order(self, key_id: int, order_id: str) -> dict[str, Any]:
+        """GET /orders/{id}: the order and its status (404 ``order_not_found``)."""
+        try:
+            parsed = uuid.UUID(order_id)
+        except ValueError:
+            raise not_found("order", order_id[:100]) from None
+        o = await self.orders.order(parsed, key_id)
+        if o is None:
+            raise not_found("order", order_id[:100])
+        return await self._order_body(o)
+
+    async def _order_body(self, o: Order) -> dict[str, Any]:
+        status = "FAILED" if o.error is not None else ORDER_STATUS.get(o.job_state or "", "SUBMITTED")
+        tx = None if o.tx_hash is None else "0x" + o.tx_hash.hex()
+        index = None
+        view = None
+        if status == "COMPLETED" and o.tx_hash is not None:
+            found = await self.retirements.by_transaction(o.quote.chain_id, o.tx_hash)
+            if found:
+                index = found[0].retirement_index
+                rid = str(RetirementId(found[0].chain_id, o.tx_hash, index))
+                view = f"{self.public_base_url}/retirements/{rid}/certificate?format=html"
+        return {
+            "id": str(o.id),
+            "status": status,
+            "transaction_hash": tx if status not in ("SUBMITTED", "INITIATED") else None,
+            "retirement_index": index,
+            "view_retirement_url": view,
+            "beneficiary_name": o.beneficiary_name,
+            "beneficiary_address": o.beneficiary_address,
+            "retirement_message": o.retirement_message,
+            "created_at": str(o.created_at),
+            "updated_at": str(o.updated_at),
+            "error": o.error,
+            "quote": self.quote_body(o.quote),
+        }
+
+
+def _burn_of(burns: list[Transfer], r: IndexedRetirement) -> Transfer | None:
+    """The burn of this retirement among its transaction's burns of the credit: the one at its
+    index's rank when several retire the same credit in one transaction."""
+    matching = [t for t in burns if t.amount == r.amount_units] or burns
+    if not matching:
+        return None
+    return matching[min(r.retirement_index, len(matching) - 1)]
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("catalogue refresh failed", extra={"error": type(task.exception()).__name__})
+
+
+def page_json(page: Page) -> bytes:
+    return json.dumps(page.items, separators=(",", ":")).encode()
