@@ -28,7 +28,6 @@ from relayer.domain.marketplace import (
 from relayer.store.pool import Database
 from relayer.store.retirements import CURSOR, INSERT_RETIREMENT, IndexedRetirement, retirement_args
 
-Conn = PoolConnectionProxy[asyncpg.Record]
 
 # Insert or replace a project of the catalogue.
 UPSERT_PROJECT: Final = """
@@ -339,7 +338,11 @@ class CatalogueStore:
             await conn.execute(ADVANCE_CURSOR, c, cursor, block_number, block_hash)
 
     async def _fold(
-        self, conn: Conn, chain_id: int, marketplace: str, events: Sequence[ListingEvent]
+        self,
+        conn: PoolConnectionProxy[asyncpg.Record],
+        chain_id: int,
+        marketplace: str,
+        events: Sequence[ListingEvent],
     ) -> None:
         """Record the events (a replayed one is skipped) and fold each touched listing forward."""
         ids = sorted({e.listing_id for e in events})
@@ -437,7 +440,7 @@ class CatalogueStore:
         return [_transfer(r) for r in rows]
 
 
-async def rewind_catalogue(conn: Conn, chain_id: int, ancestor: int) -> None:
+async def rewind_catalogue(conn: PoolConnectionProxy[asyncpg.Record], chain_id: int, ancestor: int) -> None:
     """Delete the catalogue rows of blocks above ``ancestor`` and fold the touched listings again
     from their remaining events (a listing created above it is gone). Runs inside the caller's
     transaction (the follower's reorg undo and the catalogue indexer's)."""
