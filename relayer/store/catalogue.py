@@ -28,7 +28,6 @@ from relayer.domain.marketplace import (
 from relayer.store.pool import Database
 from relayer.store.retirements import CURSOR, INSERT_RETIREMENT, IndexedRetirement, retirement_args
 
-
 # Insert or replace a project of the catalogue.
 UPSERT_PROJECT: Final = """
 INSERT INTO carbon_projects (key, registry, country, category, record, loaded_at)
