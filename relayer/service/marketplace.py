@@ -23,7 +23,7 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -273,19 +273,6 @@ class Marketplace:
             credits,
             ordered,
         )
-
-    async def cached(self, key: str, render: Callable[[Snapshot], Awaitable[bytes]]) -> bytes:
-        """The rendered response ``key`` of the current snapshot (rendered once per snapshot)."""
-        snap = await self.snapshot()
-        hit = snap.cache.get(key)
-        if hit is not None:
-            snap.cache.move_to_end(key)
-            return hit
-        body = await render(snap)
-        snap.cache[key] = body
-        if len(snap.cache) > CACHE_ENTRIES:
-            snap.cache.popitem(last=False)
-        return body
 
     # ------------------------------------------------------------------ categories and projects
 
@@ -821,6 +808,14 @@ class Marketplace:
             "error": o.error,
             "quote": self.quote_body(o.quote),
         }
+
+
+def remember(snap: Snapshot, key: str, body: bytes) -> None:
+    """Keep a rendered response for the rest of this snapshot (at most :data:`CACHE_ENTRIES`,
+    the oldest out first)."""
+    snap.cache[key] = body
+    if len(snap.cache) > CACHE_ENTRIES:
+        snap.cache.popitem(last=False)
 
 
 def _burn_of(burns: list[Transfer], r: IndexedRetirement) -> Transfer | None:

@@ -1,0 +1,472 @@
+"""HTTP surface of the marketplace catalogue API, release v18 (spec: marketplace-api.md),
+served by the same daemon beside the x402 endpoint, at the daemon's root: ``/categories``,
+``/carbonProjects``, ``/retirements``, ``/prices``, ``/quotes``, ``/orders``; removed and
+replaced v17 endpoints answer 410 naming the replacement; ``/marketplace/openapi.json`` is its
+OpenAPI 3.1 document, generated from the models that validate the requests.
+
+Every refusal has one body: ``{statusCode, error, message, code, ...}``. Lists are JSON arrays
+(as the spec says) of at most ``limit`` items (default 20, at most 100); ``X-Total-Count``
+and a ``Link: <…>; rel="next"`` header tell the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any, Final, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from relayer.domain.errors import RelayerError
+from relayer.domain.marketplace import (
+    REMOVED_PRICE_PARAMETERS,
+    REMOVED_PRODUCTS,
+    REMOVED_QUOTE_FIELDS,
+    REPLACED_RETIREMENT,
+    CarbonProjectsQuery,
+    MarketplaceError,
+    OrderRequest,
+    PricesQuery,
+    QuoteRequest,
+    RetirementsQuery,
+    bad_request,
+    looks_like_address,
+    parse_retirement_id,
+    parse_source_id,
+    removed_parameters,
+    validated,
+)
+from relayer.service.documents import certificate_html, certificate_pdf
+from relayer.service.marketplace import Marketplace, remember
+from relayer.service.marketplace import Page as ResultPage
+
+log = logging.getLogger(__name__)
+
+MARKETPLACE: Final = web.AppKey("marketplace", Marketplace)
+JSON: Final = "application/json"
+_M = TypeVar("_M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _respond(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=body, status=status, content_type=JSON, headers=headers)
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def refusal(error: MarketplaceError) -> web.Response:
+    return _respond(_dump(error.body()), error.status)
+
+
+def guarded(handler: Handler) -> Handler:
+    """Answer every failure of a marketplace handler in the marketplace's one error body."""
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except MarketplaceError as error:
+            return refusal(error)
+        except RelayerError as error:  # an upstream outage (503) or an x402 refusal on the order path
+            status = 503 if error.transient else 400
+            return refusal(MarketplaceError(status, error.code, error.message))
+        except web.HTTPException:
+            raise
+        except Exception:
+            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+            log.exception(
+                "marketplace handler failed", extra={"request_id": request_id, "path": request.path}
+            )
+            return refusal(
+                MarketplaceError(500, "internal_error", "unhandled server failure", requestId=request_id)
+            )
+
+    return run
+
+
+def _query(request: web.Request) -> dict[str, str]:
+    """The query as a dict; a repeated parameter is refused (400 ``schema_validation``)."""
+    query = dict(request.query)
+    if len(query) != len(request.query):
+        raise bad_request("schema_validation", "a query parameter is repeated", fields=[])
+    return query
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    """One JSON object (decimals exact), else 400 ``invalid_json``."""
+    try:
+        data = json.loads(await request.read() or b"null", parse_float=Decimal)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("invalid_json", "the body must be one JSON object") from None
+    if not isinstance(data, dict):
+        raise bad_request("invalid_json", "the body must be one JSON object")
+    return data
+
+
+def _paged(request: web.Request, page: ResultPage) -> web.Response:
+    headers = {"X-Total-Count": str(page.total)}
+    following = page.offset + page.limit
+    if following < page.total:
+        query = {**request.query, "offset": str(following), "limit": str(page.limit)}
+        headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
+    return _respond(_dump(page.items), headers=headers)
+
+
+def _cache_key(request: web.Request) -> str:
+    return request.path + "?" + "&".join(f"{k}={v}" for k, v in sorted(request.query.items()))
+
+
+# ---------------------------------------------------------------------------- routes
+
+
+@guarded
+async def categories(request: web.Request) -> web.Response:
+    return _respond(_dump(Marketplace.categories()))
+
+
+@guarded
+async def carbon_projects(request: web.Request) -> web.Response:
+    market = request.app[MARKETPLACE]
+    q = validated(CarbonProjectsQuery, _query(request))
+    key = _cache_key(request)
+    snap = await market.snapshot()
+    hit = snap.cache.get(key)
+    if hit is None:
+        page = market.project_page(snap, q)
+        body = _dump(page.items)
+        total = page.total
+        hit = str(total).encode() + b"\n" + body
+        remember(snap, key, hit)
+    total_text, body = hit.split(b"\n", 1)
+    return _paged_cached(request, int(total_text), q.offset, q.limit, body)
+
+
+def _paged_cached(request: web.Request, total: int, offset: int, limit: int, body: bytes) -> web.Response:
+    headers = {"X-Total-Count": str(total)}
+    if offset + limit < total:
+        query = {**request.query, "offset": str(offset + limit), "limit": str(limit)}
+        headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
+    return _respond(body, headers=headers)
+
+
+@guarded
+async def carbon_project(request: web.Request) -> web.Response:
+    market = request.app[MARKETPLACE]
+    if request.query:
+        validated(_NoQuery, _query(request))
+    key = request.match_info["key"]
+    snap = await market.snapshot()
+    hit = snap.cache.get("detail:" + key)
+    if hit is None:
+        hit = _dump(market.project_detail(snap, key))
+        remember(snap, "detail:" + key, hit)
+    return _respond(hit)
+
+
+class _NoQuery(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+@guarded
+async def retirements(request: web.Request) -> web.Response:
+    q = validated(RetirementsQuery, _query(request))
+    return _paged(request, await request.app[MARKETPLACE].retirement_page(q))
+
+
+@guarded
+async def retirement(request: web.Request) -> web.Response:
+    if request.query:
+        validated(_NoQuery, _query(request))
+    market = request.app[MARKETPLACE]
+    r = await market.retirement(parse_retirement_id(request.match_info["id"]))
+    return _respond(_dump(market.retirement_view(r)))
+
+
+class _CertificateQuery(BaseModel):
+    model_config = {"extra": "forbid"}
+    format: str | None = None
+
+
+@guarded
+async def retirement_part(request: web.Request) -> web.StreamResponse:
+    """``/retirements/{id}/certificate|provenance``, or the replaced
+    ``/retirements/{beneficiaryAddress}/{retirementIndex}`` (410)."""
+    first, second = request.match_info["first"], request.match_info["second"]
+    if second not in ("certificate", "provenance"):
+        if looks_like_address(first) or second.isdigit():
+            raise REPLACED_RETIREMENT[""].error()
+        raise MarketplaceError(404, "not_found", f"no route at {request.path[:200]}")
+    market = request.app[MARKETPLACE]
+    if looks_like_address(first):
+        raise REPLACED_RETIREMENT[second].error()
+    rid = parse_retirement_id(first)
+    if second == "provenance":
+        if request.query:
+            validated(_NoQuery, _query(request))
+        return _respond(_dump(await market.provenance(rid)))
+    fmt = validated(_CertificateQuery, _query(request)).format
+    if fmt is None:
+        fmt = "html" if "text/html" in request.headers.get("Accept", "") else "pdf"
+    if fmt not in ("html", "pdf"):
+        raise bad_request(
+            "schema_validation",
+            "format is html or pdf",
+            fields=[{"field": "format", "problem": "html or pdf"}],
+        )
+    view = await market.certificate(rid)
+    if fmt == "html":
+        return web.Response(text=certificate_html(view), content_type="text/html", charset="utf-8")
+    return web.Response(
+        body=certificate_pdf(view),
+        content_type="application/pdf",
+        headers={"Content-Disposition": f'inline; filename="retirement-{view.retirement_id}.pdf"'},
+    )
+
+
+@guarded
+async def replaced_retirement_part(request: web.Request) -> web.Response:
+    """``/retirements/{beneficiaryAddress}/{retirementIndex}/certificate|provenance`` (410)."""
+    part = request.match_info["part"]
+    if part not in ("certificate", "provenance"):
+        raise MarketplaceError(404, "not_found", f"no route at {request.path[:200]}")
+    raise REPLACED_RETIREMENT[part].error()
+
+
+@guarded
+async def prices(request: web.Request) -> web.Response:
+    query = _query(request)
+    removed = removed_parameters(query, REMOVED_PRICE_PARAMETERS, "GET /prices")
+    if removed is not None:
+        raise removed
+    q = validated(PricesQuery, query)
+    market = request.app[MARKETPLACE]
+    return _paged(request, market.prices(await market.snapshot(), q))
+
+
+@guarded
+async def quotes(request: web.Request) -> web.Response:
+    market = request.app[MARKETPLACE]
+    key_id = await market.authenticate(request.headers.get("Authorization"))
+    body = await _body(request)
+    removed = removed_parameters(body, REMOVED_QUOTE_FIELDS, "POST /quotes")
+    if removed is not None:
+        raise removed
+    q = validated(QuoteRequest, body)
+    return _respond(_dump(await market.quote(key_id, q, int(time.time()))), 201)
+
+
+@guarded
+async def orders(request: web.Request) -> web.Response:
+    market = request.app[MARKETPLACE]
+    key_id = await market.authenticate(request.headers.get("Authorization"))
+    body = await _body(request)
+    if isinstance(body.get("asset_price_source_id"), str):
+        parse_source_id(body["asset_price_source_id"])  # a non-listing source is a 400 before anything
+    q = validated(OrderRequest, body)
+    return _respond(_dump(await market.place_order(key_id, q, int(time.time()))), 201)
+
+
+@guarded
+async def order(request: web.Request) -> web.Response:
+    market = request.app[MARKETPLACE]
+    key_id = await market.authenticate(request.headers.get("Authorization"))
+    return _respond(_dump(await market.order(key_id, request.match_info["id"])))
+
+
+@guarded
+async def removed_products(request: web.Request) -> web.Response:
+    raise REMOVED_PRODUCTS.error()
+
+
+@guarded
+async def openapi(request: web.Request) -> web.Response:
+    return _respond(_dump(openapi_document(str(request.url.origin()))))
+
+
+def add_routes(app: web.Application, market: Marketplace) -> None:
+    """Mount the marketplace routes on the daemon's application."""
+    app[MARKETPLACE] = market
+    r = app.router
+    r.add_get("/categories", categories)
+    r.add_get("/carbonProjects", carbon_projects)
+    r.add_get("/carbonProjects/{key}", carbon_project)
+    r.add_get("/retirements", retirements)
+    r.add_get("/retirements/{id}", retirement)
+    r.add_get("/retirements/{first}/{second}", retirement_part)
+    r.add_get("/retirements/{first}/{second}/{part}", replaced_retirement_part)
+    r.add_get("/prices", prices)
+    r.add_post("/quotes", quotes)
+    r.add_post("/orders", orders)
+    r.add_get("/orders/{id}", order)
+    r.add_get("/products", removed_products)
+    r.add_get("/products/{id}", removed_products)
+    r.add_get("/products/{id}/stats", removed_products)
+    r.add_get("/marketplace/openapi.json", openapi)
+
+
+# ---------------------------------------------------------------------------- OpenAPI 3.1
+
+ERROR_BODY: Final = {
+    "type": "object",
+    "required": ["statusCode", "error", "message", "code"],
+    "properties": {
+        "statusCode": {"type": "integer"},
+        "error": {"type": "string", "description": "the HTTP reason phrase"},
+        "message": {"type": "string"},
+        "code": {"type": "string", "description": "a stable machine code"},
+        "replacement": {"type": ["string", "null"], "description": "what replaces a removed endpoint"},
+        "fields": {"type": "array", "items": {"type": "object"}},
+        "allowed": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def _parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema()
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "schema": prop,
+            "description": prop.get("description", ""),
+        }
+        for name, prop in schema.get("properties", {}).items()
+    ]
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {
+        str(s): {
+            "description": "refused",
+            "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+        for s in statuses
+    }
+
+
+def _array(description: str) -> dict[str, Any]:
+    return {
+        "description": description
+        + " (at most `limit`; X-Total-Count and Link rel=next headers page the rest)",
+        "content": {JSON: {"schema": {"type": "array", "items": {"type": "object"}}}},
+    }
+
+
+def openapi_document(server: str) -> dict[str, Any]:
+    """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
+    pydantic models that validate requests (``extra`` keys forbidden)."""
+    schemas: dict[str, Any] = {"Error": ERROR_BODY}
+    for model in (QuoteRequest, OrderRequest):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    one = {"description": "one object", "content": {JSON: {"schema": {"type": "object"}}}}
+    bearer: list[dict[str, list[str]]] = [{"apiKey": []}]
+    gone = _errors(410)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Marketplace carbon project catalogue and retirement API",
+            "version": "18",
+            "description": "Release v18: seller listings only; one retirement id across Polygon and Base.",
+        },
+        "servers": [{"url": server}],
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "relayer apikey create"}
+            },
+        },
+        "paths": {
+            "/categories": {"get": {"responses": {"200": _array("categories")}}},
+            "/carbonProjects": {
+                "get": {
+                    "parameters": _parameters(CarbonProjectsQuery),
+                    "responses": {"200": _array("projects"), **_errors(400)},
+                }
+            },
+            "/carbonProjects/{key}": {
+                "get": {
+                    "parameters": [
+                        {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
+                    ],
+                    "responses": {"200": one, **_errors(404)},
+                }
+            },
+            "/retirements": {
+                "get": {
+                    "parameters": _parameters(RetirementsQuery),
+                    "responses": {"200": _array("retirements"), **_errors(400)},
+                }
+            },
+            **{
+                f"/retirements/{{id}}{suffix}": {
+                    "get": {
+                        "parameters": [
+                            {
+                                "name": "id",
+                                "in": "path",
+                                "required": True,
+                                "schema": {
+                                    "type": "string",
+                                    "pattern": r"^[1-9][0-9]*-0x[0-9a-fA-F]{64}-[0-9]+$",
+                                },
+                            }
+                        ],
+                        "responses": {"200": one, **_errors(400, 404)},
+                    }
+                }
+                for suffix in ("", "/certificate", "/provenance")
+            },
+            "/prices": {
+                "get": {
+                    "parameters": _parameters(PricesQuery),
+                    "responses": {"200": _array("prices"), **_errors(400)},
+                }
+            },
+            "/quotes": {
+                "post": {
+                    "security": bearer,
+                    "requestBody": {
+                        "required": True,
+                        "content": {JSON: {"schema": {"$ref": "#/components/schemas/QuoteRequest"}}},
+                    },
+                    "responses": {"201": one, **_errors(400, 401, 404, 409)},
+                }
+            },
+            "/orders": {
+                "post": {
+                    "security": bearer,
+                    "requestBody": {
+                        "required": True,
+                        "content": {JSON: {"schema": {"$ref": "#/components/schemas/OrderRequest"}}},
+                    },
+                    "responses": {"201": one, **_errors(400, 401, 404, 409, 503)},
+                }
+            },
+            "/orders/{id}": {
+                "get": {
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "format": "uuid"},
+                        }
+                    ],
+                    "responses": {"200": one, **_errors(401, 404)},
+                }
+            },
+            "/products": {"get": {"deprecated": True, "responses": gone}},
+            "/products/{id}": {"get": {"deprecated": True, "responses": gone}},
+            "/products/{id}/stats": {"get": {"deprecated": True, "responses": gone}},
+        },
+    }

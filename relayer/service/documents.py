@@ -1,0 +1,549 @@
+"""Retirement certificates as documents: a standalone HTML page and an A4 PDF, rendered by
+pure functions from a :class:`CertificateView` (no I/O, no clock: the same view always gives
+the same bytes). Every string is cleaned and bounded here, because names and messages are
+whatever the payer put in the on-chain retirement event.
+
+Text policy, applied to every field of both documents (:func:`clean_text`):
+
+1. Only the first (16 x bound) characters of the raw value are read; the rest is ignored.
+2. Unicode NFC (a letter followed by a combining accent becomes the one accented letter).
+3. Removed: control characters (Unicode ``Cc``; those that are whitespace count as a space),
+   lone surrogates (``Cs``: they cannot be encoded as UTF-8) and the bidirectional
+   embedding, override and isolate controls U+202A to U+202E and U+2066 to U+2069 (they could
+   reorder the text around them, as in "Trojan Source").
+4. Every run of whitespace (tabs, newlines, U+3000, …) becomes one space; none at either end.
+5. A value longer than its bound (:data:`MAX_CHARS`, in characters, i.e. code points) keeps
+   its first ``bound`` characters followed by "…".
+
+An empty value is never left as a hole: the documents say "not given" (beneficiary and
+retiring names), "not in the catalogue" (project name) or "none" (message).
+
+HTML: every value goes through ``html.escape`` (quotes too); user text sits in ``dir="auto"``
+elements so right-to-left names lay out on their own; a Content-Security-Policy meta tag
+forbids scripts and every network load (the page has inline CSS only). The verify URL is a
+link only when it is ``http(s)://`` and was not cut.
+
+PDF: fpdf2's core Helvetica and Courier fonts in their Windows-1252 encoding (PDF's
+WinAnsiEncoding: Latin-1 plus "…", curly quotes, en/em dashes, "€", "™", "Œ", "Š", "Ž", …).
+No Unicode TTF font ships with fpdf2 or with a small, well-kept PyPI package, and the product
+must not depend on system fonts (it installs as a wheel on a slim container), so after the
+text policy (:func:`pdf_text`): the hyphens U+2010/U+2011 and the minus sign become "-" and
+"₂" becomes "2"; the soft hyphen and every invisible character Windows-1252 lacks (combining
+marks ``Mn``/``Me``, format characters ``Cf`` such as the zero-width joiner, emoji variation
+selectors) are dropped; every other character it cannot encode (emoji, CJK, Arabic, Hebrew,
+Cyrillic, …) becomes one "?". The HTML page shows such text exactly. Under the bounds above
+even the worst case (every field at its bound, in the widest letter) fits on one A4 page. The
+creation date is the retirement's block time, so two renders of one view are byte-identical.
+"""
+
+from __future__ import annotations
+
+import html
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Final
+
+from fpdf import FPDF
+from fpdf.enums import Align, WrapMode, XPos, YPos
+
+ELLIPSIS: Final = "…"
+
+MAX_CHARS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "beneficiary_name": 120,
+        "retiring_name": 120,
+        "message": 500,
+        "project_name": 120,
+        "project_key": 64,
+        "registry": 64,
+        "chain_name": 64,
+        "vintage": 32,
+        "amount_tonnes": 40,
+        "beneficiary_address": 64,
+        "retiring_address": 64,
+        "transaction_hash": 80,
+        "retirement_id": 100,
+        "verify_url": 160,
+    }
+)
+"""The bound of each string field of :class:`CertificateView`, in characters (after cleaning;
+a longer value is cut and ends with "…")."""
+
+_RAW_READ_FACTOR: Final = 16
+_CHAIN_ID_MAX_DIGITS: Final = 20
+_BIDI_CONTROLS: Final = frozenset(
+    [chr(c) for c in range(0x202A, 0x202F)] + [chr(c) for c in range(0x2066, 0x206A)]
+)
+_PDF_ENCODING: Final = "windows-1252"
+_PDF_CHARSET: Final = frozenset(bytes(range(256)).decode(_PDF_ENCODING, errors="ignore"))
+# hyphen, non-breaking hyphen, minus sign, subscript two
+_PDF_ASCII: Final[Mapping[str, str]] = MappingProxyType(
+    {"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u2082": "2"}
+)
+_INVISIBLE_CATEGORIES: Final = frozenset({"Mn", "Me", "Cf"})
+_SOFT_HYPHEN: Final = "\u00ad"
+# datetime covers years 1..9999; block times before 1970 are not real either.
+_MAX_TIMESTAMP_S: Final = 253_402_300_799
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateView:
+    """Everything a certificate shows about one indexed retirement.
+
+    The string fields are shown as given after the module's text policy; the route builds
+    this from the indexed retirement event and the project catalogue.
+
+    Attributes:
+        retirement_id: ``{chainId}-{txHash}-{retirementIndex}``, e.g. ``84532-0x<64 hex>-0``.
+        chain_id: EIP-155 chain id (8453, 84532, …).
+        chain_name: the chain's display name ("Base Sepolia").
+        transaction_hash: ``0x`` + 64 hex digits.
+        retirement_index: the retirement's index within its transaction.
+        beneficiary_name: user-supplied, any Unicode, may be "".
+        beneficiary_address: checksummed ``0x`` address.
+        retiring_address: the payer's checksummed ``0x`` address.
+        retiring_name: user-supplied, may be "".
+        message: the retirement message, user-supplied, may be "".
+        amount_tonnes: decimal string in tonnes as the API formats it ("1.5"), never a float.
+        project_key: registry project key ("VCS-10").
+        project_name: catalogue name, "" when the project is not in the catalogue.
+        vintage: the credit's vintage year ("2019").
+        registry: the registry's short name ("VCS").
+        timestamp: the retirement's block time, unix seconds (UTC).
+        verify_url: URL of this retirement's JSON record (``GET /retirements/{id}``).
+    """
+
+    retirement_id: str
+    chain_id: int
+    chain_name: str
+    transaction_hash: str
+    retirement_index: int
+    beneficiary_name: str
+    beneficiary_address: str
+    retiring_address: str
+    retiring_name: str
+    message: str
+    amount_tonnes: str
+    project_key: str
+    project_name: str
+    vintage: str
+    registry: str
+    timestamp: int
+    verify_url: str
+
+
+def clean_text(raw: str, max_chars: int) -> str:
+    """Apply the module's text policy (steps 1 to 5) to one value.
+
+    Args:
+        raw: any string, hostile included.
+        max_chars: the bound in characters (code points) of the result, "…" excluded.
+
+    Returns:
+        The cleaned value: at most ``max_chars`` characters plus "…" when it was cut;
+        always encodable as UTF-8.
+    """
+    text = unicodedata.normalize("NFC", raw[: max_chars * _RAW_READ_FACTOR])
+    kept: list[str] = []
+    for ch in text:
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            if ch.isspace():
+                kept.append(" ")
+        elif category != "Cs" and ch not in _BIDI_CONTROLS:
+            kept.append(ch)
+    collapsed = " ".join("".join(kept).split())
+    if len(collapsed) <= max_chars:
+        return collapsed
+    return collapsed[:max_chars].rstrip() + ELLIPSIS
+
+
+def pdf_text(text: str) -> str:
+    """Map already cleaned text onto Windows-1252 for the PDF's core fonts (the module's PDF
+    rule).
+
+    Args:
+        text: the output of :func:`clean_text`.
+
+    Returns:
+        A string every character of which Windows-1252 encodes: hyphens and minus as "-",
+        soft hyphens and invisible characters it lacks dropped, any other it lacks as "?".
+    """
+    out: list[str] = []
+    for ch in text:
+        if ch in _PDF_ASCII:
+            out.append(_PDF_ASCII[ch])
+        elif ch == _SOFT_HYPHEN:
+            continue
+        elif ch in _PDF_CHARSET:
+            out.append(ch)
+        elif unicodedata.category(ch) not in _INVISIBLE_CATEGORIES:
+            out.append("?")
+    return "".join(out)
+
+
+def utc_iso(timestamp: int) -> str:
+    """A unix time (seconds) as ISO 8601 UTC, e.g. ``2024-05-01T12:00:00Z``.
+
+    Outside 0 … 253402300799 (year 9999) the result is ``unix time <n> (out of range)``.
+    """
+    if not 0 <= timestamp <= _MAX_TIMESTAMP_S:
+        return f"unix time {timestamp} (out of range)"
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """The view's fields after the text policy (still Unicode; "" where the view had none)."""
+
+    retirement_id: str
+    chain: str
+    chain_name: str
+    chain_id: str
+    transaction_hash: str
+    beneficiary_name: str
+    beneficiary_address: str
+    retiring_name: str
+    retiring_address: str
+    message: str
+    amount_tonnes: str
+    project_key: str
+    project_name: str
+    vintage: str
+    registry: str
+    time_utc: str
+    verify_url: str
+    verify_is_link: bool
+
+
+def _fields(view: CertificateView) -> _Fields:
+    def c(name: str) -> str:
+        value = getattr(view, name)  # a caller's None shows as absent, not as "None"
+        return clean_text("" if value is None else str(value), MAX_CHARS[name])
+
+    chain_name = c("chain_name")
+    chain_id = str(view.chain_id)[:_CHAIN_ID_MAX_DIGITS]
+    verify_url = c("verify_url")
+    return _Fields(
+        retirement_id=c("retirement_id"),
+        chain=f"{chain_name} (chain id {chain_id})" if chain_name else f"chain id {chain_id}",
+        chain_name=chain_name,
+        chain_id=chain_id,
+        transaction_hash=c("transaction_hash"),
+        beneficiary_name=c("beneficiary_name"),
+        beneficiary_address=c("beneficiary_address"),
+        retiring_name=c("retiring_name"),
+        retiring_address=c("retiring_address"),
+        message=c("message"),
+        amount_tonnes=c("amount_tonnes"),
+        project_key=c("project_key"),
+        project_name=c("project_name"),
+        vintage=c("vintage"),
+        registry=c("registry"),
+        time_utc=utc_iso(view.timestamp),
+        verify_url=verify_url,
+        verify_is_link=verify_url.startswith(("https://", "http://")) and ELLIPSIS not in verify_url,
+    )
+
+
+NOT_GIVEN: Final = "not given"
+NOT_IN_CATALOGUE: Final = "not in the catalogue"
+NO_MESSAGE: Final = "none"
+SOURCES_NOTE: Final = (
+    "Beneficiary, retiring address, amount, project key, vintage, registry and message come "
+    "from the on-chain retirement event of the transaction above; the project name comes "
+    "from the project catalogue."
+)
+
+# --- HTML -----------------------------------------------------------------------------------
+
+# A constant without '"' or '&', written into the attribute as is.
+_CSP: Final = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src 'none'; "
+    "base-uri 'none'; form-action 'none'"
+)
+
+_CSS: Final = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+body { margin: 0; background: #eef1ee; color: #1d2421;
+  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 54rem; margin: 2rem auto; padding: 2rem 2.5rem; background: #fff;
+  border: 1px solid #c9d3cc; border-top: 6px solid #2f6b4f; border-radius: 4px; }
+.kicker { margin: 0; text-transform: uppercase; letter-spacing: .08em; font-size: .8rem; color: #2f6b4f; }
+h1 { margin: .25rem 0 1.5rem; font-size: 2rem; line-height: 1.2; }
+h1 .unit { font-weight: 400; }
+dl { display: grid; grid-template-columns: 11rem 1fr; gap: .6rem 1rem; margin: 0; }
+dt { font-weight: 600; color: #4a5650; }
+dd { margin: 0; min-width: 0; }
+dd, span, code, a { overflow-wrap: anywhere; }
+code { font: .82rem/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+.absent { font-style: italic; color: #6b756f; }
+footer { margin-top: 1.75rem; padding-top: 1rem; border-top: 1px solid #dde3df;
+  font-size: .85rem; color: #4a5650; }
+@media (max-width: 36rem) { main { margin: 0; padding: 1.25rem; } dl { grid-template-columns: 1fr; } }
+@media print { body { background: #fff; } main { border: 0; margin: 0; max-width: none; } }
+@page { size: A4; margin: 18mm; }
+""".strip()
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _html_value(field: str, value: str, absent: str, *, tag: str = "span", user: bool = True) -> str:
+    """One value in its ``data-field`` element; ``absent`` is shown (marked) when it is empty."""
+    attrs = f' data-field="{field}"'
+    if user:
+        attrs += ' dir="auto"'
+    if not value:
+        return f'<{tag}{attrs} data-absent="true" class="absent">{_e(absent)}</{tag}>'
+    return f"<{tag}{attrs}>{_e(value)}</{tag}>"
+
+
+def certificate_html(view: CertificateView) -> str:
+    """The certificate as a standalone HTML5 page (UTF-8 text; inline CSS, no scripts, no
+    network loads).
+
+    Each value is in one element with a stable ``data-field`` attribute: ``amount_tonnes``,
+    ``beneficiary_name``, ``beneficiary_address``, ``project`` (holding ``project_key`` and
+    ``project_name``), ``vintage``, ``registry``, ``timestamp`` (ISO 8601 UTC), ``chain``
+    (holding ``chain_name`` and ``chain_id``), ``retiring_name``, ``retiring_address``,
+    ``message``, ``transaction_hash``, ``retirement_id`` and ``verify_url``. An empty value
+    shows "not given" / "not in the catalogue" / "none" with ``data-absent="true"``.
+
+    Args:
+        view: the retirement; strings are cleaned and bounded by the module's text policy
+            (:data:`MAX_CHARS`), so the page is at most a few tens of kilobytes.
+
+    Returns:
+        The page as a ``str`` (encode as UTF-8; the page declares that charset).
+    """
+    f = _fields(view)
+    if f.verify_is_link:
+        url = _e(f.verify_url)
+        verify = f'<a data-field="verify_url" href="{url}" rel="nofollow noreferrer">{url}</a>'
+    else:
+        verify = _html_value("verify_url", f.verify_url, NOT_GIVEN, tag="code", user=False)
+    rows = [
+        (
+            "Beneficiary",
+            _html_value("beneficiary_name", f.beneficiary_name, NOT_GIVEN)
+            + "<br>"
+            + _html_value("beneficiary_address", f.beneficiary_address, NOT_GIVEN, tag="code", user=False),
+        ),
+        (
+            "Project",
+            '<span data-field="project">'
+            + _html_value("project_key", f.project_key, NOT_GIVEN)
+            + " — "
+            + _html_value("project_name", f.project_name, NOT_IN_CATALOGUE)
+            + "</span>",
+        ),
+        ("Vintage", _html_value("vintage", f.vintage, NOT_GIVEN)),
+        ("Registry", _html_value("registry", f.registry, NOT_GIVEN)),
+        (
+            "Retired at (UTC)",
+            f'<time data-field="timestamp" datetime="{_e(f.time_utc)}">{_e(f.time_utc)}</time>',
+        ),
+        (
+            "Chain",
+            '<span data-field="chain">'
+            + _html_value("chain_name", f.chain_name, NOT_GIVEN)
+            + f' (chain id <span data-field="chain_id">{_e(f.chain_id)}</span>)</span>',
+        ),
+        (
+            "Retired by",
+            _html_value("retiring_name", f.retiring_name, NOT_GIVEN)
+            + "<br>"
+            + _html_value("retiring_address", f.retiring_address, NOT_GIVEN, tag="code", user=False),
+        ),
+        ("Message", _html_value("message", f.message, NO_MESSAGE)),
+        (
+            "Transaction",
+            _html_value("transaction_hash", f.transaction_hash, NOT_GIVEN, tag="code", user=False),
+        ),
+        ("Retirement id", _html_value("retirement_id", f.retirement_id, NOT_GIVEN, tag="code", user=False)),
+    ]
+    body_rows = "\n".join(f"<dt>{_e(label)}</dt>\n<dd>{value}</dd>" for label, value in rows)
+    amount = _html_value("amount_tonnes", f.amount_tonnes, NOT_GIVEN)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<meta name="referrer" content="no-referrer">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Carbon retirement certificate {_e(f.retirement_id)}</title>
+<style>
+{_CSS}
+</style>
+</head>
+<body>
+<main>
+<p class="kicker">Certificate of carbon retirement</p>
+<h1>{amount} <span class="unit">tonnes CO₂e retired</span></h1>
+<dl>
+{body_rows}
+</dl>
+<footer>
+<p>{_e(SOURCES_NOTE)}</p>
+<p>Machine-readable record: {verify}</p>
+</footer>
+</main>
+</body>
+</html>
+"""
+
+
+# --- PDF ------------------------------------------------------------------------------------
+
+_MARGIN_MM: Final = 15.0
+_LABEL_W_MM: Final = 36.0
+_GREEN: Final = (47, 107, 79)
+_GREY: Final = (74, 86, 80)
+# (font scale, wrapping) tried in turn until the page holds everything: word wrapping at full
+# size fits anything but adversarial text; the last step (smaller, broken anywhere) fits every
+# view within MAX_CHARS (tests/unit/test_certificate_documents.py holds it to that).
+_FIT_STEPS: Final = ((1.0, WrapMode.WORD), (0.85, WrapMode.WORD), (0.72, WrapMode.CHAR))
+
+
+class _Page:
+    """Draws on one fpdf2 document at a font scale, with one wrapping rule for values."""
+
+    def __init__(self, pdf: FPDF, scale: float, wrap: WrapMode) -> None:
+        self.pdf = pdf
+        self.scale = scale
+        self.wrap = wrap
+
+    def font(self, family: str, style: str, size_pt: float) -> None:
+        self.pdf.set_font(family, style, size_pt * self.scale)
+
+    def text(self, text: str, line_mm: float, *, link: str | None = None) -> None:
+        """Full-width wrapped text, then the next line."""
+        self.pdf.multi_cell(
+            0,
+            line_mm * self.scale,
+            text,
+            align=Align.L,
+            link=link,
+            wrapmode=self.wrap,
+            new_x=XPos.LMARGIN,
+            new_y=YPos.NEXT,
+        )
+
+    def row(self, label: str, value: str, *, mono: bool = False, absent: bool = False) -> None:
+        """A label in the left column and its value wrapped in the right one."""
+        pdf = self.pdf
+        line_mm = 4.6 * self.scale
+        pdf.set_x(pdf.l_margin)
+        self.font("helvetica", "B", 9)
+        pdf.set_text_color(*_GREY)
+        pdf.cell(_LABEL_W_MM, line_mm, label)
+        if mono:
+            self.font("courier", "", 8)
+        else:
+            self.font("helvetica", "I" if absent else "", 9.5)
+        pdf.set_text_color(*(_GREY if absent else (0, 0, 0)))
+        pdf.multi_cell(
+            pdf.epw - _LABEL_W_MM,
+            line_mm,
+            value,
+            align=Align.L,
+            wrapmode=self.wrap,
+            new_x=XPos.LMARGIN,
+            new_y=YPos.NEXT,
+        )
+        pdf.ln(1.4 * self.scale)
+
+
+def _draw(f: _Fields, created: datetime, scale: float, wrap: WrapMode) -> FPDF:
+    """The whole certificate on a fresh document; it may run onto a second page."""
+    p = pdf_text
+    pdf = FPDF(orientation="portrait", unit="mm", format="A4")
+    pdf.core_fonts_encoding = _PDF_ENCODING
+    pdf.set_margins(_MARGIN_MM, _MARGIN_MM, _MARGIN_MM)
+    pdf.set_auto_page_break(auto=True, margin=_MARGIN_MM)
+    pdf.set_creation_date(created)
+    pdf.set_title(p(f"Carbon retirement certificate {f.retirement_id}"))
+    subject = f"Retirement of {f.amount_tonnes or '?'} tonnes CO2e of {f.project_key or '?'} {f.vintage}"
+    pdf.set_subject(p(subject.rstrip()))
+    pdf.set_author("relayer")
+    pdf.set_creator("relayer")
+    pdf.set_lang("en")
+    pdf.add_page()
+    page = _Page(pdf, scale, wrap)
+
+    pdf.set_fill_color(*_GREEN)
+    pdf.rect(0, 0, pdf.w, 6, style="F")
+    pdf.set_y(_MARGIN_MM)
+    page.font("helvetica", "B", 9)
+    pdf.set_text_color(*_GREEN)
+    page.text("CERTIFICATE OF CARBON RETIREMENT", 5)
+    pdf.ln(2 * scale)
+    page.font("helvetica", "B", 20)
+    pdf.set_text_color(0, 0, 0)
+    page.text(f"{p(f.amount_tonnes) or NOT_GIVEN} tonnes CO2e retired", 9)
+    pdf.ln(5 * scale)
+
+    name = p(f.beneficiary_name)
+    page.row("Beneficiary", name or NOT_GIVEN, absent=not name)
+    page.row("Beneficiary address", p(f.beneficiary_address) or NOT_GIVEN, mono=True)
+    project_name = p(f.project_name)
+    page.row("Project", f"{p(f.project_key) or NOT_GIVEN} — {project_name or NOT_IN_CATALOGUE}")
+    page.row("Vintage", p(f.vintage) or NOT_GIVEN)
+    page.row("Registry", p(f.registry) or NOT_GIVEN)
+    page.row("Retired at (UTC)", f.time_utc)
+    page.row("Chain", p(f.chain))
+    retiring_name = p(f.retiring_name)
+    page.row("Retired by", retiring_name or NOT_GIVEN, absent=not retiring_name)
+    page.row("Retiring address", p(f.retiring_address) or NOT_GIVEN, mono=True)
+    message = p(f.message)
+    page.row("Message", message or NO_MESSAGE, absent=not message)
+    page.row("Transaction", p(f.transaction_hash) or NOT_GIVEN, mono=True)
+    page.row("Retirement id", p(f.retirement_id) or NOT_GIVEN, mono=True)
+
+    pdf.ln(3 * scale)
+    pdf.set_draw_color(221, 227, 223)
+    pdf.line(pdf.l_margin, pdf.get_y(), pdf.w - pdf.r_margin, pdf.get_y())
+    pdf.ln(3 * scale)
+    page.font("helvetica", "", 8.5)
+    pdf.set_text_color(*_GREY)
+    page.text(SOURCES_NOTE, 4.4)
+    pdf.ln(1.5 * scale)
+    verify = p(f.verify_url)
+    page.text(
+        f"Machine-readable record: {verify or NOT_GIVEN}", 4.4, link=verify if f.verify_is_link else None
+    )
+    return pdf
+
+
+def certificate_pdf(view: CertificateView) -> bytes:
+    """The certificate as a one-page A4 PDF (fpdf2, core fonts Helvetica and Courier).
+
+    Shows the same values as :func:`certificate_html` under the module's PDF text rule
+    (Windows-1252 only: "?" for what it cannot show). Metadata: title "Carbon retirement
+    certificate <retirement id>", subject naming the amount and project, creation date the
+    retirement's block time (the Unix epoch when that is out of range), so the output is a
+    pure function of ``view``. Text that would run past the page (only adversarial text
+    near the bounds does) is drawn again smaller, then broken anywhere rather than at spaces.
+
+    Args:
+        view: the retirement; strings are bounded by :data:`MAX_CHARS`, which keeps even the
+            worst case on one page.
+
+    Returns:
+        The PDF file's bytes (about 3 KB).
+    """
+    f = _fields(view)
+    in_range = 0 <= view.timestamp <= _MAX_TIMESTAMP_S
+    created = datetime.fromtimestamp(view.timestamp, tz=UTC) if in_range else _EPOCH
+    for scale, wrap in _FIT_STEPS:
+        pdf = _draw(f, created, scale, wrap)
+        if pdf.page_no() == 1:
+            break
+    return bytes(pdf.output())

@@ -1,0 +1,375 @@
+"""The certificate renderers (relayer/service/documents.py): every field in both documents,
+the PDF's determinism and one page, the text policy (control characters, bidi controls,
+bounds) and the PDF's Windows-1252 rule, and hostile input that must neither raise nor get
+through the HTML's escaping."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pypdf import PdfReader
+
+from relayer.service.documents import (
+    MAX_CHARS,
+    NO_MESSAGE,
+    NOT_GIVEN,
+    NOT_IN_CATALOGUE,
+    CertificateView,
+    certificate_html,
+    certificate_pdf,
+    clean_text,
+    pdf_text,
+    utc_iso,
+)
+from tests.browser import read_dom
+
+TX = "0x" + "3f" * 32
+RID = f"84532-{TX}-0"
+TIMESTAMP = 1_714_564_800  # 2024-05-01T12:00:00Z
+HOSTILE_IMG = "<img src=x onerror=alert(1)>"
+# What Windows-1252 has beyond Latin-1 (ellipsis, euro, trade mark, S and z caron, per mille,
+# bullet, curly double and single quotes, en and em dash): the PDF keeps them.
+WINDOWS_1252_EXTRAS = "\u2026 \u20ac \u2122 \u0160 \u017e \u2030 \u2022 \u201c\u201d\u2018\u2019 \u2013\u2014"
+
+
+def view(**changes: Any) -> CertificateView:
+    """A plausible retirement, with ``changes`` applied."""
+    base = CertificateView(
+        retirement_id=RID,
+        chain_id=84532,
+        chain_name="Base Sepolia",
+        transaction_hash=TX,
+        retirement_index=0,
+        beneficiary_name="Alice Müller",
+        beneficiary_address="0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
+        retiring_address="0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
+        retiring_name="Acme Travel",
+        message="Offsetting our 2024 flights",
+        amount_tonnes="1.5",
+        project_key="VCS-10",
+        project_name="Kariba REDD+",
+        vintage="2019",
+        registry="VCS",
+        timestamp=TIMESTAMP,
+        verify_url=f"http://127.0.0.1:8402/retirements/{RID}",
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def pdf_pages(data: bytes) -> list[str]:
+    return [page.extract_text() for page in PdfReader(io.BytesIO(data)).pages]
+
+
+def one_line(text: str) -> str:
+    """The PDF's text with its line breaks (where values wrap) taken out."""
+    return "".join(text.split("\n"))
+
+
+# --- the PDF ---------------------------------------------------------------------------------
+
+
+def test_pdf_shows_every_field() -> None:
+    (text,) = pdf_pages(certificate_pdf(view()))
+    for expected in (
+        "Alice Müller",
+        "0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
+        "1.5 tonnes CO2e",
+        "VCS-10",
+        "Kariba REDD+",
+        "2019",
+        "VCS",
+        TX,
+        RID,
+        "Base Sepolia (chain id 84532)",
+        "Acme Travel",
+        "0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
+        "Offsetting our 2024 flights",
+        "2024-05-01T12:00:00Z",
+        "on-chain retirement event",
+        "project catalogue",
+    ):
+        assert expected in text, expected
+    assert f"http://127.0.0.1:8402/retirements/{RID}" in one_line(text)
+
+
+def test_pdf_is_one_a4_page_with_metadata_from_the_view() -> None:
+    reader = PdfReader(io.BytesIO(certificate_pdf(view())))
+    assert len(reader.pages) == 1
+    box = reader.pages[0].mediabox
+    assert (round(float(box.width)), round(float(box.height))) == (595, 842)  # A4 in points
+    meta = reader.metadata
+    assert meta is not None
+    assert meta.title == f"Carbon retirement certificate {RID}"
+    assert meta.subject == "Retirement of 1.5 tonnes CO2e of VCS-10 2019"
+    assert meta.creation_date == datetime.fromtimestamp(TIMESTAMP, tz=UTC)
+
+
+def test_pdf_is_deterministic() -> None:
+    first = certificate_pdf(view())
+    assert certificate_pdf(view()) == first
+    assert certificate_pdf(dataclasses.replace(view())) == first
+    # ... and a function of the view: another block time is another document.
+    assert certificate_pdf(view(timestamp=TIMESTAMP + 1)) != first
+
+
+def test_pdf_says_what_is_absent() -> None:
+    (text,) = pdf_pages(
+        certificate_pdf(view(beneficiary_name="", retiring_name="", message="", project_name=""))
+    )
+    assert f"Beneficiary {NOT_GIVEN}" in text
+    assert f"Retired by {NOT_GIVEN}" in text
+    assert f"Message {NO_MESSAGE}" in text
+    assert NOT_IN_CATALOGUE in text
+
+
+def test_pdf_maps_what_windows_1252_lacks_to_question_marks() -> None:
+    name = "Zoë \u201cŒuvre\u201d €5 \u2013 😀 中文 ❤️ 👨\u200d👩\u200d👧 e\u0301 A\u00adB"
+    (text,) = pdf_pages(certificate_pdf(view(beneficiary_name=name)))
+    # Windows-1252 keeps ë, curly quotes, Œ, €, the en dash; one "?" per visible character it
+    # lacks; the variation selector and zero-width joiners are dropped; e + combining acute is
+    # composed to é (NFC); the soft hyphen goes.
+    assert "Zoë \u201cŒuvre\u201d €5 \u2013 ? ?? ? ??? é AB" in text
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("plain ASCII", "plain ASCII"),
+        ("Ünïcödé àçcénts ÿ", "Ünïcödé àçcénts ÿ"),
+        (WINDOWS_1252_EXTRAS, WINDOWS_1252_EXTRAS),
+        ("😀", "?"),
+        ("日本語", "???"),
+        ("שלום", "????"),
+        ("Привет", "??????"),
+        ("❤️", "?"),  # U+2764 + variation selector 16 (dropped)
+        ("👍🏽", "??"),  # thumbs up + skin tone modifier (a visible symbol, Sk)
+        ("a\u200bb\u200dc\u2060d", "abcd"),  # zero-width space, joiner, word joiner (Cf)
+        ("x\u0301\u20dd", "x"),  # combining acute (Mn) and enclosing circle (Me) after x
+        ("CO\u2082 \u2212 1 \u2010 2 \u2011 3", "CO2 - 1 - 2 - 3"),
+        ("soft\u00adhyphen", "softhyphen"),
+    ],
+)
+def test_pdf_text_rule(raw: str, shown: str) -> None:
+    assert pdf_text(clean_text(raw, 100)) == shown
+    pdf_text(shown).encode("windows-1252")
+
+
+def test_pdf_wraps_long_unbroken_text_and_keeps_to_one_page() -> None:
+    data = certificate_pdf(view(message="x" * 10_000, beneficiary_name="B" * 10_000))
+    (text,) = pdf_pages(data)
+    flat = one_line(text)
+    assert "x" * MAX_CHARS["message"] + "…" in flat
+    assert "x" * (MAX_CHARS["message"] + 1) not in flat
+    assert "B" * MAX_CHARS["beneficiary_name"] + "…" in flat
+
+
+@pytest.mark.parametrize("word_len", [1, 7, 13, 22, 30, 45, 70, 200])
+@pytest.mark.parametrize("letter", ["@", "W", "m", "😀"])
+def test_pdf_fits_one_page_with_every_field_at_its_bound(word_len: int, letter: str) -> None:
+    """The widest letters of Helvetica, in words that waste the most of each line."""
+    word = letter * word_len + " "
+    filled = {name: word * (bound // len(word) + 2) for name, bound in MAX_CHARS.items()}
+    data = certificate_pdf(view(chain_id=10**40, **filled))
+    assert len(PdfReader(io.BytesIO(data)).pages) == 1
+
+
+def test_pdf_timestamp_out_of_range_does_not_raise() -> None:
+    for ts in (-1, 10**12, 2**70):
+        reader = PdfReader(io.BytesIO(certificate_pdf(view(timestamp=ts))))
+        assert f"unix time {ts} (out of range)" in reader.pages[0].extract_text()
+        assert reader.metadata is not None
+        assert reader.metadata.creation_date == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# --- the HTML --------------------------------------------------------------------------------
+
+EXPECTED_FIELDS = {
+    "beneficiary_name": "Alice Müller",
+    "beneficiary_address": "0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
+    "amount_tonnes": "1.5",
+    "project": "VCS-10 — Kariba REDD+",
+    "project_key": "VCS-10",
+    "project_name": "Kariba REDD+",
+    "vintage": "2019",
+    "registry": "VCS",
+    "transaction_hash": TX,
+    "retirement_id": RID,
+    "chain": "Base Sepolia (chain id 84532)",
+    "chain_name": "Base Sepolia",
+    "chain_id": "84532",
+    "timestamp": "2024-05-01T12:00:00Z",
+    "message": "Offsetting our 2024 flights",
+    "retiring_name": "Acme Travel",
+    "retiring_address": "0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
+    "verify_url": f"http://127.0.0.1:8402/retirements/{RID}",
+}
+
+
+def test_html_shows_every_field_once() -> None:
+    page = certificate_html(view())
+    dom = read_dom(page)
+    for name, expected in EXPECTED_FIELDS.items():
+        assert dom.text(name) == expected, name
+    assert set(dom.fields) == set(EXPECTED_FIELDS)
+    assert f"<title>Carbon retirement certificate {RID}</title>" in page
+    assert "on-chain retirement event" in page
+    assert "project catalogue" in page
+    assert dom.field_attrs["timestamp"][0]["datetime"] == "2024-05-01T12:00:00Z"
+    assert dom.field_attrs["verify_url"][0]["href"] == EXPECTED_FIELDS["verify_url"]
+
+
+def test_html_is_standalone() -> None:
+    """No scripts, nothing loaded: no src attributes, no stylesheets, no CSS url()/@import,
+    and a CSP that would refuse them anyway. The one http URL is the verify link's."""
+    page = certificate_html(view())
+    dom = read_dom(page)
+    assert page.startswith("<!DOCTYPE html>")
+    assert "script" not in dom.tags
+    loading = {"img", "link", "iframe", "object", "embed", "video", "audio", "source", "base"}
+    assert not loading & set(dom.tags)
+    lowered = page.lower()
+    for banned in ("<script", " src=", "url(", "@import", "@font-face", "javascript:"):
+        assert banned not in lowered, banned
+    assert lowered.count("http://") == 2  # href and text of the verify link
+    assert "default-src 'none'" in page
+
+
+def test_html_says_what_is_absent() -> None:
+    dom = read_dom(certificate_html(view(beneficiary_name="", retiring_name="", message="", project_name="")))
+    assert dom.text("beneficiary_name") == NOT_GIVEN
+    assert dom.text("retiring_name") == NOT_GIVEN
+    assert dom.text("message") == NO_MESSAGE
+    assert dom.text("project_name") == NOT_IN_CATALOGUE
+    for name in ("beneficiary_name", "retiring_name", "message", "project_name"):
+        assert dom.field_attrs[name][0]["data-absent"] == "true"
+    # A name that says "not given" is a name: not marked absent.
+    dom = read_dom(certificate_html(view(beneficiary_name=NOT_GIVEN)))
+    assert "data-absent" not in dom.field_attrs["beneficiary_name"][0]
+
+
+def test_html_escapes_markup_in_every_user_field() -> None:
+    hostile = f'{HOSTILE_IMG}<script>alert("x")</script>" onmouseover="alert(2)'
+    page = certificate_html(
+        view(
+            beneficiary_name=hostile,
+            retiring_name=hostile,
+            message=hostile,
+            project_name=hostile,
+            project_key=hostile,
+            registry=hostile,
+            vintage=hostile,
+            chain_name=hostile,
+        )
+    )
+    dom = read_dom(page)
+    assert "<script" not in page.lower()
+    assert "<img" not in page.lower()
+    assert "img" not in dom.tags and "script" not in dom.tags
+    attributes = [attrs for found in dom.field_attrs.values() for attrs in found]
+    assert not any("onmouseover" in attrs or "onerror" in attrs for attrs in attributes)
+    for name in ("beneficiary_name", "retiring_name", "message", "project_name", "registry", "chain_name"):
+        assert dom.text(name) == clean_text(hostile, MAX_CHARS[name]), name
+    assert dom.text("beneficiary_name") == hostile
+
+
+def test_html_verify_url_is_a_link_only_when_http() -> None:
+    dom = read_dom(certificate_html(view(verify_url="javascript:alert(1)")))
+    assert "a" not in dom.tags
+    assert dom.text("verify_url") == "javascript:alert(1)"
+    dom = read_dom(certificate_html(view(verify_url='https://x.test/"><script>')))
+    assert dom.field_attrs["verify_url"][0]["href"] == 'https://x.test/"><script>'
+
+
+HOSTILE_INPUTS = [
+    pytest.param("😀🌍🔥", id="emoji"),
+    pytest.param("中文名字 日本語 한국어", id="cjk"),
+    pytest.param("\u202eevil\u202c مرحبا שלום \u2067x\u2069", id="rtl-and-bidi-controls"),
+    pytest.param("<script>alert(1)</script>", id="script"),
+    pytest.param(HOSTILE_IMG, id="img-onerror"),
+    pytest.param("a\x00b\x01c\x1bd\x7fe\x85f\x9fg", id="nul-and-controls"),
+    pytest.param("\ud800\udfff lone surrogates", id="surrogates"),
+    pytest.param("m" * 10_000, id="10k-no-spaces"),
+    pytest.param("word " * 2_000, id="10k-words"),
+    pytest.param("\n" * 10_000 + "x", id="10k-newlines"),
+    pytest.param("", id="empty"),
+    pytest.param(" \t\r\n\u3000 ", id="only-whitespace"),
+    pytest.param("e" + "\u0301" * 5_000, id="combining-flood"),
+    pytest.param("\ufeff\ufffe\uffff\U0010ffff", id="noncharacters"),
+]
+
+
+@pytest.mark.parametrize("raw", HOSTILE_INPUTS)
+def test_hostile_text_in_every_string_field(raw: str) -> None:
+    hostile = view(**dict.fromkeys(MAX_CHARS, raw))
+    page = certificate_html(hostile)
+    encoded = page.encode("utf-8")  # no lone surrogate survives
+    assert b"\x00" not in encoded
+    assert "<script" not in page.lower() and "<img" not in page.lower()
+    assert not any(c in page for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+    assert len(encoded) < 64_000
+    dom = read_dom(page)
+    assert "script" not in dom.tags and "img" not in dom.tags
+    for name in ("beneficiary_name", "message", "retiring_name"):
+        assert len(dom.text(name)) <= MAX_CHARS[name] + 1
+    data = certificate_pdf(hostile)
+    assert len(PdfReader(io.BytesIO(data)).pages) == 1
+    assert certificate_pdf(hostile) == data
+
+
+def test_hostile_bidi_is_removed_and_user_text_is_isolated() -> None:
+    dom = read_dom(certificate_html(view(beneficiary_name="\u202eevil\u202c name")))
+    assert dom.text("beneficiary_name") == "evil name"
+    assert dom.field_attrs["beneficiary_name"][0]["dir"] == "auto"
+
+
+# --- the text policy -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "cleaned"),
+    [
+        ("  Alice \t\n Müller  ", "Alice Müller"),
+        ("a\x00b\x07c", "abc"),
+        ("line\x0bbreak\x1cand\x85next", "line break and next"),  # whitespace controls: spaces
+        ("e\u0301", "é"),  # NFC
+        ("\u202eabc\u202c\u2066d\u2069", "abcd"),
+        ("\ud83dx", "x"),  # a lone surrogate
+        ("\u200d\u200e\u200f", "\u200d\u200e\u200f"),  # ZWJ and the direction marks stay
+        ("", ""),
+    ],
+)
+def test_clean_text(raw: str, cleaned: str) -> None:
+    assert clean_text(raw, 50) == cleaned
+
+
+def test_clean_text_bounds() -> None:
+    assert clean_text("x" * 10, 10) == "x" * 10
+    assert clean_text("x" * 11, 10) == "x" * 10 + "…"
+    assert clean_text("abcd efgh", 5) == "abcd…"  # no space before the ellipsis
+    # Only 16 times the bound is read: whatever follows a flood of controls is not seen.
+    assert clean_text("\x00" * 160 + "late", 10) == ""
+    assert clean_text("\x00" * 150 + "late", 10) == "late"
+
+
+def test_every_string_field_has_a_bound() -> None:
+    strings = {f.name for f in dataclasses.fields(CertificateView) if f.type == "str"}
+    assert set(MAX_CHARS) == strings
+    assert MAX_CHARS["message"] == 500
+
+
+@pytest.mark.parametrize(
+    ("ts", "iso"),
+    [
+        (0, "1970-01-01T00:00:00Z"),
+        (TIMESTAMP, "2024-05-01T12:00:00Z"),
+        (253_402_300_799, "9999-12-31T23:59:59Z"),
+        (253_402_300_800, "unix time 253402300800 (out of range)"),
+        (-5, "unix time -5 (out of range)"),
+    ],
+)
+def test_utc_iso(ts: int, iso: str) -> None:
+    assert utc_iso(ts) == iso
