@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, Final, NoReturn
 
 import click
@@ -110,6 +111,58 @@ def ledger() -> None:
     except RelayerError as exc:
         _fail(exc)
     click.echo(json.dumps(summary, indent=2))
+
+
+@main.group()
+def catalogue() -> None:
+    """The marketplace's carbon project catalogue."""
+
+
+@catalogue.command("load")
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A carbon-projects.json-shaped file (default: the packaged data set of 648 real projects).",
+)
+def catalogue_load(path: Path | None) -> None:
+    """Insert or update the catalogue's projects (idempotent). Needs RELAYER_DATABASE_URL."""
+    from relayer.app import load_catalogue, parse_catalogue
+    from relayer.package_data import projects_json
+
+    settings = _settings("database_url")
+    _migrate(settings)
+    try:
+        records = parse_catalogue(projects_json() if path is None else path.read_bytes())
+    except ConfigError as exc:
+        _fail(exc)
+    with click.progressbar(length=len(records), label="loading projects", file=sys.stderr) as bar:
+        try:
+            changed = asyncio.run(load_catalogue(settings, records, bar.update))
+        except RelayerError as exc:
+            _fail(exc)
+    click.echo(f"catalogue: {len(records)} projects read, {changed} inserted or changed")
+
+
+@main.group()
+def apikey() -> None:
+    """Bearer API keys of the marketplace's quotes and orders."""
+
+
+@apikey.command("create")
+@click.option("--name", required=True, help="Who the key is for (shown in logs, at most 100 characters).")
+def apikey_create(name: str) -> None:
+    """Create a key and print it once (only its SHA-256 is stored). Needs RELAYER_DATABASE_URL."""
+    from relayer.app import create_api_key
+
+    settings = _settings("database_url")
+    _migrate(settings)
+    try:
+        token = asyncio.run(create_api_key(settings, name))
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo(token)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import gc
 import json
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,33 +19,39 @@ from typing import Any, Final
 from aiohttp import web
 
 from relayer.api.http import AppServices, build_app
+from relayer.api.marketplace import add_routes
+from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.follower import FollowerChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
-from relayer.chain.signer import ExecutorSigner
+from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.chain.types import Contracts
-from relayer.config import ConfigError, Settings
+from relayer.config import ConfigError, IndexChain, Settings
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.service.catalog import Catalog, ProjectFacts, project_facts
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
+from relayer.service.marketplace import IndexedChain, Marketplace
 from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
+from relayer.store.catalogue import CatalogueStore
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
+from relayer.store.orders import Orders
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
+from relayer.workers.catalogue_indexer import CatalogueIndexer
 from relayer.workers.follower import ChainFollower
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.sweeper import Sweeper
@@ -55,20 +62,49 @@ STOP_GRACE_S: Final = 5.0
 """How long workers get to finish their step on shutdown before they are cancelled."""
 
 
-def load_deployment(path: Path) -> tuple[Contracts, int]:
+def load_deployment(path: Path, setting: str = "RELAYER_DEPLOYMENT_FILE") -> tuple[Contracts, int]:
     """The deployment's contract addresses and first block, from its description file
     (``contracts``, ``deployBlock``).
 
     Raises:
-        ConfigError: the file is missing, not JSON, or lacks a contract address.
+        ConfigError: the file is missing, not JSON, or lacks a contract address (naming
+            ``setting``).
     """
     try:
         data = json.loads(path.read_text())
         return Contracts.from_deployment(data["contracts"]), int(data.get("deployBlock", 0))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
-            message=f"RELAYER_DEPLOYMENT_FILE {path}: not a usable deployment ({type(exc).__name__}: {exc})"
+            message=f"{setting} {path}: not a usable deployment ({type(exc).__name__}: {exc})"
         ) from None
+
+
+@dataclass(frozen=True)
+class ExtraChain:
+    """A chain indexed for the marketplace only (``RELAYER_INDEX_CHAINS``)."""
+
+    config: IndexChain
+    contracts: Contracts
+    deploy_block: int
+
+
+def _extra_chains(settings: Settings) -> list[ExtraChain]:
+    """The chains of ``RELAYER_INDEX_CHAINS`` with their deployments.
+
+    Raises:
+        ConfigError: a deployment file is unusable, or a chain is this daemon's own or repeated.
+    """
+    out: list[ExtraChain] = []
+    seen = {settings.chain_id}
+    for ic in settings.index_chains:
+        if ic.chain_id in seen:
+            raise ConfigError(
+                message=f"RELAYER_INDEX_CHAINS names chain {ic.chain_id} twice (or this daemon's own)"
+            )
+        seen.add(ic.chain_id)
+        contracts, block = load_deployment(ic.deployment_file, f"RELAYER_INDEX_CHAINS (chain {ic.chain_id})")
+        out.append(ExtraChain(ic, contracts, block))
+    return out
 
 
 @dataclass
@@ -91,6 +127,10 @@ class Runtime:
     services: AppServices
     deploy_block: int
     simulator: Simulator
+    catalogue: CatalogueStore
+    marketplace: Marketplace
+    extra_chains: list[ExtraChain] = field(default_factory=list)
+    extra_nodes: list[ChainNode] = field(default_factory=list)
     signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
     lease: ExecutorLease | None = None  # this process's lease of the first key (workers only)
     leases: list[ExecutorLease] = field(default_factory=list)  # one per key (workers only)
@@ -128,6 +168,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     assert settings.executor_private_key is not None
     dsn = settings.database_url.get_secret_value()
     contracts, deploy_block = load_deployment(settings.deployment_file)
+    extra_chains = _extra_chains(settings)
     projects = _projects(settings)
     signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
@@ -137,10 +178,17 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
         await _check_identity(db, settings.chain_id, genesis)
+        await _seed_catalogue(db, settings)
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, projects)
+        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, projects, extra_chains)
+        if workers:  # only the workers read the other chains
+            for extra in extra_chains:
+                extra_node = ChainNode(extra.config.rpc_url, extra.config.chain_id, extra.contracts)
+                stack.push_async_callback(extra_node.close)
+                await _check_identity(db, extra.config.chain_id, await extra_node.check())
+                rt.extra_nodes.append(extra_node)
         stack.push_async_callback(rt.stop_tasks)
         rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))
         if workers:
@@ -167,6 +215,23 @@ async def _check_identity(db: Database, chain_id: int, genesis: bytes) -> None:
         )
 
 
+async def _seed_catalogue(db: Database, settings: Settings) -> None:
+    """An empty catalogue gets the projects of RELAYER_PROJECTS_FILE (default: the packaged
+    648 real projects), so a fresh deployment's marketplace API is not empty; later changes
+    come from ``relayer catalogue load``. Concurrent starts are harmless (upserts).
+
+    Raises:
+        ConfigError: the projects file is unusable.
+    """
+    store = CatalogueStore(db)
+    if (await store.version())[0] > 0:
+        return
+    records = parse_catalogue(settings.projects())
+    for start in range(0, len(records), CATALOGUE_CHUNK):
+        await store.load_projects(records[start : start + CATALOGUE_CHUNK], int(time.time()))
+    log.info("catalogue seeded", extra={"projects": len(records)})
+
+
 def _projects(settings: Settings) -> dict[str, ProjectFacts]:
     """The carbon project facts, read before anything is connected.
 
@@ -188,6 +253,7 @@ def _wire(
     signers: list[ExecutorSigner],
     deploy_block: int,
     projects: dict[str, ProjectFacts],
+    extra_chains: list[ExtraChain],
 ) -> Runtime:
     signer = signers[0]
     reads, executor = ChainReads(node), ExecutorChain(node)
@@ -216,6 +282,21 @@ def _wire(
         settings.min_executor_balance_wei,
         [s.address for s in signers],
     )
+    catalogue = CatalogueStore(db)
+    treasury = settings.treasury_private_key
+    marketplace = Marketplace(
+        catalogue,
+        retirements,
+        Orders(db),
+        catalog,
+        prepare,
+        relay,
+        [IndexedChain(settings.chain_id, node.contracts)]
+        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
+        settings.public_base_url,
+        settings.quote_lifetime_s,
+        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+    )
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -234,6 +315,9 @@ def _wire(
         services=AppServices(catalog, prepare, relay, certificates),
         simulator=simulator,
         deploy_block=deploy_block,
+        catalogue=catalogue,
+        marketplace=marketplace,
+        extra_chains=extra_chains,
     )
 
 
@@ -282,6 +366,34 @@ def start_workers(rt: Runtime) -> None:
         rt.settings.block_poll_interval_s,
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
+    indexers = [
+        CatalogueIndexer(
+            CatalogueChain(rt.node, settlement=False),
+            rt.reads,
+            rt.catalogue,
+            rt.metrics,
+            rt.settings.depth(),
+            rt.deploy_block,
+            rt.settings.block_poll_interval_s,
+            retirements=False,  # the chain follower indexes this chain's retirements
+        )
+    ]
+    for extra, extra_node in zip(rt.extra_chains, rt.extra_nodes, strict=True):
+        indexers.append(
+            CatalogueIndexer(
+                CatalogueChain(extra_node, settlement=True),
+                ChainReads(extra_node),
+                rt.catalogue,
+                rt.metrics,
+                extra.config.depth(),
+                extra.deploy_block,
+                rt.settings.block_poll_interval_s,
+                retirements=True,
+            )
+        )
+    for indexer in indexers:
+        name = f"catalogue-{indexer.chain_id}"
+        rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
 
@@ -326,7 +438,13 @@ def make_web_app(rt: Runtime) -> web.Application:
             return False
         return True
 
-    return build_app(rt.services, rt.metrics, ready, rt.settings.max_body_bytes)
+    return build_app(
+        rt.services,
+        rt.metrics,
+        ready,
+        rt.settings.max_body_bytes,
+        lambda app: add_routes(app, rt.marketplace),
+    )
 
 
 async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
@@ -397,3 +515,80 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         "receivedWei": str(received),
         "netWei": str(received - paid),
     }
+
+
+CATALOGUE_CHUNK: Final = 500
+"""Projects written per database transaction by ``relayer catalogue load``."""
+
+
+def parse_catalogue(data: bytes) -> list[dict[str, Any]]:
+    """The project records of a ``carbon-projects.json``-shaped file, each checked strictly
+    (see :func:`relayer.domain.projects.parse_record`); unique keys.
+
+    Raises:
+        ConfigError: not a JSON array, or a record is malformed (naming its position and key).
+    """
+    from relayer.domain.projects import parse_record
+
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ConfigError(message=f"the catalogue file is not JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise ConfigError(message="the catalogue file must hold a JSON array of project records")
+    seen: set[str] = set()
+    for position, record in enumerate(raw):
+        try:
+            key = parse_record(record).key
+        except ValueError as exc:
+            raise ConfigError(message=f"catalogue record {position}: {exc}") from None
+        if key in seen:
+            raise ConfigError(message=f"catalogue record {position}: key {key} appears twice")
+        seen.add(key)
+    return raw
+
+
+async def load_catalogue(
+    settings: Settings, records: list[dict[str, Any]], progress: Callable[[int], None]
+) -> int:
+    """Insert or update ``records`` in the catalogue, :data:`CATALOGUE_CHUNK` a transaction,
+    calling ``progress(n)`` after each chunk; returns how many rows changed.
+
+    Raises:
+        StoreUnavailable: the database failed (the chunks written so far stay).
+    """
+    assert settings.database_url is not None
+    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    try:
+        store = CatalogueStore(db)
+        loaded_at = int(time.time())
+        changed = 0
+        for start in range(0, len(records), CATALOGUE_CHUNK):
+            chunk = records[start : start + CATALOGUE_CHUNK]
+            changed += await store.load_projects(chunk, loaded_at)
+            progress(len(chunk))
+        return changed
+    finally:
+        await db.close()
+
+
+async def create_api_key(settings: Settings, name: str) -> str:
+    """A new marketplace API key (bearer token) named ``name``; only its hash is stored.
+
+    Raises:
+        StoreUnavailable: the database failed.
+    """
+    import hashlib
+    import secrets
+
+    from relayer.service.marketplace import API_KEY_PREFIX
+
+    assert settings.database_url is not None
+    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    try:
+        prefix = secrets.token_hex(6)
+        token = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+        await Orders(db).add_key(hashlib.sha256(token.encode()).digest(), prefix, name[:100])
+        return token
+    finally:
+        await db.close()

@@ -198,9 +198,14 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 def build_app(
-    services: AppServices, metrics: Metrics, ready: Callable[[], Awaitable[bool]], max_body_bytes: int
+    services: AppServices,
+    metrics: Metrics,
+    ready: Callable[[], Awaitable[bool]],
+    max_body_bytes: int,
+    mount: Callable[[web.Application], None] | None = None,
 ) -> web.Application:
-    """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``)."""
+    """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``);
+    ``mount`` adds another surface's routes (the marketplace API) before the catch-all."""
     app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
     app[SERVICES] = services
     app[METRICS] = metrics
@@ -213,5 +218,7 @@ def build_app(
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if mount is not None:
+        mount(app)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app

@@ -19,7 +19,6 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
 import time
 import uuid
 from collections import OrderedDict, defaultdict
@@ -553,13 +552,6 @@ class Marketplace:
         )
 
     # ------------------------------------------------------------------ API keys
-
-    async def create_key(self, name: str) -> str:
-        """A new bearer token ``mk_<12 hex>_<secret>``, shown once; only its SHA-256 is kept."""
-        prefix = secrets.token_hex(6)
-        token = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
-        await self.orders.add_key(hashlib.sha256(token.encode()).digest(), prefix, name[:100])
-        return token
 
     async def authenticate(self, authorization: str | None) -> int:
         """The API key id of a ``Bearer`` token, its hash compared in constant time.
