@@ -36,6 +36,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 _RETIREMENT_ID: Final = re.compile(r"([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})")
 _SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
+_DECIMAL: Final = re.compile(r"[0-9]{1,15}(\.[0-9]{1,18})?")
 _ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 
 
@@ -317,7 +318,9 @@ def quantity_units(value: str | Decimal | int) -> int:
         MarketplaceError: 400 ``invalid_quantity``.
     """
     try:
-        tonnes = Decimal(str(value))
+        tonnes = (
+            Decimal(-1) if isinstance(value, str) and not _DECIMAL.fullmatch(value) else Decimal(str(value))
+        )
     except InvalidOperation:
         tonnes = Decimal(-1)
     units = tonnes * UNITS_PER_TONNE

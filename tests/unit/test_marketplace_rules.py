@@ -1,0 +1,170 @@
+"""The marketplace API's pure rules: ids, strict requests, removed endpoints, the listing fold
+and the provenance walk (relayer/domain/marketplace.py)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from relayer.domain.marketplace import (
+    MAX_LIMIT,
+    REMOVED_PRICE_PARAMETERS,
+    REMOVED_PRODUCTS,
+    REPLACED_RETIREMENT,
+    ZERO_ADDRESS,
+    CarbonProjectsQuery,
+    ListingEvent,
+    MarketplaceError,
+    OrderRequest,
+    QuoteRequest,
+    RetirementId,
+    SourceId,
+    Transfer,
+    fold_all,
+    fold_listing,
+    parse_retirement_id,
+    parse_source_id,
+    provenance,
+    quantity_units,
+    removed_parameters,
+    validated,
+)
+
+TX = bytes.fromhex("ab" * 32)
+SELLER = "0x" + "11" * 20
+POOL = "0x" + "22" * 20
+SETTLEMENT = "0x" + "33" * 20
+MINTER = "0x" + "44" * 20
+
+
+def test_retirement_id_round_trips_and_normalises_case() -> None:
+    rid = parse_retirement_id(f"137-0x{'AB' * 32}-3")
+    assert rid == RetirementId(137, TX, 3)
+    assert str(rid) == f"137-0x{'ab' * 32}-3"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "84532",
+        f"84532-0x{'ab' * 31}-0",  # short hash
+        f"84532-{'ab' * 32}-0",  # no 0x
+        f"0-0x{'ab' * 32}-0",  # chain 0
+        f"84532-0x{'ab' * 32}-01",  # leading zero
+        f"84532-0x{'ab' * 32}--1",
+        f"84532-0x{'ab' * 32}-0-",
+        f"0x{'ab' * 20}-0",  # the replaced beneficiary form
+        f"84532-0x{'zz' * 32}-0",
+        f"84532-0x{'ab' * 32}-9999999999",  # index beyond INTEGER
+    ],
+)
+def test_malformed_retirement_ids_are_400(text: str) -> None:
+    with pytest.raises(MarketplaceError) as caught:
+        parse_retirement_id(text)
+    assert caught.value.status == 400 and caught.value.code == "invalid_retirement_id"
+    body = caught.value.body()
+    assert set(body) >= {"statusCode", "error", "message", "code"} and body["error"] == "Bad Request"
+
+
+def test_source_id_is_a_listing_only() -> None:
+    sid = SourceId(84532, 7)
+    assert str(sid) == "listing-84532-0x" + "0" * 63 + "7"
+    assert parse_source_id(str(sid)) == sid
+    for bad in ("pool-84532-0x" + "0" * 64, "product-1", "listing-84532-7", "listing-84532-0x" + "0" * 63):
+        with pytest.raises(MarketplaceError) as caught:
+            parse_source_id(bad)
+        assert caught.value.status == 400 and caught.value.code == "not_a_listing"
+
+
+def test_quantity_is_exact_tonnes_to_units() -> None:
+    assert quantity_units("1") == 1000
+    assert quantity_units("0.001") == 1
+    assert quantity_units(Decimal("2.5")) == 2500
+    assert quantity_units(3) == 3000
+    for bad in ("0", "0.0001", "-1", "1e3", "abc", Decimal("NaN"), 10**13):
+        with pytest.raises(MarketplaceError):
+            quantity_units(bad)
+
+
+def test_requests_are_strict() -> None:
+    with pytest.raises(MarketplaceError) as caught:
+        validated(QuoteRequest, {"asset_price_source_id": "x", "quantity_tonnes": "1", "extra": 1})
+    assert caught.value.code == "schema_validation"
+    assert any(f["field"] == "extra" for f in caught.value.details["fields"])
+    with pytest.raises(MarketplaceError):
+        validated(CarbonProjectsQuery, {"limit": str(MAX_LIMIT + 1)})
+    with pytest.raises(MarketplaceError):
+        validated(CarbonProjectsQuery, {"vintage": "19"})
+    assert validated(CarbonProjectsQuery, {"limit": "5", "offset": "10"}).limit == 5
+    with pytest.raises(MarketplaceError):
+        validated(OrderRequest, {"quote_uuid": "not-a-uuid", "beneficiary_name": "A"})
+
+
+def test_removed_parameters_name_their_replacement() -> None:
+    assert removed_parameters({"chainId": "1"}, REMOVED_PRICE_PARAMETERS, "GET /prices") is None
+    error = removed_parameters(
+        {"productIds": "1", "isDefaultCredit": "true"}, REMOVED_PRICE_PARAMETERS, "GET /prices"
+    )
+    assert error is not None and error.status == 400 and error.code == "parameter_removed"
+    assert set(error.details["removed"]) == {"productIds", "isDefaultCredit"}
+    gone = REPLACED_RETIREMENT["certificate"].error()
+    assert gone.status == 410 and gone.details["replacement"] == "GET /retirements/{id}/certificate"
+    assert REMOVED_PRODUCTS.error().status == 410
+
+
+def _event(kind: str, block: int, **data: int | str) -> ListingEvent:
+    return ListingEvent(1, kind, dict(data), block, 1000 + block)  # type: ignore[arg-type]
+
+
+def test_listing_fold_follows_created_updated_filled_cancelled() -> None:
+    created = _event(
+        "created",
+        1,
+        seller=SELLER,
+        creditToken=POOL,
+        tokenId=5,
+        amount=10_000,
+        unitPrice=3_000_000,
+        minFill=1000,
+        expiration=2000,
+    )
+    state = fold_listing(None, created)
+    assert state is not None and state.left_to_sell == 10_000 and state.live(1999) and not state.live(2000)
+    state = fold_listing(state, _event("updated", 2, unitPrice=4_000_000, minFill=500, expiration=3000))
+    assert state is not None and (state.unit_price, state.min_fill, state.expiration) == (
+        4_000_000,
+        500,
+        3000,
+    )
+    state = fold_listing(state, _event("filled", 3, amount=10_000, cost=1, buyer=SELLER))
+    assert state is not None and state.left_to_sell == 0 and state.active and not state.live(0)  # sold out
+    state = fold_listing(state, _event("cancelled", 4))
+    assert state is not None and not state.active and state.updated_block == 4
+    assert fold_listing(None, _event("filled", 5, amount=1, cost=1, buyer=SELLER)) is None  # unknown listing
+    assert fold_all([created, _event("cancelled", 2)])[1].active is False
+
+
+def _t(block: int, sender: str, receiver: str, amount: int) -> Transfer:
+    return Transfer(block, 0, 0, bytes([block]) * 32, 100 + block, sender, receiver, amount)
+
+
+def test_provenance_walks_back_to_the_mint() -> None:
+    mint = _t(1, ZERO_ADDRESS, MINTER, 5000)
+    other_mint = _t(2, ZERO_ADDRESS, SELLER, 99)  # another holder's history stays out
+    deposit = _t(3, MINTER, POOL, 5000)
+    to_settlement = _t(4, POOL, SETTLEMENT, 1000)
+    burn = _t(5, SETTLEMENT, ZERO_ADDRESS, 1000)
+    steps = provenance([burn, deposit, other_mint, mint, to_settlement], burn)
+    assert [s.kind for s in steps] == ["ORIGINATION", "TRANSFER", "TRANSFER", "RETIREMENT"]
+    assert [s.transfer for s in steps] == [mint, deposit, to_settlement, burn]
+    assert [s.remaining for s in steps] == [5000, 5000, 1000, 0]
+
+
+def test_provenance_is_bounded_and_stops_without_a_mint() -> None:
+    burn = _t(200, SETTLEMENT, ZERO_ADDRESS, 1)
+    loop = [_t(b, SETTLEMENT if b % 2 else POOL, POOL if b % 2 else SETTLEMENT, 1) for b in range(1, 199)]
+    steps = provenance([*loop, burn], burn)
+    assert len(steps) <= 33 and steps[-1].kind == "RETIREMENT"
+    assert provenance([burn], burn)[0].kind == "RETIREMENT"
