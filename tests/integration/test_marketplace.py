@@ -171,10 +171,12 @@ async def test_projects_page_by_country_and_category_combined(market: Market) ->
         )
         assert status == 200 and headers["X-Total-Count"] == str(len(expected))
         assert all(p["country"] == "India" for p in page)
+        assert all(m["category"] == "Renewable Energy" for p in page for m in p["methodologies"])
         keys += [p["key"] for p in page]
     assert keys == expected
     status, body, _ = await market.get("/carbonProjects", country="India", category="Blue Carbon")
-    assert status == 200 and body == [] or all(p["country"] == "India" for p in body)
+    india_blue = [p for p in PROJECTS if p["country"] == "India" and p["category"] == "Blue Carbon"]
+    assert status == 200 and len(body) == len(india_blue)
 
 
 async def test_every_project_has_the_spec_fields_and_types(market: Market) -> None:
@@ -292,7 +294,7 @@ async def test_certificate_pdf_names_every_field(market: Market) -> None:
     async with market.session.get(f"{market.base}/retirements/{seeded['id']}/certificate") as r:
         assert r.status == 200 and r.content_type == "application/pdf"
         text = PdfReader(io.BytesIO(await r.read())).pages[0].extract_text()
-    status, view, _ = await market.get(f"/retirements/{seeded['id']}")
+    _, view, _ = await market.get(f"/retirements/{seeded['id']}")
     flat = " ".join(text.split())
     for value in (
         view["beneficiaryName"],
@@ -394,7 +396,13 @@ async def test_quotes_need_a_key_and_accept_only_the_two_fields(market: Market) 
     assert await market.rows("quotes") == before
 
 
+async def _left_to_sell(market: Market, listing_id: int) -> str:
+    _, prices, _ = await market.get("/prices", chainId="84532", limit=100)
+    return next(p["listing"]["leftToSell"] for p in prices if int(p["listing"]["id"], 16) == listing_id)
+
+
 async def test_order_retires_from_the_treasury_through_the_relay(market: Market) -> None:
+    left_before = await _left_to_sell(market, UPDATED_LISTING_ID)
     status, quote = await market.post(
         "/quotes",
         {"asset_price_source_id": _source(UPDATED_LISTING_ID), "quantity_tonnes": 1},
@@ -413,6 +421,16 @@ async def test_order_retires_from_the_treasury_through_the_relay(market: Market)
     )
     assert status == 400
     _error(refused, 400, "not_a_listing")
+    orders_before = await market.rows("orders")
+    status, refused = await market.post(
+        "/orders", {**order_body, "quote_uuid": "00000000-0000-4000-8000-000000000000"}, key=market.api_key
+    )
+    assert status == 404
+    _error(refused, 404, "quote_not_found")
+    status, refused = await market.post("/orders", {**order_body, "tip": 1}, key=market.api_key)
+    assert status == 400
+    _error(refused, 400, "schema_validation")
+    assert await market.rows("orders") == orders_before
     status, order = await market.post("/orders", order_body, key=market.api_key)
     assert status == 201, order
     assert order["status"] in ("SUBMITTED", "INITIATED", "COMMITTED", "MINTED", "COMPLETED")
@@ -431,6 +449,10 @@ async def test_order_retires_from_the_treasury_through_the_relay(market: Market)
     status, retirement, _ = await market.get(f"/retirements/{rid}")
     assert status == 200 and retirement["beneficiaryName"] == "Marketplace test buyer"
     assert retirement["amount"] == "1"
+    deadline = time.monotonic() + 5  # the snapshot of live figures is at most a second old
+    while await _left_to_sell(market, UPDATED_LISTING_ID) == left_before and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert float(await _left_to_sell(market, UPDATED_LISTING_ID)) == float(left_before) - 1
     status, again = await market.post("/orders", order_body, key=market.api_key)
     assert status == 409
     _error(again, 409, "quote_consumed")
@@ -447,3 +469,33 @@ async def test_openapi_document_is_generated_from_the_request_models(market: Mar
     assert set(quote["properties"]) == {"asset_price_source_id", "quantity_tonnes"}
     names = {p["name"] for p in doc["paths"]["/carbonProjects"]["get"]["parameters"]}
     assert {"country", "category", "offset", "limit"} <= names
+
+
+async def test_an_expired_listing_is_no_longer_offered(market: Market) -> None:
+    from web3 import Web3
+
+    from tests.chain_helpers import transact_as, transact_as_deployer
+
+    polygon = market.polygon
+    contracts = polygon["contracts"]
+    seller = polygon["seller"]["address"]
+    transact_as_deployer(polygon, contracts["carbonCredits"], "CarbonCredits", "mint", seller, 1, 2_000)
+    now = int(Web3(Web3.HTTPProvider(polygon["rpcUrl"])).eth.get_block("latest")["timestamp"])
+    receipt = transact_as(
+        polygon, "seller", contracts["marketplace"], "Marketplace", "createListing",
+        contracts["carbonCredits"], 1, 2_000, 4_000_000, 0, now + 4,
+    )  # fmt: skip
+    assert receipt["status"] == 1
+
+    async def offered() -> set[int]:
+        _, prices, _ = await market.get("/prices", chainId="137", limit=100)
+        return {int(p["listing"]["id"], 16) for p in prices}
+
+    listing_id = max(li["listingId"] for li in polygon["listings"]) + 1
+    deadline = time.monotonic() + 10
+    while listing_id not in await offered():
+        assert time.monotonic() < deadline, "the new listing was never offered"
+        await asyncio.sleep(0.2)
+    while listing_id in await offered():  # expires 4 s after creation; the snapshot is <= 1 s old
+        assert time.monotonic() < deadline + 10, "the expired listing is still offered"
+        await asyncio.sleep(0.2)
