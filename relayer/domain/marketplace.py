@@ -202,7 +202,11 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 
 # ---------------------------------------------------------------------------- request models
 
-_Text = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+_Text = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, strip_whitespace=True, pattern=r"^[^\x00-\x1f\x7f]*$"),
+]
+"""A filter's text: no control characters (Postgres text holds no NUL)."""
 _Vintage = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}$")]
 _Sdg = Annotated[str, StringConstraints(pattern=r"^([1-9]|1[0-7])$")]
 _Tonnes = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$")]
@@ -281,8 +285,10 @@ class OrderRequest(_Strict):
         pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
     )
     asset_price_source_id: str | None = Field(default=None, max_length=200)
-    beneficiary_name: str = Field(min_length=1, max_length=200)
-    retirement_message: str = Field(default="", max_length=500)
+    beneficiary_name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")
+    retirement_message: str = Field(
+        default="", max_length=500, pattern=r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
+    )
     beneficiary_address: str | None = None
     consumption_metadata: ConsumptionMetadata | None = None
 

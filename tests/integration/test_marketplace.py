@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import random
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -499,3 +502,67 @@ async def test_an_expired_listing_is_no_longer_offered(market: Market) -> None:
     while listing_id in await offered():  # expires 4 s after creation; the snapshot is <= 1 s old
         assert time.monotonic() < deadline + 10, "the expired listing is still offered"
         await asyncio.sleep(0.2)
+
+
+def _junk(rng: random.Random) -> Any:
+    """A random JSON value: edge numbers, odd strings, nesting."""
+    kind = rng.randrange(9)
+    if kind == 0:
+        return rng.choice([0, -1, 1.5, 10**40, -(10**30), 1e308, True, None])
+    if kind == 1:
+        return rng.choice(["", " ", "0", "-0.001", "1e3", "NaN", "Infinity", "0x", "listing-"])
+    if kind == 2:
+        return "".join(
+            rng.choice("aZ09-_.%/\\\"'<>\x00\u202e\U0001f600é") for _ in range(rng.randrange(1, 40))
+        )
+    if kind == 3:
+        return "x" * rng.choice([199, 200, 201, 5000])
+    if kind == 4:
+        return [_junk(rng) for _ in range(rng.randrange(3))]
+    if kind == 5:
+        return {rng.choice(["a", "quote_uuid", "asset_price_source_id", ""]): _junk(rng) for _ in range(2)}
+    if kind == 6:
+        return f"listing-{rng.choice([0, 1, 137, 84532, 2**40])}-0x{rng.getrandbits(256):064x}"
+    if kind == 7:
+        return str(uuid.UUID(int=rng.getrandbits(128)))
+    return f"{rng.choice([84532, 137, 1])}-0x{rng.getrandbits(256):064x}-{rng.randrange(3)}"
+
+
+async def test_random_bad_requests_never_answer_5xx(market: Market) -> None:
+    rng = random.Random(9)
+    paths = [
+        "/categories",
+        "/carbonProjects",
+        "/carbonProjects/{x}",
+        "/retirements",
+        "/retirements/{x}",
+        "/retirements/{x}/certificate",
+        "/retirements/{x}/provenance",
+        "/retirements/{x}/{x}",
+        "/retirements/{x}/{x}/{x}",
+        "/prices",
+        "/orders/{x}",
+        "/products/{x}",
+    ]
+    params = ["country", "category", "limit", "offset", "chainId", "format", "vintage", "sdg", "minSupply",
+              "minPriceUSD", "beneficiaryAddress", "projectKey", "productIds", "search", "zzz"]  # fmt: skip
+    statuses: Counter[int] = Counter()
+    before = (await market.rows("quotes"), await market.rows("orders"))
+    for _ in range(1500):
+        path = rng.choice(paths).replace("{x}", quote(str(_junk(rng)), safe=""))
+        query = {rng.choice(params): str(_junk(rng)) for _ in range(rng.randrange(3))}
+        async with market.session.get(f"{market.base}{path}", params=query) as r:
+            statuses[r.status] += 1
+            assert r.status < 500, (path, query, await r.text())
+    for _ in range(500):
+        path = rng.choice(["/quotes", "/orders"])
+        body = {k: _junk(rng) for k in rng.sample(["asset_price_source_id", "quantity_tonnes", "quote_uuid",
+                "beneficiary_name", "listing_id", "pool", "x"], rng.randrange(4))}  # fmt: skip
+        key = rng.choice([market.api_key, None, "mk_000000000000_x", market.api_key + "x"])
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+        data = json.dumps(body) if rng.random() < 0.9 else rng.choice(["{", "[]", "null", "a=b", ""])
+        async with market.session.post(f"{market.base}{path}", data=data, headers=headers) as r:
+            statuses[r.status] += 1
+            assert r.status < 500, (path, body, await r.text())
+    assert (await market.rows("quotes"), await market.rows("orders")) <= (before[0] + 500, before[1])
+    print("\nrandom bad requests by status:", dict(sorted(statuses.items())))
