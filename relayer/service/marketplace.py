@@ -130,6 +130,7 @@ class Snapshot:
     listings: dict[str, list[ChainListing]]
     credits: dict[tuple[int, str, int], ChainCredit]
     all_listings: list[ChainListing]
+    lower_keys: dict[str, str] = field(default_factory=dict)
     cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
 
 
@@ -271,6 +272,7 @@ class Marketplace:
             dict(listings),
             credits,
             ordered,
+            {k.lower(): k for k in keys},
         )
 
     # ------------------------------------------------------------------ categories and projects
@@ -348,12 +350,7 @@ class Marketplace:
         Raises:
             MarketplaceError: 404 ``project_not_found``.
         """
-        found = (
-            snap.records.get(key)
-            or next((snap.records[k] for k in snap.keys if k.lower() == key.lower()), None)
-            if len(key) <= 80
-            else None
-        )
+        found = snap.records.get(key) or snap.records.get(snap.lower_keys.get(key.lower(), ""))
         if found is None:
             raise not_found("project", key[:200])
         body = self.project(snap, found.key)
