@@ -46,6 +46,7 @@ def _up(settings: Settings) -> dict[str, Any]:
         port=port or DEFAULT_RPC_PORT,
         chain_id=settings.chain_id,
         x402_base_url=settings.x402_base_url,
+        marketplace_base_url=settings.public_base_url,
     )
     return {**info, "deploymentFile": str(DEVNET_FILE)}
 
@@ -58,26 +59,28 @@ def main() -> None:
 
 @main.group("devnet")
 def devnet_group() -> None:
-    """Local chain: anvil with the reference protocol deployed and seeded."""
+    """Local chains: two anvils (Base Sepolia 84532 on :8545, Polygon 137 on :8546) with the
+    reference protocol deployed and seeded."""
 
 
 @devnet_group.command("up")
 def devnet_up() -> None:
-    """Start anvil, deploy, seed; write .devdata/devnet.json and .devdata/relayer.env."""
+    """Start both anvils, deploy, seed; write .devdata/devnet.json, devnet-137.json and relayer.env."""
     try:
         info = _up(_environment())
         env_file = write_env_file(dev_settings(info, _environment()))
     except RelayerError as exc:
         _fail(exc)
+    chains = ", ".join(f"{c['name']} ({c['chainId']}) {c['rpcUrl']}" for c in info["chains"])
     click.echo(
-        f"devnet up: {info['rpcUrl']} chain {info['chainId']}, settlement {info['contracts']['settlement']}; "
+        f"devnet up: {chains}; settlement {info['contracts']['settlement']} on chain {info['chainId']}; "
         f"product settings in {env_file}"
     )
 
 
 @devnet_group.command("down")
 def devnet_down() -> None:
-    """Stop exactly the anvil that `devnet up` started, and the private dev database cluster
+    """Stop exactly the anvils that `devnet up` started, and the private dev database cluster
     under .devdata/ if the dev tooling started one (a server given by URL is never touched)."""
     click.echo("devnet stopped" if devnet.down(REPO_ROOT) else "devnet was not running")
     devdb.stop_private_cluster(STATE_DIR)  # logs what it stopped

@@ -2,9 +2,11 @@
 
 Owns the devnet description (the dict written to ``.devdata/devnet.json``): anvil's
 well-known dev accounts for deployer, executor, seller and fee recipient, deterministic
-payer keys funded with USDC and kVCM but no ETH, carbon classes and marketplace listings
-built from real projects of ``carbon-projects.json``. Dev chains only: every key used
-here is public.
+payer keys funded with USDC and kVCM but no ETH, a treasury funded with USDC but no ETH,
+carbon classes and marketplace listings built from real projects of
+``carbon-projects.json`` (one listing repriced, one cancelled), and a few retirements the
+deployer settled itself so the catalogue is not empty. The same on every dev chain (Base
+Sepolia 84532, the Polygon stand-in 137). Dev chains only: every key used here is public.
 
 Units: USDC amounts are atomic (6 decimals), kVCM amounts atomic (18 decimals), credit
 amounts are credit units (1 unit = 1 kg CO2e, 1000 units = 1 tonne), prices are atomic
@@ -21,16 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
+import requests
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_typing import ChecksumAddress
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
+from web3.logs import DISCARD
 from web3.types import Nonce, RPCEndpoint, TxParams, TxReceipt, Wei
 
 from relayer.chain.abi import artifact
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
+from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING, Retirement, RetirementDetails
 from relayer_dev import DevError
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,12 @@ SPARE_EXECUTOR_KEYS: Final = (
     "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
     "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
 )
+
+# keccak256("relayer-devnet treasury"): the operator's treasury, which pays marketplace orders
+# in USDC through the gasless relay (EIP-3009 authorizations signed with this key). Not an
+# anvil account: it holds USDC and never ETH.
+TREASURY_KEY: Final = "0xb7b9929dba077a60b607ccb4c7f2c949a91089e7508013eacbb7f94745d9bac2"
+TREASURY_USDC: Final = 10_000 * 10**USDC_DECIMALS
 
 PAYER_COUNT: Final = 3
 PAYER_USDC: Final = 10_000 * 10**USDC_DECIMALS
@@ -132,15 +143,32 @@ CLASS_SPECS: Final[tuple[ClassSpec, ...]] = (
 
 
 @dataclass(frozen=True)
+class ListingUpdate:
+    """New terms a seller gives a listing with ``updateListing``.
+
+    Attributes:
+        unit_price: USDC atomic units (6 decimals) per tonne.
+        min_fill: smallest fill, credit units (kg).
+        lifetime_s: the new expiration, seconds after the latest block.
+    """
+
+    unit_price: int
+    min_fill: int
+    lifetime_s: int
+
+
+@dataclass(frozen=True)
 class ListingSpec:
     """A seller listing, placed on the ``index``-th credit of class ``symbol``.
 
     Attributes:
         symbol: class whose credit list the credit is taken from.
         index: position in that class's credits.
-        unit_price: USDC atomic units (6 decimals) per tonne.
+        unit_price: USDC atomic units (6 decimals) per tonne, as created.
         tonnes: amount listed, whole tonnes.
-        min_fill: smallest fill, credit units (kg).
+        min_fill: smallest fill, credit units (kg), as created.
+        update: terms given with ``updateListing`` once created (state ``"updated"``).
+        cancelled: cancelled with ``cancelListing`` once created (state ``"cancelled"``).
     """
 
     symbol: str
@@ -148,6 +176,13 @@ class ListingSpec:
     unit_price: int
     tonnes: int
     min_fill: int = UNITS_PER_TONNE
+    update: ListingUpdate | None = None
+    cancelled: bool = False
+
+    @property
+    def state(self) -> str:
+        """``"active"``, ``"updated"`` or ``"cancelled"``: what the description records."""
+        return "cancelled" if self.cancelled else "updated" if self.update else "active"
 
 
 LISTING_SPECS: Final[tuple[ListingSpec, ...]] = (
@@ -157,6 +192,105 @@ LISTING_SPECS: Final[tuple[ListingSpec, ...]] = (
     ListingSpec("CDR", 0, 150_000_000, 200),
     ListingSpec("NBO", 1, 30_000_000, 800),
 )
+"""Live listings 1-5, untouched after creation (tests rely on their ids, amounts and prices)."""
+
+CHANGED_LISTING_SPECS: Final[tuple[ListingSpec, ...]] = (
+    # 6: repriced from 9.50 to 8.75 USDC a tonne, then partly filled by a seeded retirement.
+    ListingSpec(
+        "RE",
+        1,
+        9_500_000,
+        300,
+        min_fill=100,
+        update=ListingUpdate(8_750_000, 50, 2 * LISTING_LIFETIME_S),
+    ),
+    # 7: cancelled (inactive, nothing left to sell).
+    ListingSpec("IND", 1, 21_000_000, 150, cancelled=True),
+)
+"""Listings 6 and 7, placed after :data:`LISTING_SPECS`, whose life goes on after creation."""
+
+ALL_LISTING_SPECS: Final = LISTING_SPECS + CHANGED_LISTING_SPECS
+UPDATED_LISTING_ID: Final = len(LISTING_SPECS) + 1
+CANCELLED_LISTING_ID: Final = len(LISTING_SPECS) + 2
+
+
+@dataclass(frozen=True)
+class RetirementSpec:
+    """A retirement the deployer settles while seeding, paying its own gas: the settlement's
+    direct ``[approve, retire]`` path (no gas allowance).
+
+    Attributes:
+        carbon_class: symbol of the class redeemed from, or ``""`` for a listing fill.
+        listing_id: the listing filled (``0`` for a class retirement).
+        credit_index: for a class retirement, position of the credit in the class's credits.
+        units: credit units retired (1000 a tonne).
+        input_token: ``"USDC"`` or ``"kVCM"`` (listings: USDC only).
+        beneficiary: beneficiary name (its address is derived from it).
+        retiring_entity: the retiring entity's name.
+        message: the retirement message.
+        location: beneficiary location ("" when not given).
+        country: ISO 3166-1 alpha-2 consumption country ("" when not given).
+        period: consumption period start and end, ISO dates (empty when not given).
+    """
+
+    carbon_class: str
+    listing_id: int
+    credit_index: int
+    units: int
+    input_token: str
+    beneficiary: str
+    retiring_entity: str
+    message: str
+    location: str = ""
+    country: str = ""
+    period: tuple[str, str] = ("", "")
+
+
+SEED_RETIREMENTS: Final[tuple[RetirementSpec, ...]] = (
+    RetirementSpec(
+        "NBO",
+        0,
+        0,
+        2 * UNITS_PER_TONNE,
+        "USDC",
+        "Northwind Freight GmbH",
+        "Northwind Freight GmbH",
+        "Offsetting the 2024 Scope 1 emissions of our Hamburg depot's delivery fleet.",
+        location="Hamburg, Germany",
+        country="DE",
+        period=("2024-01-01", "2024-12-31"),
+    ),
+    RetirementSpec(
+        "RE",
+        0,
+        0,
+        5_500,
+        "kVCM",
+        "Aurora Coffee Roasters",
+        "Aurora Coffee Roasters Ltd",
+        "Roasting on renewable power: Q1 2025 electricity use, retired on behalf of our customers.",
+        location="Bristol, United Kingdom",
+        country="GB",
+        period=("2025-01-01", "2025-03-31"),
+    ),
+    RetirementSpec(
+        "",
+        UPDATED_LISTING_ID,
+        0,
+        25 * UNITS_PER_TONNE,
+        "USDC",
+        "Maple & Fern Design Studio",
+        "Maple & Fern Design Studio Inc.",
+        "25 tonnes for our team's 2025 conference travel.",
+        location="Toronto, Canada",
+    ),
+)
+"""Two class retirements (NBO in USDC, RE in kVCM) and a partial fill of the repriced listing."""
+
+SEEDER_USDC: Final = 10_000 * 10**USDC_DECIMALS
+SEEDER_KVCM: Final = 10_000 * 10**KVCM_DECIMALS
+SEED_SLIPPAGE_BPS: Final = 400
+"""Headroom on a class retirement's quoted input (the pool moves); the rest is refunded."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +473,22 @@ class _Sender:
         return receipts
 
 
+def _web3(rpc_url: str, session: requests.Session) -> Web3:
+    """A web3 for seeding a local node through ``session`` (one per chain and thread), which
+    is told to ignore the environment's proxy settings (a loopback node; looking them up for
+    every request cost a tenth of the seeding), and that asks the chain id once (web3 asks
+    it again for every transaction it validates)."""
+    session.trust_env = False
+    provider = Web3.HTTPProvider(
+        rpc_url,
+        request_kwargs={"timeout": 30},
+        session=session,
+        cache_allowed_requests=True,
+        cacheable_requests={RPCEndpoint("eth_chainId")},
+    )
+    return Web3(provider)
+
+
 def _account_info(account: LocalAccount) -> dict[str, str]:
     return {"address": account.address, "privateKey": "0x" + bytes(account.key).hex()}
 
@@ -352,34 +502,47 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     and consumption metadata) and one credit per chosen project (see :func:`pick_credits`);
     creates the classes of :data:`CLASS_SPECS` and deposits 5,000 t (5,000,000 units) of
     each credit; adds 500,000 USDC / 1,000,000 kVCM of pool liquidity; places the seller's
-    listings of :data:`LISTING_SPECS` (expiring 30 days after the latest block); sets
-    settlement fees (class 100 bps, floor 0.01 USDC; listing 500 bps, floor 0.05 USDC)
-    and registers the executor; funds :data:`PAYER_COUNT` payers with 10,000 USDC and
-    100,000 kVCM each and no ETH.
+    listings of :data:`LISTING_SPECS` (ids 1-5, expiring 30 days after the latest block) and
+    of :data:`CHANGED_LISTING_SPECS` (id 6 then repriced with ``updateListing``, id 7 then
+    cancelled); sets settlement fees (class 100 bps, floor 0.01 USDC; listing 500 bps,
+    floor 0.05 USDC) and registers the executor; funds :data:`PAYER_COUNT` payers with
+    10,000 USDC and 100,000 kVCM each and no ETH, and the treasury (:data:`TREASURY_KEY`)
+    with 10,000 USDC and no ETH; finally the deployer settles the retirements of
+    :data:`SEED_RETIREMENTS` itself (direct ``[approve, retire]``, one transaction each):
+    two class retirements and a partial fill of listing 6 at its new price.
 
     Args:
         rpc_url: HTTP JSON-RPC endpoint of an anvil node whose default accounts hold ETH.
-        chain_id: the node's chain id (84532 Base Sepolia or 8453 Base, simulated).
+        chain_id: the node's chain id (84532 Base Sepolia, 8453 Base or 137 Polygon,
+            simulated).
         projects_file: path of ``carbon-projects.json``.
 
     Returns:
         The devnet description (JSON-serialisable): ``chainId``, ``genesisHash`` (0x hex:
         the chain's identity across resets), ``rpcUrl``, ``deployBlock``, ``contracts``
         (name -> checksummed address), ``deployer``, ``executor``, ``seller``,
-        ``feeRecipient`` and ``payers`` (``address``, ``privateKey``), ``fees`` (the
-        settlement's fee schedule), ``credits`` (``tokenId``, ``projectId``, ``vintage``,
-        ``registry``, ``name``, ``category``, ``country``, ``carbonClass``),
+        ``feeRecipient``, ``treasury`` and ``payers`` (``address``, ``privateKey``), ``fees``
+        (the settlement's fee schedule), ``credits`` (``tokenId``, ``projectId``,
+        ``vintage``, ``registry``, ``name``, ``category``, ``country``, ``carbonClass``),
         ``carbonClasses`` (``classId``, ``symbol``, ``name``, ``priceKvcmPerTonne``,
-        ``minRetirementUnits``, ``tokenIds``) and ``listings`` (``listingId``, ``tokenId``,
-        ``seller``, ``unitPrice``, ``amount``, ``minFill``, ``expiration``).
+        ``minRetirementUnits``, ``tokenIds``), ``listings`` (``listingId``, ``tokenId``,
+        ``seller``, ``unitPrice``, ``amount`` (as listed), ``minFill``, ``expiration`` as
+        they are on chain now, ``leftToSell``, ``state``: ``"active"``, ``"updated"`` or
+        ``"cancelled"``; an updated one also ``createdUnitPrice``, ``createdMinFill``,
+        ``createdExpiration``) and ``seededRetirements`` (see :func:`_seed_retirements`).
         Token amounts too large for a JSON number are decimal strings of atomic units.
 
     Raises:
         DeployError: the node reports another chain id, a transaction reverted or timed
             out, or the projects file cannot fill the classes.
     """
+    with requests.Session() as session:
+        return _deploy_and_seed(_web3(rpc_url, session), rpc_url, chain_id, projects_file)
+
+
+def _deploy_and_seed(w3: Web3, rpc_url: str, chain_id: int, projects_file: Path) -> dict[str, Any]:
+    """:func:`deploy_and_seed` through ``w3`` (connected to ``rpc_url``)."""
     started = time.monotonic()
-    w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
     node_chain_id = w3.eth.chain_id
     if node_chain_id != chain_id:
         raise DeployError(f"node at {rpc_url} has chain id {node_chain_id}, expected {chain_id}")
@@ -393,16 +556,21 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
     listing_tokens = _stock(tx, protocol, accounts, token_ids)
     listing_rows = _deposit_and_list(tx, protocol, accounts, token_ids, listing_tokens)
     fee_sources = _fee_sources(tx, accounts)
-    for payer in accounts.payers:
-        if w3.eth.get_balance(payer.address) != 0:
-            raise DeployError(f"payer {payer.address} holds ETH; payers must be gasless")
+    _change_listings(tx, protocol, accounts, listing_rows)
+    seeded = _seed_retirements(tx, protocol, accounts, token_ids, listing_rows)
+    for gasless in (*accounts.payers, accounts.treasury):
+        if w3.eth.get_balance(gasless.address) != 0:
+            raise DeployError(f"{gasless.address} holds ETH; payers and the treasury must be gasless")
     class_rows = _class_rows(token_ids)
     log.info(
-        "seeded %d credits, %d classes, %d listings, %d payers in %d transactions (%.1f s)",
+        "seeded %d credits, %d classes, %d listings, %d payers, %d retirements on chain %d "
+        "in %d transactions (%.1f s)",
         len(credit_rows),
         len(class_rows),
         len(listing_rows),
         len(accounts.payers),
+        len(seeded),
+        chain_id,
         tx.sent,
         time.monotonic() - started,
     )
@@ -417,11 +585,13 @@ def deploy_and_seed(rpc_url: str, chain_id: int, projects_file: Path) -> dict[st
         "spareExecutors": [_account_info(a) for a in accounts.spare_executors],
         "seller": _account_info(accounts.seller),
         "feeRecipient": _account_info(accounts.fee_recipient),
+        "treasury": _account_info(accounts.treasury),
         "payers": [_account_info(p) for p in accounts.payers],
         "fees": dict(SETTLEMENT_FEES),
         "credits": credit_rows,
         "carbonClasses": class_rows,
         "listings": listing_rows,
+        "seededRetirements": seeded,
     }
 
 
@@ -489,7 +659,7 @@ def _class_rows(token_ids: dict[str, list[int]]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Accounts:
-    """The devnet's roles: anvil's accounts 0-3 and the deterministic payers."""
+    """The devnet's roles: anvil's accounts 0-5, the deterministic payers and the treasury."""
 
     deployer: LocalAccount
     executor: LocalAccount
@@ -497,6 +667,7 @@ class _Accounts:
     fee_recipient: LocalAccount
     payers: tuple[LocalAccount, ...]
     spare_executors: tuple[LocalAccount, ...]
+    treasury: LocalAccount
 
     @classmethod
     def of_anvil(cls) -> _Accounts:
@@ -507,6 +678,7 @@ class _Accounts:
             Account.from_key(FEE_RECIPIENT_KEY),
             tuple(Account.from_key(payer_key(i)) for i in range(PAYER_COUNT)),
             tuple(Account.from_key(k) for k in SPARE_EXECUTOR_KEYS),
+            Account.from_key(TREASURY_KEY),
         )
 
 
@@ -650,7 +822,7 @@ def _register_credits(
 
 def _stock(tx: _Sender, p: _Protocol, accounts: _Accounts, token_ids: dict[str, list[int]]) -> list[int]:
     """Register credits with their classes, mint class deposits and the seller's inventory,
-    and add pool liquidity. Returns the token id of each listing of :data:`LISTING_SPECS`."""
+    and add pool liquidity. Returns the token id of each listing of :data:`ALL_LISTING_SPECS`."""
     deployer = accounts.deployer
     for class_id, spec in enumerate(CLASS_SPECS, start=1):
         for token_id in token_ids[spec.symbol]:
@@ -664,8 +836,8 @@ def _stock(tx: _Sender, p: _Protocol, accounts: _Accounts, token_ids: dict[str, 
                 deployer,
                 p.credits.functions.mint(deployer.address, token_id, CLASS_DEPOSIT_UNITS),
             )
-    listing_tokens = [token_ids[ls.symbol][ls.index] for ls in LISTING_SPECS]
-    for ls, token_id in zip(LISTING_SPECS, listing_tokens, strict=True):
+    listing_tokens = [token_ids[ls.symbol][ls.index] for ls in ALL_LISTING_SPECS]
+    for ls, token_id in zip(ALL_LISTING_SPECS, listing_tokens, strict=True):
         tx.send(
             f"mint credit {token_id} to seller",
             deployer,
@@ -683,8 +855,9 @@ def _deposit_and_list(
     token_ids: dict[str, list[int]],
     listing_tokens: list[int],
 ) -> list[dict[str, Any]]:
-    """Deposit each class's credits and place the seller's listings (expiring
-    :data:`LISTING_LIFETIME_S` after the latest block). Returns the description's listing rows."""
+    """Deposit each class's credits and place the seller's listings of
+    :data:`ALL_LISTING_SPECS` in order (ids from 1, expiring :data:`LISTING_LIFETIME_S` after
+    the latest block). Returns the description's listing rows, as created."""
     expiration = int(tx.w3.eth.get_block("latest")["timestamp"]) + LISTING_LIFETIME_S
     for class_id, spec in enumerate(CLASS_SPECS, start=1):
         for token_id in token_ids[spec.symbol]:
@@ -694,7 +867,7 @@ def _deposit_and_list(
                 p.classes.functions.deposit(class_id, token_id, CLASS_DEPOSIT_UNITS),
             )
     listing_rows: list[dict[str, Any]] = []
-    for listing_id, (ls, token_id) in enumerate(zip(LISTING_SPECS, listing_tokens, strict=True), start=1):
+    for listing_id, (ls, token_id) in enumerate(zip(ALL_LISTING_SPECS, listing_tokens, strict=True), start=1):
         amount = ls.tonnes * UNITS_PER_TONNE
         tx.send(
             f"createListing {listing_id}",
@@ -712,9 +885,177 @@ def _deposit_and_list(
                 "amount": amount,
                 "minFill": ls.min_fill,
                 "expiration": expiration,
+                "leftToSell": amount,
+                "state": "active",
             }
         )
     tx.flush()
     if int(p.market.functions.listingCount().call()) != len(listing_rows):
         raise DeployError("listing count on chain does not match the created listings")
     return listing_rows
+
+
+def _change_listings(
+    tx: _Sender, p: _Protocol, accounts: _Accounts, listing_rows: list[dict[str, Any]]
+) -> None:
+    """Reprice and cancel the listings of :data:`CHANGED_LISTING_SPECS` (updating
+    ``listing_rows`` in place), and fund the treasury (10,000 USDC) and the deployer, who
+    settles the seeded retirements (the pool's deposit took all it held)."""
+    latest = int(tx.w3.eth.get_block("latest")["timestamp"])
+    for row, ls in zip(listing_rows, ALL_LISTING_SPECS, strict=True):
+        if ls.update is not None:
+            expiration = latest + ls.update.lifetime_s
+            tx.send(
+                f"updateListing {row['listingId']}",
+                accounts.seller,
+                p.market.functions.updateListing(
+                    row["listingId"], ls.update.unit_price, ls.update.min_fill, expiration
+                ),
+            )
+            row.update(
+                createdUnitPrice=row["unitPrice"],
+                createdMinFill=row["minFill"],
+                createdExpiration=row["expiration"],
+                unitPrice=str(ls.update.unit_price),
+                minFill=ls.update.min_fill,
+                expiration=expiration,
+            )
+        if ls.cancelled:
+            tx.send(
+                f"cancelListing {row['listingId']}",
+                accounts.seller,
+                p.market.functions.cancelListing(row["listingId"]),
+            )
+            row["leftToSell"] = 0
+        row["state"] = ls.state
+    deployer = accounts.deployer
+    tx.send("mint treasury USDC", deployer, p.usdc.functions.mint(accounts.treasury.address, TREASURY_USDC))
+    tx.send("mint seeder USDC", deployer, p.usdc.functions.mint(deployer.address, SEEDER_USDC))
+    tx.send("mint seeder kVCM", deployer, p.kvcm.functions.mint(deployer.address, SEEDER_KVCM))
+    tx.flush()
+
+
+def beneficiary_address(name: str) -> ChecksumAddress:
+    """A seeded retirement's beneficiary address: the low 20 bytes of
+    ``keccak256(f"relayer-devnet beneficiary {name}")`` (deterministic, nobody's key)."""
+    return Web3.to_checksum_address(bytes(Web3.keccak(text=f"relayer-devnet beneficiary {name}"))[-20:])
+
+
+def _seed_retirements(
+    tx: _Sender,
+    p: _Protocol,
+    accounts: _Accounts,
+    token_ids: dict[str, list[int]],
+    listing_rows: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Settle :data:`SEED_RETIREMENTS` as the deployer, the way prepare/retire's batch does:
+    ``approve(settlement, maxInput)`` of each input token (the sum of its retirements'
+    inputs: the quoted cost + fee, with :data:`SEED_SLIPPAGE_BPS` headroom for a class),
+    then one ``retire(r, maxInput)`` transaction per retirement (the unused input is
+    refunded). A listing fill lowers its row's ``leftToSell``.
+
+    Returns:
+        The description's ``seededRetirements``, in order: ``id`` (the unified
+        ``{chainId}-{transactionHash}-{retirementIndex}``), ``transactionHash``,
+        ``retirementIndex``, ``blockNumber``, ``source`` (``"carbonClass"`` or
+        ``"listing"``), ``sourceId`` (class or listing id), ``carbonClass`` (symbol, ``""``
+        for a listing), ``tokenId``, ``amountUnits`` (credit units), ``inputToken``
+        (``"USDC"`` or ``"kVCM"``), ``value``, ``retirementCost``, ``fee``, ``refunded``
+        (decimal strings, atomic units of the input token), ``payer`` (the deployer),
+        ``beneficiary`` (address), ``beneficiaryName``, ``retiringEntity``, ``message``,
+        ``beneficiaryLocation``, ``consumptionCountryCode``, ``consumptionPeriodStart``,
+        ``consumptionPeriodEnd``.
+    """
+    deployer = accounts.deployer
+    tokens = {"USDC": p.usdc, "kVCM": p.kvcm}
+    class_ids = {spec.symbol: class_id for class_id, spec in enumerate(CLASS_SPECS, start=1)}
+    listings = {row["listingId"]: row for row in listing_rows}
+    planned: list[tuple[RetirementSpec, Retirement, int]] = []
+    approvals = dict.fromkeys(tokens, 0)
+    for spec in SEED_RETIREMENTS:
+        if spec.carbon_class:
+            source, source_id = SOURCE_CARBON_CLASS, class_ids[spec.carbon_class]
+            token_id = token_ids[spec.carbon_class][spec.credit_index]
+        else:
+            source, source_id = SOURCE_LISTING, spec.listing_id
+            token_id = listings[spec.listing_id]["tokenId"]
+        retirement = Retirement(
+            source=source,
+            source_id=source_id,
+            credit_token=p.credits.address,
+            token_id=token_id,
+            amount=spec.units,
+            input_token=tokens[spec.input_token].address,
+            gas_allowance=0,
+            details=RetirementDetails(
+                retiring_address=deployer.address,
+                beneficiary_address=beneficiary_address(spec.beneficiary),
+                beneficiary_string=spec.beneficiary,
+                retiring_entity_string=spec.retiring_entity,
+                retirement_message=spec.message,
+                beneficiary_location=spec.location,
+                consumption_country_code=spec.country,
+                consumption_period_start=spec.period[0],
+                consumption_period_end=spec.period[1],
+            ),
+        )
+        cost, fee = (int(v) for v in p.settlement.functions.quote(retirement.as_tuple()).call())
+        max_input = cost + fee
+        if source == SOURCE_CARBON_CLASS:
+            max_input += max_input * SEED_SLIPPAGE_BPS // 10_000
+        approvals[spec.input_token] += max_input
+        planned.append((spec, retirement, max_input))
+    for symbol, amount in approvals.items():
+        if amount:
+            tx.send(
+                f"approve settlement {symbol}",
+                deployer,
+                tokens[symbol].functions.approve(p.settlement.address, amount),
+            )
+    tx.flush()
+    for spec, retirement, max_input in planned:
+        tx.send(
+            f"retire for {spec.beneficiary}",
+            deployer,
+            p.settlement.functions.retire(retirement.as_tuple(), max_input),
+        )
+    rows: list[dict[str, Any]] = []
+    settled = p.settlement.events.RetirementSettled()
+    for (spec, retirement, _), receipt in zip(planned, tx.flush(), strict=True):
+        events = settled.process_receipt(receipt, errors=DISCARD)
+        if len(events) != 1:
+            raise DeployError(f"retire for {spec.beneficiary}: {len(events)} RetirementSettled events, not 1")
+        args = events[0]["args"]
+        tx_hash = "0x" + bytes(receipt["transactionHash"]).hex()
+        index = int(args["retirementIndex"])
+        details = retirement.details
+        rows.append(
+            {
+                "id": f"{tx.chain_id}-{tx_hash}-{index}",
+                "transactionHash": tx_hash,
+                "retirementIndex": index,
+                "blockNumber": int(receipt["blockNumber"]),
+                "source": "carbonClass" if retirement.source == SOURCE_CARBON_CLASS else "listing",
+                "sourceId": retirement.source_id,
+                "carbonClass": spec.carbon_class,
+                "tokenId": retirement.token_id,
+                "amountUnits": retirement.amount,
+                "inputToken": spec.input_token,
+                "value": str(args["value"]),
+                "retirementCost": str(args["retirementCost"]),
+                "fee": str(args["fee"]),
+                "refunded": str(args["refunded"]),
+                "payer": deployer.address,
+                "beneficiary": details.beneficiary_address,
+                "beneficiaryName": details.beneficiary_string,
+                "retiringEntity": details.retiring_entity_string,
+                "message": details.retirement_message,
+                "beneficiaryLocation": details.beneficiary_location,
+                "consumptionCountryCode": details.consumption_country_code,
+                "consumptionPeriodStart": details.consumption_period_start,
+                "consumptionPeriodEnd": details.consumption_period_end,
+            }
+        )
+        if retirement.source == SOURCE_LISTING:
+            listings[retirement.source_id]["leftToSell"] -= retirement.amount
+    return rows

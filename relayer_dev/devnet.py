@@ -1,9 +1,13 @@
-"""The local devnet's processes: starts and stops anvil, and records the deployment.
+"""The local devnet's processes: starts and stops its two anvils, and records the deployments.
 
-Owns ``.devdata/anvil.pid``, ``.devdata/anvil.log`` and ``.devdata/devnet.json``. Policy:
-``up`` is idempotent (a live devnet is reused, never redeployed); ``down`` stops exactly
-the process named in the pid file and nothing else. Deployment itself lives in
-:mod:`relayer_dev.deploy`; this module never imports web3.
+Two local chains carry the same reference protocol: the daemon's own chain (Base Sepolia,
+84532, on 127.0.0.1:8545) and a stand-in for Polygon (137, on 127.0.0.1:8546) that the
+daemon indexes for the marketplace catalogue. Owns, under ``.devdata/``: ``anvil.pid``,
+``anvil.log`` and ``devnet.json`` (the daemon's deployment file, which also lists both
+chains) for the first, ``anvil-137.pid``, ``anvil-137.log`` and ``devnet-137.json`` for the
+second. Policy: ``up`` is idempotent (a live, described chain is reused, never redeployed);
+``down`` stops exactly the processes named in the pid files and nothing else. Deployment
+itself lives in :mod:`relayer_dev.deploy`; this module never imports web3.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,9 +47,64 @@ PID_FILE: Final = "anvil.pid"
 LOG_FILE: Final = "anvil.log"
 DEVNET_FILE: Final = "devnet.json"
 
+POLYGON_CHAIN_ID: Final = 137
+DEFAULT_INDEX_PORT: Final = 8546
+INDEX_PID_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.pid"
+INDEX_LOG_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.log"
+INDEX_DEVNET_FILE: Final = f"devnet-{POLYGON_CHAIN_ID}.json"
+
+CHAIN_NAMES: Final = {8453: "base", 84532: "base-sepolia", POLYGON_CHAIN_ID: "polygon"}
+"""Names of the chains a devnet simulates, as written in ``devnet.json``'s ``chains``."""
+
+CURRENT_KEYS: Final = ("genesisHash", "treasury", "seededRetirements")
+"""Keys a description of today's seeding has: a chain described without them was deployed by
+an older release of this tool and is replaced rather than reused."""
+
 
 class DevnetError(DevError):
     """anvil could not be started, answered wrongly, or the devnet files are inconsistent."""
+
+
+@dataclass(frozen=True)
+class LocalChain:
+    """One anvil of the devnet and the files under ``.devdata/`` that belong to it.
+
+    Attributes:
+        chain_id: the chain id anvil reports.
+        name: the chain's name in ``devnet.json``'s ``chains`` (``"base-sepolia"``, ...).
+        port: anvil's TCP port on 127.0.0.1.
+        pid_file: file holding anvil's pid.
+        log_file: anvil's output.
+        description_file: the deployment's description (JSON).
+    """
+
+    chain_id: int
+    name: str
+    port: int
+    pid_file: str
+    log_file: str
+    description_file: str
+
+    @property
+    def rpc_url(self) -> str:
+        """The chain's JSON-RPC URL."""
+        return rpc_url(self.port)
+
+
+def devnet_chains(port: int, chain_id: int, index_port: int) -> tuple[LocalChain, LocalChain]:
+    """The devnet's two chains: the daemon's own (``chain_id`` on ``port``, described in
+    ``devnet.json``) and the Polygon stand-in (137 on ``index_port``, ``devnet-137.json``)."""
+    return (
+        LocalChain(chain_id, CHAIN_NAMES.get(chain_id, str(chain_id)), port, PID_FILE, LOG_FILE, DEVNET_FILE),
+        LocalChain(
+            POLYGON_CHAIN_ID,
+            CHAIN_NAMES[POLYGON_CHAIN_ID],
+            index_port,
+            INDEX_PID_FILE,
+            INDEX_LOG_FILE,
+            INDEX_DEVNET_FILE,
+        ),
+    )
 
 
 def rpc_url(port: int) -> str:
@@ -107,19 +167,22 @@ def start_anvil(
     chain_id: int = 84532,
     block_time: float | None = None,
     gas_limit: int | None = None,
+    *,
+    log_name: str = LOG_FILE,
 ) -> subprocess.Popen[bytes]:
     """Start anvil on ``127.0.0.1:port`` and wait until it answers ``eth_chainId``.
 
     anvil runs in its own session (it outlives the caller and ignores the caller's Ctrl-C);
     the caller owns the returned process and stops it by its pid. Its output goes to
-    ``state_dir/anvil.log``.
+    ``state_dir/log_name``.
 
     Args:
         state_dir: directory for the log file (created if missing).
         port: TCP port; must be free.
-        chain_id: chain id to report (84532 Base Sepolia, 8453 Base).
+        chain_id: chain id to report (84532 Base Sepolia, 8453 Base, 137 Polygon).
         block_time: seconds between blocks; ``None`` mines one block per transaction.
         gas_limit: the block gas limit (anvil's default: 30M).
+        log_name: the log file's name in ``state_dir`` (appended to).
 
     Returns:
         The running anvil process.
@@ -133,7 +196,7 @@ def start_anvil(
     if _port_in_use(port):
         raise DevnetError(f"port {port} on {HOST} is already in use")
     state_dir.mkdir(parents=True, exist_ok=True)
-    log_path = state_dir / LOG_FILE
+    log_path = state_dir / log_name
     cmd = [
         str(ANVIL),
         "--host",
@@ -234,78 +297,155 @@ def up(
     port: int = 8545,
     chain_id: int = 84532,
     x402_base_url: str,
+    marketplace_base_url: str | None = None,
     projects_file: Path = DEFAULT_PROJECTS_FILE,
+    index_port: int = DEFAULT_INDEX_PORT,
 ) -> dict[str, Any]:
-    """Start anvil, deploy and seed the protocol, and write ``.devdata/devnet.json``.
+    """Start both anvils, deploy and seed the protocol on each, and write
+    ``.devdata/devnet.json`` and ``.devdata/devnet-137.json``.
 
-    Idempotent: when ``.devdata/anvil.pid`` names a live anvil that answers on ``port`` with
-    ``chain_id`` and ``devnet.json`` describes it, that description is returned unchanged.
-    A stale pid file or description (anvil gone) is replaced by a fresh devnet.
+    Idempotent per chain: when a chain's pid file names a live anvil that answers on its port
+    with its chain id and its description file describes it (with today's seeding), that
+    chain is reused as it is; when both are, ``devnet.json`` is returned unchanged. A stale
+    pid file or description (anvil gone, or deployed by an older release) is replaced by a
+    fresh chain.
 
     Args:
         root: project directory holding ``.devdata/``.
-        port: anvil's TCP port on 127.0.0.1.
-        chain_id: 84532 (Base Sepolia, USDC domain "USDC") or 8453 (domain "USD Coin").
+        port: the first anvil's TCP port on 127.0.0.1.
+        chain_id: the first chain: 84532 (Base Sepolia, USDC domain "USDC") or 8453
+            (domain "USD Coin").
         x402_base_url: the daemon's x402 base URL, recorded as ``x402BaseUrl``.
+        marketplace_base_url: the daemon's public base URL (the marketplace routes
+            ``/categories``, ``/carbonProjects``, ``/retirements/...`` are at its root),
+            recorded as ``marketplaceBaseUrl``; default: ``x402_base_url`` without ``/api``.
         projects_file: ``carbon-projects.json`` the credits are taken from.
+        index_port: the Polygon stand-in's (chain 137) TCP port on 127.0.0.1.
 
     Returns:
-        The devnet description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
-        ``x402BaseUrl``.
+        The first chain's description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
+        ``x402BaseUrl``, ``marketplaceBaseUrl`` and ``chains``: one entry per local chain,
+        ``{"chainId", "name", "rpcUrl", "deploymentFile"}`` (absolute path of its
+        description file), the first chain first.
 
     Raises:
-        DevnetError: a devnet from this root is running on another port or chain, or anvil
-            failed to start.
-        relayer_dev.deploy.DeployError: deployment or seeding failed (anvil is stopped).
+        DevnetError: a chain of this root's devnet is running on another port or chain id,
+            or anvil failed to start.
+        relayer_dev.deploy.DeployError: deployment or seeding failed (the anvils this call
+            started are stopped).
     """
     devdata = root / DEVDATA
-    pid_path, devnet_path = devdata / PID_FILE, devdata / DEVNET_FILE
+    chains = devnet_chains(port, chain_id, index_port)
+    reused = [_reusable(devdata, chain) for chain in chains]
+    fresh = [chain for chain, existing in zip(chains, reused, strict=True) if existing is None]
+    deployed = _bring_up(devdata, fresh, projects_file) if fresh else {}
+    primary, index = (
+        existing if existing is not None else deployed[chain.chain_id]
+        for chain, existing in zip(chains, reused, strict=True)
+    )
+    for chain in chains[1:]:
+        if chain.chain_id in deployed:
+            _write_json(devdata / chain.description_file, deployed[chain.chain_id])
+    described = {
+        "x402BaseUrl": x402_base_url,
+        "marketplaceBaseUrl": marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api"),
+        "chains": [
+            {
+                "chainId": chain.chain_id,
+                "name": chain.name,
+                "rpcUrl": chain.rpc_url,
+                "deploymentFile": str((devdata / chain.description_file).resolve()),
+            }
+            for chain in chains
+        ],
+    }
+    if reused[0] is not None:  # keep what it records, add what an older `up` did not
+        missing = {k: v for k, v in described.items() if k not in primary}
+        if not missing:
+            return primary
+        primary.update(missing)
+    else:
+        primary.update(described)
+    _write_json(devdata / chains[0].description_file, primary)
+    for chain in chains:
+        log.info("devnet: %s (chain %d) on %s", chain.name, chain.chain_id, chain.rpc_url)
+    log.info(
+        "devnet: %d contracts, %d classes, %d listings, %d payers, %d seeded retirements on each chain",
+        len(primary["contracts"]),
+        len(primary["carbonClasses"]),
+        len(primary["listings"]),
+        len(primary["payers"]),
+        len(index["seededRetirements"]),
+    )
+    log.info("devnet: wrote %s", devdata / chains[0].description_file)
+    return primary
+
+
+def _reusable(devdata: Path, chain: LocalChain) -> dict[str, Any] | None:
+    """``chain``'s description when its anvil is live, answers and is described with today's
+    seeding; else ``None``, after stopping an undescribed or unresponsive anvil of its pid
+    file and removing the chain's stale pid and description files.
+
+    Raises:
+        DevnetError: the pid file's anvil is described as another port or chain.
+    """
+    pid_path, description_path = devdata / chain.pid_file, devdata / chain.description_file
     pid = _read_pid(pid_path)
     if pid is not None and _pid_alive(pid) and _is_anvil(pid):
-        existing = _load_devnet(devnet_path)
-        url = rpc_url(port)
-        if existing is not None and existing.get("rpcUrl") == url and existing.get("chainId") == chain_id:
-            if probe_chain_id(url) == chain_id:
-                log.info("devnet: already up on %s (chain %d, pid %d)", url, chain_id, pid)
-                if "genesisHash" not in existing:  # described before genesis hashes were recorded
-                    existing["genesisHash"] = probe_genesis_hash(url)
-                    _write_json(devnet_path, existing)
+        existing = _load_devnet(description_path)
+        url = chain.rpc_url
+        if (
+            existing is not None
+            and existing.get("rpcUrl") == url
+            and existing.get("chainId") == chain.chain_id
+        ):
+            if probe_chain_id(url) == chain.chain_id and all(k in existing for k in CURRENT_KEYS):
+                log.info("devnet: already up on %s (chain %d, pid %d)", url, chain.chain_id, pid)
                 return existing
         elif existing is not None:
             raise DevnetError(
                 f"a devnet is already running (pid {pid}, {existing.get('rpcUrl')}, chain "
                 f"{existing.get('chainId')}); run `python -m relayer_dev devnet down` first"
             )
-        log.info("devnet: stopping unresponsive or undescribed anvil (pid %d)", pid)
+        log.info("devnet: stopping an unresponsive, undescribed or outdated anvil (pid %d)", pid)
         _terminate(pid)
     pid_path.unlink(missing_ok=True)
-    devnet_path.unlink(missing_ok=True)
+    description_path.unlink(missing_ok=True)
+    return None
 
-    proc = start_anvil(devdata, port, chain_id)
-    pid_path.write_text(f"{proc.pid}\n")
+
+def _bring_up(devdata: Path, chains: list[LocalChain], projects_file: Path) -> dict[int, dict[str, Any]]:
+    """Start an anvil for each of ``chains`` (pid files written), then deploy and seed the
+    protocol on each in turn. Returns chain id -> description. On any failure every anvil
+    started here is stopped, its pid file removed, and the error raised.
+
+    One chain after the other: seeding a chain is bound by Python's own CPU (web3's encoding
+    and signing take about 0.5 s of its 0.6 s), so deploying the two in threads saved
+    nothing measurable, nor did processes on a 2-core machine (about 1.3 s either way)."""
+    devdata.mkdir(parents=True, exist_ok=True)
+    started: list[tuple[LocalChain, subprocess.Popen[bytes]]] = []
+    deployed: dict[int, dict[str, Any]] = {}
     try:
-        devnet = deploy_and_seed(rpc_url(port), chain_id, projects_file)
+        for chain in chains:
+            proc = start_anvil(devdata, chain.port, chain.chain_id, log_name=chain.log_file)
+            started.append((chain, proc))
+            (devdata / chain.pid_file).write_text(f"{proc.pid}\n")
+        for chain in chains:
+            deployed[chain.chain_id] = deploy_and_seed(chain.rpc_url, chain.chain_id, projects_file)
     except BaseException:
-        _terminate(proc.pid)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-        pid_path.unlink(missing_ok=True)
+        for chain, proc in started:
+            _terminate(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            (devdata / chain.pid_file).unlink(missing_ok=True)
         raise
-    # anvil is meant to outlive this process: drop the handle without the ResourceWarning
+    # anvil is meant to outlive this process: drop the handles without the ResourceWarning
     # that Popen.__del__ gives for a child still running.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
+        started.clear()
         del proc
-    devnet["x402BaseUrl"] = x402_base_url
-    _write_json(devnet_path, devnet)
-    log.info("devnet: deployed %d contracts", len(devnet["contracts"]))
-    log.info(
-        "devnet: seeded %d classes, %d listings, %d payers",
-        len(devnet["carbonClasses"]),
-        len(devnet["listings"]),
-        len(devnet["payers"]),
-    )
-    log.info("devnet: wrote %s", devnet_path)
-    return devnet
+    return deployed
 
 
 def _load_devnet(path: Path) -> dict[str, Any] | None:
@@ -317,10 +457,12 @@ def _load_devnet(path: Path) -> dict[str, Any] | None:
 
 
 def down(root: Path) -> bool:
-    """Stop the devnet's anvil and remove ``.devdata/anvil.pid`` and ``devnet.json``.
+    """Stop the devnet's anvils and remove their pid files, ``devnet.json`` and
+    ``devnet-137.json``.
 
-    Only the pid in the pid file is signalled (SIGTERM, up to 5 s, then SIGKILL), and only
-    if that pid still runs anvil; other anvils are left alone. The log file is kept.
+    Only the pids in the pid files (``anvil.pid``, ``anvil-137.pid``) are signalled
+    (SIGTERM, up to 5 s, then SIGKILL), and only if such a pid still runs anvil; other
+    anvils are left alone. The log files are kept.
 
     Args:
         root: project directory holding ``.devdata/``.
@@ -329,15 +471,16 @@ def down(root: Path) -> bool:
         Whether a running anvil was stopped.
     """
     devdata = root / DEVDATA
-    pid_path = devdata / PID_FILE
-    pid = _read_pid(pid_path)
     stopped = False
-    if pid is not None and _pid_alive(pid) and _is_anvil(pid):
-        _terminate(pid)
-        stopped = True
-        log.info("devnet: stopped anvil (pid %d)", pid)
-    elif pid is not None:
-        log.info("devnet: pid %d from %s is not a running anvil; nothing to stop", pid, pid_path)
-    pid_path.unlink(missing_ok=True)
-    (devdata / DEVNET_FILE).unlink(missing_ok=True)
+    for pid_file, description_file in ((PID_FILE, DEVNET_FILE), (INDEX_PID_FILE, INDEX_DEVNET_FILE)):
+        pid_path = devdata / pid_file
+        pid = _read_pid(pid_path)
+        if pid is not None and _pid_alive(pid) and _is_anvil(pid):
+            _terminate(pid)
+            stopped = True
+            log.info("devnet: stopped anvil (pid %d, %s)", pid, pid_file)
+        elif pid is not None:
+            log.info("devnet: pid %d from %s is not a running anvil; nothing to stop", pid, pid_path)
+        pid_path.unlink(missing_ok=True)
+        (devdata / description_file).unlink(missing_ok=True)
     return stopped

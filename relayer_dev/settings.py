@@ -1,12 +1,15 @@
 """The product settings the dev tooling supplies: the database (``RELAYER_DATABASE_URL``
 when set, else a database per devnet instance on the private cluster under ``.devdata/``),
-the local chain's RPC URL, chain id
-and deployment file, and its executor key (a public anvil key). Settings given in the
-environment win; only the missing ones are filled in. Also writes them as an env file so
-``make devnet`` runs the real product command with them."""
+the local chain's RPC URL, chain id and deployment file, its executor key (a public anvil
+key), the other local chains the daemon indexes for the marketplace (``RELAYER_INDEX_CHAINS``:
+the Polygon stand-in) and the treasury key that pays marketplace orders
+(``RELAYER_TREASURY_PRIVATE_KEY``). Settings given in the environment win; only the missing
+ones are filled in. Also writes them as an env file so ``make devnet`` runs the real product
+command with them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from pathlib import Path
@@ -14,7 +17,7 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from relayer.config import Settings, env_name, load_settings
+from relayer.config import IndexChain, Settings, env_name, load_settings
 from relayer_dev import devdb
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
@@ -22,6 +25,8 @@ STATE_DIR: Final = REPO_ROOT / ".devdata"
 DEVNET_FILE: Final = STATE_DIR / "devnet.json"
 ENV_FILE: Final = STATE_DIR / "relayer.env"
 DEFAULT_RPC_PORT: Final = 8545
+DEV_CONFIRMATIONS: Final = 1
+"""anvil mines a block per transaction: no deeper block may come."""
 
 
 def database_url(
@@ -42,6 +47,23 @@ def chain_database(devnet: dict[str, Any]) -> str:
     return f"relayer_{devnet['genesisHash'][2:18].lower()}"
 
 
+def index_chains(devnet: dict[str, Any]) -> list[IndexChain]:
+    """The devnet's other local chains (its ``chains`` without the daemon's own), as
+    ``RELAYER_INDEX_CHAINS`` lists them: chain id, RPC URL, deployment file and the dev
+    confirmation depth (1: anvil mines a block per transaction, so a chain's default depth,
+    64 blocks on Polygon, would never be reached)."""
+    return [
+        IndexChain(
+            chain_id=chain["chainId"],
+            rpc_url=chain["rpcUrl"],
+            deployment_file=Path(chain["deploymentFile"]),
+            confirmations=DEV_CONFIRMATIONS,
+        )
+        for chain in devnet.get("chains", ())
+        if chain["chainId"] != devnet["chainId"]
+    ]
+
+
 def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settings:
     """``base`` (default: the environment) with every missing daemon setting supplied for
     the devnet described by ``devnet`` (as ``relayer_dev devnet up`` writes it)."""
@@ -51,9 +73,13 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
         "rpc_url": devnet["rpcUrl"],
         "deployment_file": Path(devnet.get("deploymentFile", DEVNET_FILE)),
         "executor_private_key": SecretStr(devnet["executor"]["privateKey"]),
+        "confirmations": DEV_CONFIRMATIONS,
     }
-    supplied["confirmations"] = 1  # anvil mines a block per transaction: no deeper block may come
+    if "treasury" in devnet:
+        supplied["treasury_private_key"] = SecretStr(devnet["treasury"]["privateKey"])
     updates = {k: v for k, v in supplied.items() if getattr(base, k) is None}
+    if "index_chains" not in base.model_fields_set:  # RELAYER_INDEX_CHAINS='[]' indexes none
+        updates["index_chains"] = index_chains(devnet)
     updates["chain_id"] = devnet["chainId"]
     return base.model_copy(update=updates)
 
@@ -68,12 +94,22 @@ def env_lines(settings: Settings) -> list[str]:
         "deployment_file": settings.deployment_file,
         "executor_private_key": settings.executor_private_key,
         "confirmations": settings.confirmations,
+        "index_chains": _index_chains_json(settings.index_chains) if settings.index_chains else None,
+        "treasury_private_key": settings.treasury_private_key,
     }
     return [
         f"{env_name(k)}={shlex.quote(v.get_secret_value() if isinstance(v, SecretStr) else str(v))}"
         for k, v in values.items()
         if v is not None
     ]
+
+
+def _index_chains_json(chains: list[IndexChain]) -> str:
+    """``RELAYER_INDEX_CHAINS``'s value: a compact JSON list of ``{"chainId", "rpcUrl",
+    "deploymentFile", "confirmations"}`` (``confirmations`` only when set)."""
+    return json.dumps(
+        [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in chains], separators=(",", ":")
+    )
 
 
 def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:

@@ -1,6 +1,7 @@
 """Shared fixtures: a real Postgres (RELAYER_DATABASE_URL, else a private throwaway cluster)
-with a scratch database per session, a real anvil with the reference protocol deployed, and
-the whole daemon served over HTTP on loopback — the same code paths production uses."""
+with a scratch database per session, a real anvil with the reference protocol deployed (and a
+second one, chain 137, standing in for Polygon), and the whole daemon served over HTTP on
+loopback — the same code paths production uses."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from relayer.store.migrations import migrate
 from relayer.store.pool import Database
 from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
+from tests.chain_helpers import write_deployment_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
@@ -59,6 +61,25 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
         (state / "devnet.json").write_text(json.dumps(info))
         info["deploymentFile"] = str(state / "devnet.json")
+        yield info
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def polygon_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A second private anvil, chain 137 (the Polygon stand-in whose listings and retirements
+    the marketplace indexes), with the same protocol deployed and seeded: its devnet
+    description (``rpcUrl``, ``contracts``, ``deployBlock``, ``listings``,
+    ``seededRetirements``, ``treasury``, ...) plus ``deploymentFile``, a JSON file of it the
+    daemon can read (see :func:`tests.chain_helpers.index_chain_setting`)."""
+    state = tmp_path_factory.mktemp("anvil-137")
+    port = free_port()
+    proc = devnet.start_anvil(state, port, devnet.POLYGON_CHAIN_ID, log_name=devnet.INDEX_LOG_FILE)
+    try:
+        info = deploy_and_seed(devnet.rpc_url(port), devnet.POLYGON_CHAIN_ID, PROJECTS)
+        info["deploymentFile"] = str(write_deployment_file(info, state / devnet.INDEX_DEVNET_FILE))
         yield info
     finally:
         proc.terminate()

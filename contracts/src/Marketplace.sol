@@ -43,6 +43,7 @@ contract Marketplace is ERC1155Holder {
     );
     event ListingFilled(uint256 indexed listingId, address indexed buyer, uint256 amount, uint256 cost);
     event ListingCancelled(uint256 indexed listingId);
+    event ListingUpdated(uint256 indexed listingId, uint256 unitPrice, uint256 minFill, uint64 expiration);
 
     error ListingNotFound(uint256 listingId);
     error ListingNotActive(uint256 listingId);
@@ -83,6 +84,19 @@ contract Marketplace is ERC1155Holder {
         l.leftToSell = 0;
         if (left > 0) IERC1155(l.creditToken).safeTransferFrom(address(this), l.seller, l.tokenId, left, "");
         emit ListingCancelled(listingId);
+    }
+
+    /// @notice The seller reprices an active listing: new unit price, smallest fill and expiry,
+    ///         under createListing's rules (against what is left to sell). Escrow is unchanged.
+    function updateListing(uint256 listingId, uint256 unitPrice, uint256 minFill, uint64 expiration) external {
+        Listing storage l = _listing(listingId);
+        if (msg.sender != l.seller) revert NotSeller(msg.sender);
+        if (!l.active) revert ListingNotActive(listingId);
+        if (unitPrice == 0 || minFill > l.leftToSell || expiration <= block.timestamp) revert InvalidListing();
+        l.unitPrice = unitPrice;
+        l.minFill = minFill;
+        l.expiration = expiration;
+        emit ListingUpdated(listingId, unitPrice, minFill, expiration);
     }
 
     function getListing(uint256 listingId) external view returns (Listing memory) {

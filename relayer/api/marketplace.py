@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any, Final, TypeVar
+from urllib.parse import urlencode
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -42,7 +43,7 @@ from relayer.domain.marketplace import (
     validated,
 )
 from relayer.service.documents import certificate_html, certificate_pdf
-from relayer.service.marketplace import Marketplace, remember
+from relayer.service.marketplace import Marketplace, recall, remember
 from relayer.service.marketplace import Page as ResultPage
 
 log = logging.getLogger(__name__)
@@ -114,15 +115,9 @@ def _paged(request: web.Request, page: ResultPage) -> web.Response:
     following = page.offset + page.limit
     if following < page.total:
         query = {**request.query, "offset": str(following), "limit": str(page.limit)}
-        headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
+        base = request.app[MARKETPLACE].public_base_url
+        headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
     return _respond(_dump(page.items), headers=headers)
-
-
-def _cache_key(request: web.Request) -> str:
-    return request.path + "?" + "&".join(f"{k}={v}" for k, v in sorted(request.query.items()))
-
-
-# ---------------------------------------------------------------------------- routes
 
 
 @guarded
@@ -132,27 +127,22 @@ async def categories(request: web.Request) -> web.Response:
 
 @guarded
 async def carbon_projects(request: web.Request) -> web.Response:
+    """The hot path: an answer rendered for this raw query string is sent as it is (only
+    valid queries are kept); otherwise validate, select, render and keep it."""
     market = request.app[MARKETPLACE]
-    q = validated(CarbonProjectsQuery, _query(request))
-    key = _cache_key(request)
     snap = await market.snapshot()
-    hit = snap.cache.get(key)
+    key = "list?" + request.query_string
+    hit = recall(snap, key)
     if hit is None:
-        page = market.project_page(snap, q)
-        body = _dump(page.items)
-        total = page.total
-        hit = str(total).encode() + b"\n" + body
+        q = validated(CarbonProjectsQuery, _query(request))
+        body, total = market.project_page_json(snap, q)
+        headers = {"X-Total-Count": str(total)}
+        if q.offset + q.limit < total:
+            following = {**request.query, "offset": str(q.offset + q.limit), "limit": str(q.limit)}
+            headers["Link"] = f'<{market.public_base_url}/carbonProjects?{urlencode(following)}>; rel="next"'
+        hit = (headers, body)
         remember(snap, key, hit)
-    total_text, body = hit.split(b"\n", 1)
-    return _paged_cached(request, int(total_text), q.offset, q.limit, body)
-
-
-def _paged_cached(request: web.Request, total: int, offset: int, limit: int, body: bytes) -> web.Response:
-    headers = {"X-Total-Count": str(total)}
-    if offset + limit < total:
-        query = {**request.query, "offset": str(offset + limit), "limit": str(limit)}
-        headers["Link"] = f'<{request.url.with_query(query)}>; rel="next"'
-    return _respond(body, headers=headers)
+    return _respond(hit[1], headers=hit[0])
 
 
 @guarded
@@ -162,11 +152,11 @@ async def carbon_project(request: web.Request) -> web.Response:
         validated(_NoQuery, _query(request))
     key = request.match_info["key"]
     snap = await market.snapshot()
-    hit = snap.cache.get("detail:" + key)
+    hit = recall(snap, "detail:" + key)
     if hit is None:
-        hit = _dump(market.project_detail(snap, key))
+        hit = ({}, _dump(market.project_detail(snap, key)))
         remember(snap, "detail:" + key, hit)
-    return _respond(hit)
+    return _respond(hit[1])
 
 
 class _NoQuery(BaseModel):

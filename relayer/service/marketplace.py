@@ -114,6 +114,10 @@ class Page:
     limit: int
 
 
+Rendered = tuple[dict[str, str], bytes]
+"""A rendered answer: its headers and JSON body."""
+
+
 @dataclass(slots=True)
 class Snapshot:
     """The catalogue as of ``built_at``: records, indexes by filter, live figures and listings."""
@@ -131,7 +135,17 @@ class Snapshot:
     credits: dict[tuple[int, str, int], ChainCredit]
     all_listings: list[ChainListing]
     lower_keys: dict[str, str] = field(default_factory=dict)
-    cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    cache: OrderedDict[str, Rendered] = field(default_factory=OrderedDict)
+    project_json: dict[str, bytes] = field(default_factory=dict)
+
+    def same_state(self, other: Snapshot) -> bool:
+        """Whether ``other`` shows exactly what this one does (its rendered answers still hold)."""
+        return (
+            self.version == other.version
+            and self.live == other.live
+            and self.listings == other.listings
+            and self.all_listings == other.all_listings
+        )
 
 
 def _zero(loaded_at: int) -> LiveFigures:
@@ -187,6 +201,9 @@ class Marketplace:
     async def _refresh(self) -> Snapshot:
         try:
             snap = await self._build()
+            previous = self._snapshot
+            if previous is not None and snap.same_state(previous):  # nothing moved: keep what is rendered
+                snap.cache, snap.project_json = previous.cache, previous.project_json
             self._snapshot = snap
             return snap
         finally:
@@ -288,6 +305,13 @@ class Marketplace:
         Raises:
             MarketplaceError: 400 ``invalid_category`` naming the allowed values.
         """
+        keys = self._keys(snap, q)
+        page = keys[q.offset : q.offset + q.limit]
+        return Page([self.project(snap, k) for k in page], len(keys), q.offset, q.limit)
+
+    def _keys(self, snap: Snapshot, q: CarbonProjectsQuery) -> list[str]:
+        """The keys of the projects matching every filter of ``q``, in key order (400
+        ``invalid_category`` for an unknown category)."""
         category = None
         if q.category is not None:
             category = next((c for c in CATEGORIES if c.lower() == q.category.lower()), None)
@@ -310,8 +334,19 @@ class Marketplace:
             for v in (q.search, q.vintage, q.sdg, q.registry, q.minSupply, q.minPriceUSD, q.maxPriceUSD)
         ):
             keys = [k for k in keys if self._matches(snap, snap.records[k], q)]
-        page = keys[q.offset : q.offset + q.limit]
-        return Page([self.project(snap, k) for k in page], len(keys), q.offset, q.limit)
+        return keys
+
+    def project_page_json(self, snap: Snapshot, q: CarbonProjectsQuery) -> tuple[bytes, int]:
+        """:meth:`project_page` as a JSON array (each project rendered once per snapshot) and
+        how many projects match."""
+        keys = self._keys(snap, q)
+        rendered = []
+        for key in keys[q.offset : q.offset + q.limit]:
+            body = snap.project_json.get(key)
+            if body is None:
+                body = snap.project_json[key] = _json_bytes(self.project(snap, key))
+            rendered.append(body)
+        return b"[" + b",".join(rendered) + b"]", len(keys)
 
     @staticmethod
     def _matches(snap: Snapshot, r: ProjectRecord, q: CarbonProjectsQuery) -> bool:
@@ -799,12 +834,24 @@ class Marketplace:
         }
 
 
-def remember(snap: Snapshot, key: str, body: bytes) -> None:
-    """Keep a rendered response for the rest of this snapshot (at most :data:`CACHE_ENTRIES`,
-    the oldest out first)."""
-    snap.cache[key] = body
+def remember(snap: Snapshot, key: str, rendered: Rendered) -> None:
+    """Keep a rendered answer while the catalogue shows the same (at most
+    :data:`CACHE_ENTRIES`, the least recently used out first)."""
+    snap.cache[key] = rendered
     if len(snap.cache) > CACHE_ENTRIES:
         snap.cache.popitem(last=False)
+
+
+def recall(snap: Snapshot, key: str) -> Rendered | None:
+    """A rendered answer kept by :func:`remember` (marked recently used)."""
+    hit = snap.cache.get(key)
+    if hit is not None:
+        snap.cache.move_to_end(key)
+    return hit
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _burn_of(burns: list[Transfer], r: IndexedRetirement) -> Transfer | None:

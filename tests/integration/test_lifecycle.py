@@ -42,6 +42,7 @@ async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(dae
         async with open_runtime(daemon.runtime.settings, workers=True) as rt:
             assert {t.get_name() for t in rt.tasks} == {
                 "broadcaster",
+                "catalogue-84532",
                 "follower",
                 "gauges",
                 "listener",
