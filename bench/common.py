@@ -1,7 +1,7 @@
 """What the benchmarks share: a free loopback port, a JSON-RPC pass-through that counts
 every call it forwards (batch elements too) and every HTTP round trip (a batch is one), and
 the life of the processes they measure (start the daemon, wait until a URL answers, read a
-process's CPU, stop them)."""
+process's CPU and the whole machine's, stop them)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,13 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(v) for v in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process of the machine spent so far (``/proc/stat``, not idle)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def start_daemon(
