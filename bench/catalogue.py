@@ -66,7 +66,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -84,14 +83,14 @@ from bench.common import (  # noqa: E402
     RELAYER,
     cpu_seconds,
     free_port,
+    in_scratch_database,
     machine_cpu_seconds,
     start_daemon,
     stop_processes,
     wait_ready,
 )
 from relayer.domain.projects import CATEGORIES, parse_record  # noqa: E402
-from relayer.store.migrations import migrate  # noqa: E402
-from relayer_dev import devdb, devnet  # noqa: E402
+from relayer_dev import devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 CHAIN_ID: Final = 84532
@@ -666,19 +665,8 @@ async def main(args: argparse.Namespace) -> None:
     real = len(json.loads(devnet.DEFAULT_PROJECTS_FILE.read_text()))
     if args.projects < real:
         raise SystemExit(f"--projects must be at least the {real} real projects")
-    admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
-    dsn = devdb.create_scratch_database(admin, prefix="relayer_bench")
-    state = Path(tempfile.mkdtemp(prefix="relayer-catalogue-"))
-    try:
-        migrate(dsn)
-        await run(args, state, dsn)
-    except BaseException:
-        print(f"logs (anvil, daemon, bare server) and the catalogue file kept in {state}", file=sys.stderr)
-        raise
-    else:
-        shutil.rmtree(state, ignore_errors=True)
-    finally:
-        devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
+    kept = "logs (anvil, daemon, bare server) and the catalogue file"
+    await in_scratch_database(ROOT, "relayer-catalogue-", kept, lambda state, dsn: run(args, state, dsn))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -124,3 +125,31 @@ def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 60) 
             print(f"pid {p.pid} ignored SIGTERM for {timeout_s:.0f} s; killed", file=sys.stderr)
             p.kill()
             p.wait(timeout=10)
+
+
+async def in_scratch_database(
+    root: Path, state_prefix: str, kept: str, run: Callable[[Path, str], Awaitable[None]]
+) -> None:
+    """``run(state directory, DSN)`` on a fresh, migrated scratch database (on
+    RELAYER_DATABASE_URL, else the private dev cluster under ``root/.devdata``), dropped after;
+    the temporary state directory is removed after a success and kept (and named on stderr,
+    with ``kept`` saying what it holds) after a failure."""
+    import shutil
+    import tempfile
+
+    from relayer.store.migrations import migrate
+    from relayer_dev import devdb
+
+    admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), root / ".devdata")
+    dsn = devdb.create_scratch_database(admin, prefix="relayer_bench")
+    state = Path(tempfile.mkdtemp(prefix=state_prefix))
+    try:
+        migrate(dsn)
+        await run(state, dsn)
+    except BaseException:
+        print(f"{kept} kept in {state}", file=sys.stderr)
+        raise
+    else:
+        shutil.rmtree(state, ignore_errors=True)
+    finally:
+        devdb.drop_database(admin, dsn.rsplit("/", 1)[1])

@@ -33,10 +33,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,9 +47,8 @@ from yarl import URL
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_seconds, free_port, start_daemon, stop_processes, wait_ready  # noqa: E402
-from relayer.store.migrations import migrate  # noqa: E402
-from relayer_dev import devdb, devnet  # noqa: E402
+from bench.common import cpu_seconds, free_port, in_scratch_database, start_daemon, stop_processes, wait_ready  # noqa: E402
+from relayer_dev import devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 CHAIN_ID: Final = 84532
@@ -381,19 +378,12 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
-    dsn = devdb.create_scratch_database(admin, prefix="relayer_bench")
-    state = Path(tempfile.mkdtemp(prefix="relayer-read-path-"))
-    try:
-        migrate(dsn)
-        await run(args, state, dsn)
-    except BaseException:
-        print(f"logs (anvil, daemon, bare server) kept in {state}", file=sys.stderr)
-        raise
-    else:
-        shutil.rmtree(state, ignore_errors=True)
-    finally:
-        devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
+    await in_scratch_database(
+        ROOT,
+        "relayer-read-path-",
+        "logs (anvil, daemon, bare server)",
+        lambda state, dsn: run(args, state, dsn),
+    )
 
 
 if __name__ == "__main__":

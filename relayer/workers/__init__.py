@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import logging
 
+from relayer.chain.types import CreditInfo, SettledLog
 from relayer.domain.errors import Unavailable
+from relayer.store.retirements import IndexedRetirement
 
 log = logging.getLogger(__name__)
 
@@ -38,3 +40,36 @@ class OutageLog:
         if self.down is not None:
             log.info("upstream available again", extra={"worker": self.worker, "upstream": self.down})
             self.down = None
+
+
+def retirement_row(chain_id: int, entry: SettledLog, timestamp: int, credit: CreditInfo) -> IndexedRetirement:
+    """The index row of one ``RetirementSettled`` event (block time ``timestamp``, unix s) of a
+    credit, as the chain follower and the catalogue indexer store it."""
+    r = entry.retirement
+    return IndexedRetirement(
+        chain_id=chain_id,
+        tx_hash=entry.tx_hash,
+        retirement_index=entry.retirement_index,
+        block_number=entry.block_number,
+        block_hash=entry.block_hash,
+        log_index=entry.log_index,
+        block_timestamp=timestamp,
+        payer=entry.payer,
+        beneficiary=entry.beneficiary,
+        input_token=r.input_token,
+        value=entry.value,
+        fee=entry.fee,
+        retirement_cost=entry.retirement_cost,
+        refunded=entry.refunded,
+        gas_allowance=r.gas_allowance,
+        source=r.source,
+        source_id=r.source_id,
+        credit_token=r.credit_token,
+        token_id=r.token_id,
+        amount_units=r.amount,
+        project_id=credit.project_id,
+        vintage=credit.vintage,
+        registry=credit.registry,
+        authorization_nonce=entry.authorization_nonce,
+        details=r.details.as_record(),
+    )

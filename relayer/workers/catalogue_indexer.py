@@ -19,7 +19,7 @@ from relayer.domain.errors import Unavailable
 from relayer.metrics import Metrics
 from relayer.store.catalogue import CatalogueStore, IndexBatch
 from relayer.store.retirements import IndexedRetirement
-from relayer.workers import OutageLog, sleep_or_stop
+from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -99,35 +99,8 @@ class CatalogueIndexer:
         return [await self._row(s, stamps[s.block_number]) for s in logs.settled]
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:
-        r = entry.retirement
-        credit = await self.reads.credit(r.token_id)
-        return IndexedRetirement(
-            chain_id=self.chain_id,
-            tx_hash=entry.tx_hash,
-            retirement_index=entry.retirement_index,
-            block_number=entry.block_number,
-            block_hash=entry.block_hash,
-            log_index=entry.log_index,
-            block_timestamp=timestamp,
-            payer=entry.payer,
-            beneficiary=entry.beneficiary,
-            input_token=r.input_token,
-            value=entry.value,
-            fee=entry.fee,
-            retirement_cost=entry.retirement_cost,
-            refunded=entry.refunded,
-            gas_allowance=r.gas_allowance,
-            source=r.source,
-            source_id=r.source_id,
-            credit_token=r.credit_token,
-            token_id=r.token_id,
-            amount_units=r.amount,
-            project_id=credit.project_id,
-            vintage=credit.vintage,
-            registry=credit.registry,
-            authorization_nonce=entry.authorization_nonce,
-            details=r.details.as_record(),
-        )
+        credit = await self.reads.credit(entry.retirement.token_id)
+        return retirement_row(self.chain_id, entry, timestamp, credit)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Step until ``stop``: at once while catching up, else every ``poll_interval_s``; an
