@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 
 REFRESH_S: Final = 1.0
 """Oldest live figures served (seconds): the snapshot is rebuilt when older."""
+STALE_LIMIT_S: Final = 30.0
+"""A snapshot this old (its rebuilds failing: the database is down) is not served: a request
+waits for a rebuild instead, and so answers 503 while the database stays down."""
 CACHE_ENTRIES: Final = 4096
 """Rendered responses kept per snapshot (least recently used out first)."""
 API_KEY_PREFIX: Final = "mk_"
@@ -191,7 +194,7 @@ class Marketplace:
         """The current snapshot: built on first use; past :data:`REFRESH_S`, a rebuild starts in
         the background and this one is served meanwhile."""
         current = self._snapshot
-        if current is None:
+        if current is None or self.clock() - current.built_at > STALE_LIMIT_S:
             return await self._refresh()
         if self.clock() - current.built_at > REFRESH_S and self._refreshing is None:
             self._refreshing = asyncio.create_task(self._refresh())
@@ -809,6 +812,9 @@ class Marketplace:
 
     async def _order_body(self, o: Order) -> dict[str, Any]:
         status = "FAILED" if o.error is not None else ORDER_STATUS.get(o.job_state or "", "SUBMITTED")
+        error = o.error
+        if error is None and status == "FAILED" and o.job_error is not None:
+            error = {k: o.job_error[k] for k in ("code", "message") if k in o.job_error}
         tx = None if o.tx_hash is None else "0x" + o.tx_hash.hex()
         index = None
         view = None
@@ -829,7 +835,7 @@ class Marketplace:
             "retirement_message": o.retirement_message,
             "created_at": str(o.created_at),
             "updated_at": str(o.updated_at),
-            "error": o.error,
+            "error": error,
             "quote": self.quote_body(o.quote),
         }
 

@@ -43,7 +43,7 @@ SET_ORDER_ERROR: Final = "UPDATE orders SET error = $2::jsonb, updated_at = $3 W
 # An order of key $2 with its job's state and transaction, if any.
 ORDER: Final = f"""
 SELECT o.id, o.quote_uuid, o.job_id, o.beneficiary_name, o.beneficiary_address, o.retirement_message,
-       o.error::text AS error, o.created_at, o.updated_at, j.state, j.tx_hash, j.chain_id AS job_chain_id,
+       o.error::text AS error, o.created_at, o.updated_at, j.state, j.tx_hash, j.error::text AS job_error,
        {", ".join("q." + c.strip() + " AS q_" + c.strip() for c in _QUOTE_COLUMNS.split(","))}
 FROM orders o JOIN quotes q ON q.uuid = o.quote_uuid LEFT JOIN relay_jobs j ON j.id = o.job_id
 WHERE o.id = $1 AND o.api_key_id = $2
@@ -83,6 +83,7 @@ class Order:
     updated_at: int
     job_state: str | None
     tx_hash: bytes | None
+    job_error: dict[str, Any] | None = None  # the relay job's error (``code``, ``message``) when it failed
 
 
 def _quote(row: asyncpg.Record, prefix: str = "") -> Quote:
@@ -194,4 +195,5 @@ class Orders:
             int(row["updated_at"]),
             row["state"],
             None if row["tx_hash"] is None else bytes(row["tx_hash"]),
+            None if row["job_error"] is None else json.loads(row["job_error"]),
         )
