@@ -46,6 +46,7 @@ class AppServices:
 
 SERVICES: Final = web.AppKey("services", AppServices)
 METRICS: Final = web.AppKey("metrics", Metrics)
+REQUEST_ID: Final = web.RequestKey("request_id", str)
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,6 +66,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     """Request id, error envelope for every failure, no internals leaked; counts error
     responses by code."""
     request_id = request.headers.get("x-request-id") or next(_REQUEST_IDS)
+    request[REQUEST_ID] = request_id
     error: RelayerError | None = None
     try:
         response = await handler(request)

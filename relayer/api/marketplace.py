@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any, Final, TypeVar
@@ -23,6 +22,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 from pydantic import BaseModel
 
+from relayer.api.http import METRICS, REQUEST_ID
 from relayer.domain.errors import RelayerError
 from relayer.domain.marketplace import (
     REMOVED_PRICE_PARAMETERS,
@@ -73,20 +73,19 @@ def guarded(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except MarketplaceError as error:
-            return refusal(error)
+            refused = error
         except RelayerError as error:  # an upstream outage (503) or an x402 refusal on the order path
-            status = 503 if error.transient else 400
-            return refusal(MarketplaceError(status, error.code, error.message))
+            refused = MarketplaceError(error.spec.http_status, error.code, error.message)
         except web.HTTPException:
             raise
         except Exception:
-            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+            request_id = request.get(REQUEST_ID, "-")
             log.exception(
                 "marketplace handler failed", extra={"request_id": request_id, "path": request.path}
             )
-            return refusal(
-                MarketplaceError(500, "internal_error", "unhandled server failure", requestId=request_id)
-            )
+            refused = MarketplaceError(500, "internal_error", "unhandled server failure")
+        request.app[METRICS].error_responses.labels(refused.code).inc()
+        return refusal(refused)
 
     return run
 

@@ -127,6 +127,8 @@ async def market(
             await _until_indexed(m)
             yield m
         await runner.cleanup()
+        internal = rt.metrics.error_responses.labels("internal_error")._value.get()
+        assert internal == 0, "the marketplace answered a 500"
     devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
 
 
