@@ -82,6 +82,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (  # noqa: E402
     RELAYER,
     cpu_seconds,
+    daemon_env,
     free_port,
     in_scratch_database,
     machine_cpu_seconds,
@@ -525,18 +526,7 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
 
         http_port = free_port()
         daemon_url = f"http://127.0.0.1:{http_port}"
-        env = {
-            **base_env,
-            "RELAYER_DATABASE_URL": dsn,
-            "RELAYER_RPC_URL": info["rpcUrl"],
-            "RELAYER_CHAIN_ID": str(CHAIN_ID),
-            "RELAYER_DEPLOYMENT_FILE": str(state / "devnet.json"),
-            "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
-            "RELAYER_CONFIRMATIONS": "1",
-            "RELAYER_HTTP_PORT": str(http_port),
-            "RELAYER_PUBLIC_BASE_URL": daemon_url,
-            "RELAYER_LOG_LEVEL": "WARNING",
-        }
+        env = daemon_env(dsn, info, state / "devnet.json", http_port)
         daemon = start_daemon("serve", env, log, Path(args.profile) if args.profile else None)
         procs.append(daemon)
         await wait_ready(f"{daemon_url}/readyz", [daemon], log, READY_TIMEOUT_S)

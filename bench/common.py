@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -153,3 +154,21 @@ async def in_scratch_database(
         shutil.rmtree(state, ignore_errors=True)
     finally:
         devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
+
+
+def daemon_env(dsn: str, devnet: dict[str, Any], deployment_file: Path, http_port: int) -> dict[str, str]:
+    """The environment of a benchmarked daemon on a devnet (``devnet``: its description) and a
+    scratch database: nothing inherited but PATH and HOME, warnings-only logs, depth 1."""
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "RELAYER_DATABASE_URL": dsn,
+        "RELAYER_RPC_URL": devnet["rpcUrl"],
+        "RELAYER_CHAIN_ID": str(devnet["chainId"]),
+        "RELAYER_DEPLOYMENT_FILE": str(deployment_file),
+        "RELAYER_EXECUTOR_PRIVATE_KEY": devnet["executor"]["privateKey"],
+        "RELAYER_CONFIRMATIONS": "1",
+        "RELAYER_HTTP_PORT": str(http_port),
+        "RELAYER_PUBLIC_BASE_URL": f"http://127.0.0.1:{http_port}",
+        "RELAYER_LOG_LEVEL": "WARNING",
+    }

@@ -47,7 +47,15 @@ from yarl import URL
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_seconds, free_port, in_scratch_database, start_daemon, stop_processes, wait_ready  # noqa: E402
+from bench.common import (  # noqa: E402
+    cpu_seconds,
+    daemon_env,
+    free_port,
+    in_scratch_database,
+    start_daemon,
+    stop_processes,
+    wait_ready,
+)
 from relayer_dev import devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
@@ -293,19 +301,7 @@ async def run(args: argparse.Namespace, state: Path, dsn: str) -> None:
         print(f"devnet deployed and seeded in {time.perf_counter() - t0:.1f} s", flush=True)
         http_port, bare_port = free_port(), free_port()
         daemon_url, bare_url = f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{bare_port}"
-        env = {
-            "PATH": os.environ["PATH"],
-            "HOME": os.environ.get("HOME", "/tmp"),
-            "RELAYER_DATABASE_URL": dsn,
-            "RELAYER_RPC_URL": info["rpcUrl"],
-            "RELAYER_CHAIN_ID": str(CHAIN_ID),
-            "RELAYER_DEPLOYMENT_FILE": str(state / "devnet.json"),
-            "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
-            "RELAYER_CONFIRMATIONS": "1",
-            "RELAYER_HTTP_PORT": str(http_port),
-            "RELAYER_PUBLIC_BASE_URL": daemon_url,
-            "RELAYER_LOG_LEVEL": "WARNING",
-        }
+        env = daemon_env(dsn, info, state / "devnet.json", http_port)
         daemon = start_daemon("serve", env, log, Path(args.profile) if args.profile else None)
         procs.append(daemon)
         bare = start_bare(bare_port, bare_log)
