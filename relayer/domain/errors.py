@@ -238,3 +238,64 @@ class Unavailable(RelayerError):
             **context,
         )
         self.detail = detail
+
+
+COMMON_CODES: Final = (
+    "invalid_json",
+    "unknown_action",
+    "not_found",
+    "document_not_found",
+    "schema_validation",
+    "internal_error",
+)
+"""Codes every action can return (spec: Errors, "Codes specific to each action")."""
+
+_QUOTE_CODES: Final = (
+    "unsupported_chain_id",
+    "unsupported_input_token",
+    "no_candidates",
+    "credit_not_found",
+    "credit_ambiguous",
+    "vintage_not_found",
+    "insufficient_liquidity",
+    "amount_not_whole_tonnes",
+    "amount_below_increment",
+    "contract_revert",
+    "listing_not_found",
+    "listing_expired",
+    "below_min_fill",
+    "insufficient_listing_supply",
+    "marketplace_requires_usdc",
+)
+_PREPARE_CODES: Final = (*_QUOTE_CODES, "registry_details_required")
+_PREPARE_AUTH_CODES: Final = (*_PREPARE_CODES, "attribution_required", "gas_estimate_unavailable")
+
+ACTION_CODES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "discover": (),
+        "quote": _QUOTE_CODES,
+        "prepare/retire": _PREPARE_CODES,
+        "prepare-auth": _PREPARE_AUTH_CODES,
+        "actions/retire": (
+            *_PREPARE_AUTH_CODES,
+            "invalid_input_token",
+            "payment_required",
+            "invalid_auth_payload",
+            "insufficient_authorized_value",
+            "params_mismatch",
+            "transaction_reverted",
+            "gas_limit_exceeds_cap",
+            # not in the spec's per-action table: the executor's balance floor (operator
+            # payment configuration unusable), declared in the manifest and the changelog
+            "payment_unavailable",
+        ),
+        "certificate": ("retirement_not_found",),
+    }
+)
+"""The codes each action can return beside :data:`COMMON_CODES` (spec: Errors): the one
+source of the manifest's per-action lists and of what the API lets out of each action."""
+
+
+def allowed_codes(action: str) -> tuple[str, ...]:
+    """Every code ``action`` may answer: its own and the common ones."""
+    return (*ACTION_CODES.get(action, ()), *COMMON_CODES)
