@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -444,7 +445,15 @@ def make_web_app(rt: Runtime) -> web.Application:
         ready,
         rt.settings.max_body_bytes,
         lambda app: add_routes(app, rt.marketplace),
+        version_hosts(rt.settings),
     )
+
+
+def version_hosts(settings: Settings) -> dict[str, int]:
+    """``Host`` -> the API major it serves: the v1 host pins major 1, the v0 host serves the
+    previous major 0 (any other host, the latest)."""
+    hosts = settings.x402_hosts()
+    return {urlsplit(hosts["v1"]).netloc.lower(): 1, urlsplit(hosts["v0"]).netloc.lower(): 0}
 
 
 async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:

@@ -169,6 +169,18 @@ class Settings(BaseSettings):
         default="http://127.0.0.1:8402", description="Where callers reach this daemon (no slash)."
     )
     max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    x402_v1_base_url: str | None = Field(
+        default=None,
+        description="The x402 host pinned to major 1 (default: the public host prefixed with v1.)",
+    )
+    x402_v0_base_url: str | None = Field(
+        default=None,
+        description="The x402 host of the previous major, 0 (default: the public host prefixed with v0.)",
+    )
+    security_contact: str = Field(
+        default="mailto:security@example.invalid",
+        description="The security.txt Contact (RFC 9116): set it to the operator's address",
+    )
 
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
@@ -221,6 +233,17 @@ class Settings(BaseSettings):
     @property
     def x402_base_url(self) -> str:
         return f"{self.public_base_url}/api"
+
+    def x402_hosts(self) -> dict[str, str]:
+        """The x402 base URLs by what they serve: ``latest`` (this daemon's public host),
+        ``v1`` (pinned to major 1) and ``v0`` (the previous major); the pinned ones default
+        to the public host prefixed with ``v1.`` and ``v0.`` (spec: Versioning)."""
+        scheme, _, host = self.public_base_url.partition("://")
+        return {
+            "latest": self.x402_base_url,
+            "v1": self.x402_v1_base_url or f"{scheme}://v1.{host}/api",
+            "v0": self.x402_v0_base_url or f"{scheme}://v0.{host}/api",
+        }
 
     def depth(self) -> int:
         """The confirmation depth: ``confirmations``, or the chain's default."""

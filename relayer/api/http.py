@@ -17,7 +17,7 @@ from typing import Any, Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from relayer.domain.errors import Rejection, RelayerError
+from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
 from relayer.service.catalog import Catalog
@@ -27,7 +27,10 @@ from relayer.service.relay import Relay
 
 log = logging.getLogger(__name__)
 
-API_VERSION: Final = "1.0.0"
+API_VERSION: Final = "1.1.0"
+LATEST_MAJOR: Final = 1
+_TOP_LEVEL_KEYS: Final = frozenset(f.alias or name for name, f in ActionRequest.model_fields.items())
+_NEEDS_BENEFICIARY: Final = ("prepare-auth", "actions/retire")
 
 # Request ids: a random prefix per process and a counter (unique without the system call per
 # request that uuid4 makes).
@@ -47,6 +50,7 @@ class AppServices:
 SERVICES: Final = web.AppKey("services", AppServices)
 METRICS: Final = web.AppKey("metrics", Metrics)
 REQUEST_ID: Final = web.RequestKey("request_id", str)
+MAJORS: Final[web.AppKey[dict[str, int]]] = web.AppKey("majors")
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -103,6 +107,43 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return data
 
 
+def major_of(request: web.Request) -> int:
+    """The API major a request is served as, chosen by its ``Host`` alone (spec: Versioning:
+    no header, query parameter or Accept negotiation): the v0 host serves major 0, every
+    other host the latest major."""
+    return request.app[MAJORS].get(request.host.lower(), LATEST_MAJOR)
+
+
+def as_major_0(action: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A request as major 0 took it, before the two breaking releases of 1.0.0: unknown
+    top-level keys are ignored, and a relayed retirement that names no beneficiary retires
+    for the payer (no attribution field required)."""
+    body = {k: v for k, v in body.items() if k in _TOP_LEVEL_KEYS}
+    details = body.get("details")
+    if action in _NEEDS_BENEFICIARY and (details is None or isinstance(details, dict)):
+        named = isinstance(details, dict) and (
+            details.get("beneficiaryAddress") is not None or details.get("beneficiaryIsPayer") is not None
+        )
+        if not named:
+            body["details"] = {**(details or {}), "beneficiaryIsPayer": True}
+    return body
+
+
+def _within_action(action: str, err: RelayerError) -> RelayerError:
+    """``err`` when the spec lets ``action`` answer its code; otherwise the retryable
+    ``internal_error`` naming it as ``cause`` (an upstream outage in discover, say): each
+    action answers only the codes the spec lists for it and the common ones."""
+    if err.code in allowed_codes(action):
+        return err
+    log.warning("code outside its action's list", extra={"action": action, "code": err.code})
+    return Rejection(
+        "internal_error",
+        f"{action} could not be served: {err.message}",
+        cause=err.code,
+        **{k: v for k, v in err.context.items() if k == "upstream"},
+    )
+
+
 async def _dispatch(request: web.Request, action: str | None, body: dict[str, Any]) -> web.Response:
     metrics = request.app[METRICS]
     label = action if action in ACTIONS else "unknown"
@@ -111,7 +152,12 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
     try:
         if action not in ACTIONS:
             raise Rejection("unknown_action", supported=list(ACTIONS), action=action)
-        return await _run(request.app[SERVICES], action, parse_request(body))
+        if major_of(request) == 0:
+            body = as_major_0(action, body)
+        try:
+            return await _run(request.app[SERVICES], action, parse_request(body))
+        except RelayerError as err:
+            raise _within_action(action, err) from None
     except RelayerError as err:
         code = err.code
         raise
@@ -210,13 +256,16 @@ def build_app(
     ready: Callable[[], Awaitable[bool]],
     max_body_bytes: int,
     mount: Callable[[web.Application], None] | None = None,
+    majors: dict[str, int] | None = None,
 ) -> web.Application:
     """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``);
-    ``mount`` adds another surface's routes (the marketplace API) before the catch-all."""
+    ``mount`` adds another surface's routes (the marketplace API) before the catch-all;
+    ``majors`` maps a ``Host`` (``host[:port]``, lower case) to the API major it serves."""
     app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
     app[SERVICES] = services
     app[METRICS] = metrics
     app[READY] = ready
+    app[MAJORS] = majors or {}
     app.router.add_get("/", index)
     app.router.add_get("/api", index)
     app.router.add_post("/api", post_api)
