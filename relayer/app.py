@@ -21,6 +21,7 @@ from aiohttp import web
 
 from relayer.api.http import AppServices, build_app
 from relayer.api.marketplace import add_routes
+from relayer.api.x402_meta import LATEST_VERSION, X402Info
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
 from relayer.chain.executor import ExecutorChain
@@ -446,7 +447,34 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.settings.max_body_bytes,
         lambda app: add_routes(app, rt.marketplace),
         version_hosts(rt.settings),
+        x402_info(rt),
     )
+
+
+def x402_info(rt: Runtime) -> Callable[[web.Request, int], X402Info]:
+    """What the x402 self-description documents say of this daemon, per request: the major
+    its host serves and that host's base URL."""
+    settings, catalog = rt.settings, rt.services.catalog
+    hosts = settings.x402_hosts()
+    tokens = [
+        {"symbol": t.symbol, "address": t.address, "decimals": t.decimals, "scheme": t.scheme}
+        for t in catalog.tokens.values()
+    ]
+    pinned = {urlsplit(url).netloc.lower(): url for url in hosts.values()}
+
+    def info(request: web.Request, major: int) -> X402Info:
+        return X402Info(
+            api_version=LATEST_VERSION,
+            major=major,
+            base_url=pinned.get(request.host.lower(), hosts["latest"]),
+            versioned_hosts={"latest": hosts["latest"], "current": hosts["v1"], "v0": hosts["v0"]},
+            chain_id=catalog.chain_id,
+            settlement=catalog.contracts.settlement,
+            input_tokens=tokens,
+            security_contact=settings.security_contact,
+        )
+
+    return info
 
 
 def version_hosts(settings: Settings) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The files the product ships inside its package, found with ``importlib.resources`` so an
 installed wheel needs no source tree: the compiled contract ABIs (``contracts_abi/``), the
-forward-only SQL migrations (``migrations/``) and the carbon project facts (``data/``).
-In a checkout these directories are symlinks to the repository's top-level ones."""
+forward-only SQL migrations (``migrations/``), the carbon project facts (``data/``) and the
+x402 endpoint's guide documents (``guides/``, Markdown). In a checkout the first three are
+symlinks to the repository's top-level directories; ``guides/`` lives in the package."""
 
 from __future__ import annotations
 
@@ -44,3 +45,12 @@ def migrations_dir() -> Path:
 def projects_json() -> bytes:
     """``carbon-projects.json``: the 648 carbon projects (see the data set's README)."""
     return _resource("data", "carbon-projects.json").read_bytes()
+
+
+def guide(name: str) -> str:
+    """The Markdown text of the guide document ``guides/<name>.md`` (``quick-start``).
+
+    Raises:
+        FileNotFoundError: no such guide is packaged.
+    """
+    return _resource("guides", f"{name}.md").read_text("utf-8")

@@ -17,6 +17,7 @@ from typing import Any, Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
@@ -27,7 +28,7 @@ from relayer.service.relay import Relay
 
 log = logging.getLogger(__name__)
 
-API_VERSION: Final = "1.1.0"
+API_VERSION: Final = LATEST_VERSION
 LATEST_MAJOR: Final = 1
 _TOP_LEVEL_KEYS: Final = frozenset(f.alias or name for name, f in ActionRequest.model_fields.items())
 _NEEDS_BENEFICIARY: Final = ("prepare-auth", "actions/retire")
@@ -257,10 +258,13 @@ def build_app(
     max_body_bytes: int,
     mount: Callable[[web.Application], None] | None = None,
     majors: dict[str, int] | None = None,
+    meta: Callable[[web.Request, int], X402Info] | None = None,
 ) -> web.Application:
     """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``);
     ``mount`` adds another surface's routes (the marketplace API) before the catch-all;
-    ``majors`` maps a ``Host`` (``host[:port]``, lower case) to the API major it serves."""
+    ``majors`` maps a ``Host`` (``host[:port]``, lower case) to the API major it serves;
+    ``meta(request, major)`` describes this endpoint for the manifest, changelog, errors
+    document, guides, security.txt and OpenAPI document (see :mod:`relayer.api.x402_meta`)."""
     app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
     app[SERVICES] = services
     app[METRICS] = metrics
@@ -269,6 +273,9 @@ def build_app(
     app.router.add_get("/", index)
     app.router.add_get("/api", index)
     app.router.add_post("/api", post_api)
+    if meta is not None:
+        describe = meta
+        add_meta_routes(app, lambda request: describe(request, major_of(request)))
     app.router.add_get("/api/{action:.+}", get_action)
     app.router.add_post("/api/{action:.+}", post_action)
     app.router.add_get("/metrics", metrics_view)
