@@ -35,8 +35,9 @@ class ChainUnavailable(Unavailable):
 
 
 class ChainRevert(RelayerError):
-    """A call or gas estimate reverted (``contract_revert``). ``info`` is the decoded revert:
-    ``{selector, decoded: {errorName, args}, contract, function}``."""
+    """A call or gas estimate reverted (``contract_revert``). ``info`` is the decoded revert,
+    with the fields the spec names (Errors: contract_revert): ``{selector, decoded:
+    {errorName, args}, contract, function, args}`` (``args`` repeats ``decoded.args``)."""
 
     default_code = "contract_revert"
 
@@ -47,7 +48,7 @@ class ChainRevert(RelayerError):
             info = {"selector": None, "decoded": {"errorName": None, "args": {}}, "contract": None}
             if reason:
                 info["reason"] = reason[:200]
-        self.info: dict[str, Any] = {**info, "function": function}
+        self.info: dict[str, Any] = {**info, "function": function, "args": info["decoded"]["args"]}
         super().__init__(**self.info)
 
     @classmethod

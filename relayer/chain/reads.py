@@ -122,10 +122,9 @@ class ChainReads:
         async def load() -> list[ListingInfo]:
             out: list[ListingInfo] = []
             while True:  # bounded by listingCount: each page moves `first` forward or ends
-                (page,) = await self.node.call(
-                    self.contracts.marketplace, _GET_LISTINGS, len(out) + 1, LISTING_PAGE
-                )
-                out.extend(_listing(len(out) + i + 1, raw) for i, raw in enumerate(page))
+                first = len(out) + 1  # the page's first id (not len(out) while extending)
+                (page,) = await self.node.call(self.contracts.marketplace, _GET_LISTINGS, first, LISTING_PAGE)
+                out.extend(_listing(first + i, raw) for i, raw in enumerate(page))
                 if len(page) < LISTING_PAGE:
                     return out
 

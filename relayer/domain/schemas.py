@@ -10,12 +10,14 @@ Spec: x402-retirement-endpoint.md, Resources and Rules.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictInt,
@@ -65,6 +67,27 @@ def _symbol_or_address(value: str) -> str:
 
 Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$"), AfterValidator(_uint256)]
 Uint256 = Annotated[int, Field(ge=0, le=UINT256_MAX)]
+_BYTES32_HEX: Final = re.compile(r"0x[0-9a-fA-F]{64}")
+
+
+def _bytes32_as_int(value: Any) -> Any:
+    """A uint256 written as the marketplace API writes a listing id (``0x`` and 64 hex
+    digits, the id as bytes32) becomes that integer; anything else is left to the int rules."""
+    if isinstance(value, str) and _BYTES32_HEX.fullmatch(value):
+        return int(value, 16)
+    return value
+
+
+ListingId = Annotated[
+    int,
+    BeforeValidator(
+        _bytes32_as_int,
+        json_schema_input_type=Annotated[int, Field(ge=0, le=UINT256_MAX)]
+        | Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")],
+    ),
+    Field(ge=0, le=UINT256_MAX),
+]
+"""A listing id: a decimal uint256, or the same number as bytes32 hex (``0x`` + 64 digits)."""
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
@@ -144,7 +167,7 @@ class ActionRequest(_Strict):
     tokenId: Uint256 | None = None
     credit: str | None = Field(default=None, max_length=80)
     vintage: int | None = Field(default=None, ge=1900, le=2200)
-    listingId: Uint256 | None = None
+    listingId: ListingId | None = None
     from_: Address | None = Field(default=None, alias="from")
     txHash: Bytes32 | None = None
     # a retirement's index within its transaction (stored as a Postgres INTEGER)

@@ -275,20 +275,23 @@ class Catalog:
     # ------------------------------------------------------------------ resolution
 
     async def resolve(self, req: ActionRequest, now: int) -> Route:
-        """Resolve and price the retirement a request describes (spec: quote).
+        """Resolve and price the retirement a request describes (spec: quote): by
+        ``carbonClass``, by ``listingId``, or by ``credit`` alone (through the one carbon
+        class that holds it).
 
         Raises:
             Rejection: schema_validation, unsupported_chain_id, unsupported_input_token,
-                no_candidates, credit_not_found, vintage_not_found, listing_not_found,
-                listing_expired, marketplace_requires_usdc, insufficient_liquidity,
-                amount_not_whole_tonnes, amount_below_increment, below_min_fill,
-                insufficient_listing_supply.
+                no_candidates, credit_not_found, credit_ambiguous, vintage_not_found,
+                listing_not_found, listing_expired, marketplace_requires_usdc,
+                insufficient_liquidity, amount_not_whole_tonnes, amount_below_increment,
+                below_min_fill, insufficient_listing_supply.
         """
         self.check_chain(req.chainId)
-        if (req.carbonClass is None) == (req.listingId is None):
+        by_credit = req.carbonClass is None and req.listingId is None and req.credit is not None
+        if not by_credit and (req.carbonClass is None) == (req.listingId is None):
             raise Rejection(
                 "schema_validation",
-                "give exactly one of carbonClass or listingId",
+                "give exactly one of carbonClass or listingId (or a credit alone)",
                 issues=[
                     {
                         "path": ["carbonClass"],
@@ -305,7 +308,8 @@ class Catalog:
             raise Rejection("credit_not_found", f"unknown credit token {req.creditToken}")
         if req.listingId is not None:
             return await self._resolve_listing(req.listingId, units, token, now)
-        assert req.carbonClass is not None
+        if req.carbonClass is None:
+            return await self._price_class(req, await self._class_of_credit(req, now), units, token)
         return await self._resolve_class(req, req.carbonClass, units, token)
 
     async def _resolve_listing(self, listing_id: int, units: int, token: Token, now: int) -> Route:
@@ -336,6 +340,75 @@ class Catalog:
             quote.total,
         )
 
+    async def _class_of_credit(self, req: ActionRequest, now: int) -> ClassInfo:
+        """The carbon class through which a request naming only a ``credit`` (a project id,
+        or ``<project>-<vintage>``; optionally with ``tokenId`` and ``vintage``) retires:
+        the one class holding it with liquidity (or, when none has any, the one registering
+        it, which then answers no_candidates).
+
+        Raises:
+            Rejection: credit_not_found (no class registers the credit; ``listingId`` names
+                a live listing of it when there is one), credit_ambiguous (several classes
+                hold it: ``carbonClasses`` and ``candidates``, each a ready
+                ``{carbonClass, tokenId, credit, vintage, liquidityFormatted}``),
+                vintage_not_found (``availableVintages``).
+        """
+        classes = await self.chain.classes()
+        token_ids = sorted({t for c in classes for t, _ in c.credits})
+        credits = dict(zip(token_ids, await self.chain.credits(token_ids), strict=True))
+        loose = req.model_copy(update={"vintage": None})
+        holding = [
+            (c, [(credits[t], a) for t, a in c.credits if self._credit_matches(credits[t], loose)])
+            for c in classes
+        ]
+        holding = [(c, pairs) for c, pairs in holding if pairs]
+        if not holding:
+            raise await self._credit_not_found(loose, now)
+        if req.vintage is not None:
+            vintages = sorted({str(cr.vintage) for _, pairs in holding for cr, _ in pairs})
+            holding = [(c, [p for p in pairs if p[0].vintage == req.vintage]) for c, pairs in holding]
+            holding = [(c, pairs) for c, pairs in holding if pairs]
+            if not holding:
+                raise Rejection("vintage_not_found", availableVintages=vintages)
+        stocked = [(c, [p for p in pairs if p[1] > 0]) for c, pairs in holding]
+        stocked = [(c, pairs) for c, pairs in stocked if pairs]
+        if len(stocked) > 1:
+            raise Rejection(
+                "credit_ambiguous",
+                f"credit {req.credit!r} is held by several carbon classes: name one as carbonClass",
+                carbonClasses=[c.symbol for c, _ in stocked],
+                candidates=[
+                    {
+                        "carbonClass": c.symbol,
+                        "tokenId": str(cr.token_id),
+                        "credit": f"{cr.project_id}-{cr.vintage}",
+                        "vintage": str(cr.vintage),
+                        "liquidityFormatted": format_tonnes(available),
+                    }
+                    for c, pairs in stocked
+                    for cr, available in pairs
+                ],
+            )
+        return (stocked or holding)[0][0]
+
+    async def _credit_not_found(self, req: ActionRequest, now: int) -> Rejection:
+        """``credit_not_found`` for a credit no class registers, naming the cheapest live
+        listing that sells it as ``listingId`` when there is one."""
+        listings = [li for li in await self.chain.listings() if li.active and li.left_to_sell > 0]
+        listings = [li for li in listings if li.expiration > now]
+        credits = await self.chain.credits([li.token_id for li in listings])
+        selling = sorted(
+            (li for li, cr in zip(listings, credits, strict=True) if self._credit_matches(cr, req)),
+            key=lambda li: (li.unit_price, li.listing_id),
+        )
+        if not selling:
+            return Rejection("credit_not_found", f"no carbon class holds credit {req.credit!r}")
+        return Rejection(
+            "credit_not_found",
+            f"no carbon class holds credit {req.credit!r}; listing {selling[0].listing_id} sells it",
+            listingId=str(selling[0].listing_id),
+        )
+
     async def _resolve_class(self, req: ActionRequest, wanted: str, units: int, token: Token) -> Route:
         classes = await self.chain.classes()
         chosen = next((c for c in classes if wanted.lower() in (c.symbol.lower(), str(c.class_id))), None)
@@ -343,6 +416,9 @@ class Catalog:
             raise Rejection(
                 "no_candidates", f"no carbon class {wanted!r}", carbonClasses=[c.symbol for c in classes]
             )
+        return await self._price_class(req, chosen, units, token)
+
+    async def _price_class(self, req: ActionRequest, chosen: ClassInfo, units: int, token: Token) -> Route:
         credits = await self.chain.credits([t for t, _ in chosen.credits])
         pairs = [(cr, avail) for cr, (_, avail) in zip(credits, chosen.credits, strict=True)]
         if req.credit is not None or req.tokenId is not None:
