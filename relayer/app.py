@@ -484,6 +484,19 @@ def version_hosts(settings: Settings) -> dict[str, int]:
     return {urlsplit(hosts["v1"]).netloc.lower(): 1, urlsplit(hosts["v0"]).netloc.lower(): 0}
 
 
+MAX_REQUEST_LINE: Final = 64 * 1024
+"""The longest request line (method, path and query) and header the HTTP server reads: past
+it aiohttp's parser refuses the request before any route (a bare 400); below it an over-long
+query reaches the routes and gets the spec's envelope (``schema_validation``)."""
+
+
+def web_runner(rt: Runtime) -> web.AppRunner:
+    """The HTTP server of this runtime's application (no access log: the API logs itself)."""
+    return web.AppRunner(
+        make_web_app(rt), access_log=None, max_line_size=MAX_REQUEST_LINE, max_field_size=MAX_REQUEST_LINE
+    )
+
+
 async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
     """Run the daemon until SIGTERM/SIGINT (or cancellation); then stop accepting requests,
     stop the workers and close every resource. Jobs are durable in Postgres, so an
@@ -494,7 +507,7 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
     """
     async with open_runtime(settings, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
         if http:
-            runner = web.AppRunner(make_web_app(rt), access_log=None)
+            runner = web_runner(rt)
             await runner.setup()
             stack.push_async_callback(runner.cleanup)
             try:

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer.app import Runtime, make_web_app, open_runtime
+from relayer.app import Runtime, open_runtime, web_runner
 from relayer.config import Settings
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import migrate
@@ -133,7 +133,7 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
         confirmations=1,  # anvil mines a block per transaction
     )
     async with open_runtime(settings, workers=True) as rt:
-        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        runner = web_runner(rt)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:

@@ -103,6 +103,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
         data = json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError):
         raise Rejection("invalid_json") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: not a request body
+        raise Rejection("invalid_json", "the JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise Rejection("invalid_json", "one JSON object is expected")
     return data
@@ -130,18 +132,32 @@ def as_major_0(action: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+_FIELD_OF: Final = {"unsupported_chain_id": "chainId", "unsupported_input_token": "inputToken"}
+
+
 def _within_action(action: str, err: RelayerError) -> RelayerError:
-    """``err`` when the spec lets ``action`` answer its code; otherwise the retryable
-    ``internal_error`` naming it as ``cause`` (an upstream outage in discover, say): each
-    action answers only the codes the spec lists for it and the common ones."""
+    """``err`` when the spec lets ``action`` answer its code; otherwise the common code that
+    says the same to a caller, naming the original as ``cause``: each action answers only the
+    codes the spec lists for it and the common ones (spec: Errors). A transient failure (an
+    upstream outage in discover, say) is the retryable ``internal_error``; a request that
+    must change (a ``chainId`` discover does not serve) is ``schema_validation`` naming the
+    field."""
     if err.code in allowed_codes(action):
         return err
-    log.warning("code outside its action's list", extra={"action": action, "code": err.code})
+    if err.transient:
+        return Rejection(
+            "internal_error",
+            f"{action} could not be served: {err.message}",
+            cause=err.code,
+            **{k: v for k, v in err.context.items() if k == "upstream"},
+        )
+    field = _FIELD_OF.get(err.code)
     return Rejection(
-        "internal_error",
-        f"{action} could not be served: {err.message}",
+        "schema_validation",
+        f"{action}: {err.message}",
         cause=err.code,
-        **{k: v for k, v in err.context.items() if k == "upstream"},
+        issues=[{"path": [field] if field else [], "keys": [field] if field else [], "message": err.message}],
+        **{k: v for k, v in err.context.items() if k in ("supported",)},
     )
 
 

@@ -102,7 +102,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     """One JSON object (decimals exact), else 400 ``invalid_json``."""
     try:
         data = json.loads(await request.read() or b"null", parse_float=Decimal)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise bad_request("invalid_json", "the body must be one JSON object") from None
     if not isinstance(data, dict):
         raise bad_request("invalid_json", "the body must be one JSON object")

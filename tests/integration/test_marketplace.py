@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 from pypdf import PdfReader
 
-from relayer.app import Runtime, make_web_app, open_runtime
+from relayer.app import Runtime, open_runtime, web_runner
 from relayer.config import IndexChain, Settings
 from relayer.store.migrations import migrate
 from relayer_dev import devdb
@@ -119,7 +119,7 @@ async def market(
 
     key = await create_api_key(settings, "tests")
     async with open_runtime(settings, workers=True) as rt:
-        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        runner = web_runner(rt)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from relayer.app import make_web_app, open_runtime
+from relayer.app import open_runtime, web_runner
 from tests.conftest import Daemon, free_port
 from tests.tcp_proxy import TcpProxy
 
@@ -61,7 +61,7 @@ async def site(daemon: Daemon, database_url: str) -> AsyncIterator[Site]:
         }
     )
     async with open_runtime(settings, workers=False) as rt:
-        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        runner = web_runner(rt)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
