@@ -103,10 +103,32 @@ class Catalog:
 
     # ------------------------------------------------------------------ parameters
 
+    def serves(self, chain_id: int | None) -> bool:
+        """Whether a request's ``chainId`` is absent or this daemon's chain."""
+        return chain_id is None or (chain_id in SUPPORTED_CHAINS and chain_id == self.chain_id)
+
     def check_chain(self, chain_id: int | None) -> None:
         """Raises ``unsupported_chain_id`` unless ``chain_id`` is None or this daemon's chain."""
-        if chain_id is not None and (chain_id not in SUPPORTED_CHAINS or chain_id != self.chain_id):
+        if not self.serves(chain_id):
             raise Rejection("unsupported_chain_id", supported=[self.chain_id])
+
+    def check_chain_field(self, chain_id: int | None) -> None:
+        """The ``chainId`` of an action whose codes do not include ``unsupported_chain_id``
+        (discover, certificate; spec: Errors, codes per action): another chain is a request
+        that failed validation.
+
+        Raises:
+            Rejection: ``schema_validation`` (``issues`` at ``chainId``; ``supported``).
+        """
+        if not self.serves(chain_id):
+            raise Rejection(
+                "schema_validation",
+                f"chainId {chain_id} is not served here",
+                issues=[
+                    {"path": ["chainId"], "keys": [], "message": f"this endpoint serves {self.chain_id}"}
+                ],
+                supported=[self.chain_id],
+            )
 
     def token(self, text: str | None) -> Token:
         """Resolve ``inputToken`` (symbol or address; default USDC).
@@ -127,8 +149,13 @@ class Catalog:
     # ------------------------------------------------------------------ discover
 
     async def discover(self, req: ActionRequest, now: int) -> dict[str, Any]:
-        """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply)."""
-        self.check_chain(req.chainId)
+        """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply).
+
+        Raises:
+            Rejection: ``schema_validation`` (a ``chainId`` not served here).
+            Unavailable: the chain node failed.
+        """
+        self.check_chain_field(req.chainId)
         if self.chain.catalog_fresh():  # cache hits: one after the other, no task each
             classes, listings = await self.chain.classes(), await self.chain.listings()
             reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()

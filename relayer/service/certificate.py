@@ -53,11 +53,11 @@ class Certificates:
         """Certificate URL(s) of an indexed transaction (optionally one ``index``).
 
         Raises:
-            Rejection: unsupported_chain_id, schema_validation (no ``txHash``),
+            Rejection: schema_validation (no ``txHash``, or a ``chainId`` not served here),
                 retirement_not_found (not indexed, or not yet: poll again).
             Unavailable: the database failed.
         """
-        self.catalog.check_chain(request.chainId)
+        self.catalog.check_chain_field(request.chainId)
         require(request, "txHash")
         assert request.txHash is not None
         found = await self.retirements.by_transaction(

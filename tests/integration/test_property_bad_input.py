@@ -1239,9 +1239,7 @@ def families(ctx: Context) -> list[tuple[str, Callable[[], None]]]:
         ctx.send(_hostile_query(data, ctx, names[5]))
 
     @_settings(BUDGET[names[6]])
-    @given(
-        st.sampled_from(NON_RETIRE), st.integers(8200, 60_000), st.sampled_from(["value", "key", "path"])
-    )
+    @given(st.sampled_from(NON_RETIRE), st.integers(8200, 60_000), st.sampled_from(["value", "key", "path"]))
     def long_line(action: str, size: int, where: str) -> None:
         pairs = _query_pairs(ctx.bases[action])
         path = f"/api/{action}"
