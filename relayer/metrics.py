@@ -56,8 +56,13 @@ class Metrics:
         )
         self.error_responses = Counter(
             "relayer_http_error_responses_total",
-            "HTTP error responses by spec error code (internal_error: an unexpected exception).",
+            "HTTP error responses by spec error code.",
             ["code"],
+            registry=self.registry,
+        )
+        self.unhandled_errors = Counter(
+            "relayer_http_unhandled_errors_total",
+            "Requests that failed on an unexpected exception (answered 500 internal_error): a bug.",
             registry=self.registry,
         )
         self.request_seconds = Histogram(

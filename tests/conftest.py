@@ -103,9 +103,9 @@ class Daemon:
     expected_reverts: int = 0
 
     def internal_errors(self) -> int:
-        """``internal_error`` responses this daemon gave so far."""
-        metric = self.runtime.metrics.error_responses.labels("internal_error")
-        return int(metric._value.get())
+        """Requests this daemon failed on an unexpected exception so far (its 500s that are
+        bugs, not an outage answered as the retryable internal_error)."""
+        return int(self.runtime.metrics.unhandled_errors._value.get())
 
     async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         async with self.session.post(self.api, json=body) as r:

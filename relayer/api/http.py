@@ -89,6 +89,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
+        request.app[METRICS].unhandled_errors.inc()
         error = Rejection("internal_error", requestId=request_id)
     if error is not None:
         response = error_response(error)

@@ -84,6 +84,7 @@ def guarded(handler: Handler) -> Handler:
                 "marketplace handler failed", extra={"request_id": request_id, "path": request.path}
             )
             refused = MarketplaceError(500, "internal_error", "unhandled server failure")
+            request.app[METRICS].unhandled_errors.inc()
         request.app[METRICS].error_responses.labels(refused.code).inc()
         return refusal(refused)
 

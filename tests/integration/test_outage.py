@@ -166,6 +166,7 @@ async def test_outages_are_answered_not_crashes(site: Site, caplog: pytest.LogCa
     async with site.session.get(f"{site.base}/metrics") as r:
         text = await r.text()
     assert 'relayer_http_error_responses_total{code="internal_error"} 5.0' in text
+    assert "relayer_http_unhandled_errors_total 0.0" in text
 
 
 @pytest.mark.parametrize("mode", ["html", "empty", "null", "0x", "array"])
