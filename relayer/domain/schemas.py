@@ -66,16 +66,40 @@ def _symbol_or_address(value: str) -> str:
 
 
 Atomic = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,77})$"), AfterValidator(_uint256)]
-Uint256 = Annotated[int, Field(ge=0, le=UINT256_MAX)]
+
+
+def _not_bool(value: Any) -> Any:
+    """JSON ``true``/``false`` are not numbers (Python would take them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+Uint256 = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=UINT256_MAX)]
 _BYTES32_HEX: Final = re.compile(r"0x[0-9a-fA-F]{64}")
 
 
+_SOURCE_ID: Final = re.compile(r"listing-[1-9][0-9]{0,9}-(0x[0-9a-fA-F]{64})")
+_DECIMAL: Final = re.compile(r"[0-9]+")
+
+
 def _bytes32_as_int(value: Any) -> Any:
-    """A uint256 written as the marketplace API writes a listing id (``0x`` and 64 hex
-    digits, the id as bytes32) becomes that integer; anything else is left to the int rules."""
-    if isinstance(value, str) and _BYTES32_HEX.fullmatch(value):
+    """A listing id written as the marketplace API writes it (``0x`` and 64 hex digits, the id
+    as bytes32, or its price source id ``listing-<chainId>-0x<64 hex>``) becomes that
+    integer; a decimal string or a number is left to the int rules.
+
+    Raises:
+        Rejection: ``listing_not_found`` for a string of any other shape: it names no listing
+            (spec: an identifier that names nothing is not a schema error).
+    """
+    if not isinstance(value, str) or not value or _DECIMAL.fullmatch(value):
+        return _not_bool(value)
+    if _BYTES32_HEX.fullmatch(value):
         return int(value, 16)
-    return value
+    source = _SOURCE_ID.fullmatch(value)
+    if source is not None:
+        return int(source[1], 16)
+    raise Rejection("listing_not_found", listingId=value[:200])
 
 
 ListingId = Annotated[
@@ -83,11 +107,12 @@ ListingId = Annotated[
     BeforeValidator(
         _bytes32_as_int,
         json_schema_input_type=Annotated[int, Field(ge=0, le=UINT256_MAX)]
-        | Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")],
+        | Annotated[str, StringConstraints(min_length=1, max_length=200)],
     ),
     Field(ge=0, le=UINT256_MAX),
 ]
-"""A listing id: a decimal uint256, or the same number as bytes32 hex (``0x`` + 64 digits)."""
+"""A listing id: a decimal uint256, the same number as bytes32 hex (``0x`` + 64 digits) or
+as the marketplace's price source id; any other string names no listing."""
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
@@ -171,7 +196,7 @@ class ActionRequest(_Strict):
     from_: Address | None = Field(default=None, alias="from")
     txHash: Bytes32 | None = None
     # a retirement's index within its transaction (stored as a Postgres INTEGER)
-    index: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    index: Annotated[int, BeforeValidator(_not_bool)] | None = Field(default=None, ge=0, le=INT32_MAX)
     salt: Bytes32 | None = None
     gasAllowance: Atomic | None = None
     authPayload: AuthPayload | None = None

@@ -309,3 +309,37 @@ def test_auth_payload_defaults() -> None:
     auth = AuthPayload.model_validate(_auth())
     assert auth.validAfter == "0"
     assert auth.from_ == ADDR
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("7", 7),
+        (7, 7),
+        ("0x" + "0" * 63 + "7", 7),
+        ("listing-84532-0x" + "0" * 63 + "7", 7),
+    ],
+)
+def test_a_listing_id_in_any_of_its_forms(given: object, expected: int) -> None:
+    assert parse_request({"listingId": given}).listingId == expected
+
+
+@pytest.mark.parametrize("given", ["abc", "listing-1", "0x7", "pool-84532-0x" + "0" * 64])
+def test_a_listing_id_of_another_shape_names_no_listing(given: str) -> None:
+    with pytest.raises(Rejection) as caught:
+        parse_request({"listingId": given})
+    assert caught.value.code == "listing_not_found" and caught.value.context["listingId"] == given
+
+
+@pytest.mark.parametrize("given", [-1, 1.5, True, "", "1" * 80, [1]])
+def test_a_listing_id_of_the_wrong_type_is_a_schema_error(given: object) -> None:
+    with pytest.raises(Rejection) as caught:
+        parse_request({"listingId": given})
+    assert caught.value.code == "schema_validation"
+
+
+@pytest.mark.parametrize("field", ["chainId", "tokenId", "listingId", "index", "vintage"])
+def test_a_boolean_is_not_a_number(field: str) -> None:
+    with pytest.raises(Rejection) as caught:
+        parse_request({field: True})
+    assert caught.value.code == "schema_validation" and caught.value.context["issues"][0]["path"] == [field]
