@@ -169,9 +169,10 @@ RELEASES: Final[tuple[Release, ...]] = (
     ),
     Release(
         "0.9.0",
-        "2026-10-01",
+        "2026-11-22",  # no earlier date of its own here: the day this service began (with 1.0.0)
         False,
-        "The previous major, served on the v0 host for migration only.",
+        "The previous major (the public endpoint's rules before 1.0.0), served on the v0 host "
+        "for migration only.",
         (
             "discover, quote, prepare/retire, prepare-auth, actions/retire and certificate, "
             "by GET or by POST to /api with `action`.",
