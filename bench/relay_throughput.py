@@ -350,6 +350,7 @@ async def main(args: argparse.Namespace) -> None:
             "RELAYER_HTTP_PORT": str(http_port),
             "RELAYER_PUBLIC_BASE_URL": base_url,
             "RELAYER_LOG_LEVEL": "WARNING",
+            "RELAYER_RATE_LIMIT": "off",  # the load comes from one client
         }
         commands = ["serve", "work"] if args.split else ["all"]
         procs = [

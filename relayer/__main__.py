@@ -1,4 +1,5 @@
-"""The product's command line: ``relayer serve | work | all | migrate``. Each command checks
+"""The product's command line: ``relayer serve | work | all | migrate``, and for the operator
+``config check``, ``status``, ``ledger``, ``catalogue load``, ``apikey create``. Each command checks
 the settings it needs before it connects anywhere; a missing or malformed one stops it with
 exit code 2 and one line naming the environment variable (never its value)."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -101,8 +103,6 @@ def all_cmd() -> None:
 def ledger() -> None:
     """The executor's solvency ledger as JSON: wei paid for mined transactions against what
     their gas allowances were worth. Needs RELAYER_DATABASE_URL (and RELAYER_CHAIN_ID)."""
-    import json
-
     from relayer.app import ledger_summary
 
     settings = _settings("database_url")
@@ -111,6 +111,83 @@ def ledger() -> None:
     except RelayerError as exc:
         _fail(exc)
     click.echo(json.dumps(summary, indent=2))
+
+
+@main.group()
+def config() -> None:
+    """The daemon's configuration."""
+
+
+@config.command("check")
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Also check that the database answers and is migrated to this version's head, and that "
+    "each RPC URL answers with its configured chain id.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
+def config_check(connect: bool, as_json: bool) -> None:
+    """Print the effective configuration (every setting, its value with secrets redacted, and
+    where it came from) and what would stop `relayer all` from starting. Offline unless
+    --connect. Exit 0: it would start; 2: a setting to fix (one line each on stderr, naming
+    the variable); 1: with --connect, the database or a chain node does not answer."""
+    from pydantic import ValidationError
+
+    from relayer.config import setting_origins, validation_problems
+    from relayer.ops import configuration, connected_findings, offline_problems, render_configuration
+
+    rows: list[dict[str, str]] = []
+    unreachable: list[str] = []
+    connected = False
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = validation_problems(exc)
+    except ConfigError as exc:
+        problems = [exc.message]
+    else:
+        setup_logging(settings.log_level)
+        rows = configuration(settings, setting_origins())
+        problems = offline_problems(settings, DAEMON_SETTINGS)
+        if connect and not problems:
+            try:
+                found = asyncio.run(connected_findings(settings))
+            except RelayerError as exc:
+                _fail(exc)
+            problems, unreachable, connected = found.problems, found.unreachable, True
+    if as_json:
+        report = {"settings": rows, "problems": problems, "unreachable": unreachable, "connected": connected}
+        click.echo(json.dumps(report, indent=2))
+    else:
+        if rows:
+            click.echo(render_configuration(rows))
+        for line in problems + unreachable:
+            click.echo(f"relayer: {line}", err=True)
+        if connect and not connected:
+            click.echo("relayer: not connected: fix the settings first", err=True)
+        if not problems and not unreachable:
+            checked = "settings, database and chain nodes" if connected else "settings (offline: --connect)"
+            click.echo(f"configuration ok: {checked}")
+    if problems:
+        sys.exit(EXIT_CONFIG)
+    if unreachable:
+        sys.exit(EXIT_UNAVAILABLE)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the tables.")
+def status(as_json: bool) -> None:
+    """Jobs by state (with the oldest open one's age), executor keys (lane nonce against the
+    chain's, balance, lease held or free) and indexer lag per chain. Needs RELAYER_DATABASE_URL;
+    with RELAYER_RPC_URL (and RELAYER_INDEX_CHAINS) also the chains' figures."""
+    from relayer.ops import render_status, status_report
+
+    settings = _settings("database_url")
+    try:
+        report = asyncio.run(status_report(settings))
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo(json.dumps(report, indent=2) if as_json else render_status(report))
 
 
 @main.group()

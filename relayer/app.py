@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from relayer.api.http import AppServices, build_app
+from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.x402_meta import LATEST_VERSION, X402Info
 from relayer.chain.catalogue import CatalogueChain
@@ -47,6 +47,7 @@ from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
+from relayer.store.ops import OPEN_STATES, OpsQueries
 from relayer.store.orders import Orders
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
@@ -61,7 +62,8 @@ from relayer.workers.sweeper import Sweeper
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S: Final = 5.0
-"""How long workers get to finish their step on shutdown before they are cancelled."""
+"""How long workers get, from the moment they are told to stop (on SIGTERM, at once), to
+finish the step in progress and hand back their leases before they are cancelled."""
 
 
 def load_deployment(path: Path, setting: str = "RELAYER_DEPLOYMENT_FILE") -> tuple[Contracts, int]:
@@ -138,14 +140,28 @@ class Runtime:
     leases: list[ExecutorLease] = field(default_factory=list)  # one per key (workers only)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_deadline: float | None = None  # event-loop time by which the tasks must have stopped
+
+    def ask_stop(self) -> None:
+        """Tell every task to stop now: the workers start no new step and end the one in
+        progress (a signing batch is signed, journaled and sent), hand back what they took
+        and did not act on (orphans taken by the sweeper) and their executor leases; the
+        follower and the indexers stop between steps. :meth:`stop_tasks` gives them
+        :data:`STOP_GRACE_S` from the first ask."""
+        if self.stop_deadline is None:
+            self.stop_deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
+        self.stop.set()
 
     async def stop_tasks(self) -> None:
-        """Ask every task to stop, give them :data:`STOP_GRACE_S`, cancel the rest, and
-        re-raise the first failure of a task that did not end cleanly."""
-        self.stop.set()
+        """Ask every task to stop (:meth:`ask_stop`), give them until :data:`STOP_GRACE_S`
+        after the first ask, cancel the rest, and re-raise the first failure of a task that
+        did not end cleanly."""
+        self.ask_stop()
         if not self.tasks:
             return
-        _, pending = await asyncio.wait(self.tasks, timeout=STOP_GRACE_S)
+        assert self.stop_deadline is not None
+        left = max(0.0, self.stop_deadline - asyncio.get_running_loop().time())
+        _, pending = await asyncio.wait(self.tasks, timeout=left)
         for task in pending:
             log.warning("task did not stop in time; cancelling", extra={"task": task.get_name()})
             task.cancel()
@@ -411,32 +427,92 @@ async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]]
         await sleep_or_stop(rt.stop, 1.0)
 
 
+GAUGE_INTERVAL_S: Final = 5.0
+"""How often the operator gauges are read again (database and chain heads)."""
+
+
 def _refresh_gauges(rt: Runtime) -> Callable[[asyncio.Event], Awaitable[None]]:
     async def run(stop: asyncio.Event) -> None:
-        """Refresh the jobs-by-state gauge from Postgres every 5 s (skipped while it is down)."""
+        """Every :data:`GAUGE_INTERVAL_S`: jobs by state and the oldest per open state, the
+        database pool, each executor lane's unmined nonces, each indexer's lag behind its
+        chain's head, and (in a worker) each executor key's balance and how many retirements
+        it covers. A failing source keeps its last values."""
         while not stop.is_set():
-            try:
-                counts = await rt.jobs.count_by_state()
-            except RelayerError:
-                pass  # the database is down: keep the last values
-            else:
-                for state in JobState:
-                    rt.metrics.jobs_by_state.labels(state.value).set(counts.get(state.value, 0))
-            await sleep_or_stop(stop, 5)
+            for refresh in (_job_gauges, _lane_gauges, _indexer_gauges, _balance_gauges):
+                with contextlib.suppress(RelayerError):  # that upstream is down: keep the last values
+                    await refresh(rt)
+            pool = rt.db.pool
+            in_use = pool.get_size() - pool.get_idle_size()
+            rt.metrics.db_pool.labels("in_use").set(in_use)
+            rt.metrics.db_pool.labels("idle").set(pool.get_idle_size())
+            rt.metrics.db_pool.labels("max").set(pool.get_max_size())
+            await sleep_or_stop(stop, GAUGE_INTERVAL_S)
 
     return run
+
+
+async def _job_gauges(rt: Runtime) -> None:
+    counts = await rt.jobs.count_by_state()
+    for state in JobState:
+        rt.metrics.jobs_by_state.labels(state.value).set(counts.get(state.value, 0))
+    oldest = await OpsQueries(rt.db).oldest_by_state()
+    for open_state in OPEN_STATES:
+        rt.metrics.oldest_job_age.labels(open_state).set(oldest.get(open_state, 0.0))
+
+
+async def _lane_gauges(rt: Runtime) -> None:
+    lag = await OpsQueries(rt.db).nonce_lag(rt.settings.chain_id)
+    for index, signer in enumerate(rt.signers):
+        rt.metrics.nonce_lag.labels(str(index)).set(lag.get(signer.address.lower(), 0))
+
+
+async def _indexer_gauges(rt: Runtime) -> None:
+    heads = {rt.settings.chain_id: await rt.follower_chain.head()}
+    for extra in rt.extra_nodes:  # only a worker reaches the other chains
+        heads[extra.chain_id] = int(await extra.request("eth_blockNumber", []), 16)
+    for chain_id, name, block in await OpsQueries(rt.db).cursors():
+        if chain_id in heads:
+            rt.metrics.indexer_lag.labels(str(chain_id), name).set(max(0, heads[chain_id] - block))
+
+
+async def _balance_gauges(rt: Runtime) -> None:
+    if not rt.leases:  # the API replicas leave the executor's balance to the workers
+        return
+    gas_price = int(await rt.node.request("eth_gasPrice", []), 16)
+    per_retirement = max(1, rt.settings.gas_budget_class * gas_price)
+    for index, signer in enumerate(rt.signers):
+        balance = await rt.reads.eth_balance(signer.address)
+        rt.metrics.executor_balance_wei.labels(str(index)).set(balance)
+        rt.metrics.executor_covered.labels(str(index)).set(balance // per_retirement)
 
 
 def make_web_app(rt: Runtime) -> web.Application:
     """The HTTP application over this runtime's services."""
 
+    checked = {"schema": False}
+
     async def ready() -> bool:
+        """Ready when: no task has died; the database answers and its schema is at the
+        packaged head; the chain node answers this chain's id and the genesis the database
+        recorded; and, in a worker, every executor key's lease is held by some live process
+        (this one or another)."""
         if any(task.done() for task in rt.tasks):
             return False
+        ops = OpsQueries(rt.db)
         try:
-            await rt.follower_chain.head()
+            if not checked["schema"]:
+                checked["schema"] = await ops.at_head()
+                if not checked["schema"]:
+                    return False
             await rt.jobs.count_by_state()
-        except RelayerError:
+            genesis = await rt.node.check()
+            if await ChainIdentity(rt.db).record(rt.settings.chain_id, genesis) != genesis:
+                return False
+            if rt.leases:
+                executors = [s.address for s in rt.signers]
+                if await ops.leases_held(rt.settings.chain_id, executors) != set(executors):
+                    return False
+        except (RelayerError, ConfigError):
             return False
         return True
 
@@ -448,6 +524,8 @@ def make_web_app(rt: Runtime) -> web.Application:
         lambda app: add_routes(app, rt.marketplace),
         version_hosts(rt.settings),
         x402_info(rt),
+        RateLimit(rt.settings.rate_limit, rt.settings.rate_limit_forwarded_for),
+        rt.settings.request_timeout_s,
     )
 
 
@@ -497,25 +575,61 @@ def web_runner(rt: Runtime) -> web.AppRunner:
     )
 
 
-async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or cancellation); then stop accepting requests,
-    stop the workers and close every resource. Jobs are durable in Postgres, so an
-    interrupted relay resumes on the next start.
+def ops_web_app(rt: Runtime) -> web.Application:
+    """What a worker process without the API (``relayer work``) serves on
+    ``RELAYER_OPS_PORT``: ``/metrics``, ``/healthz`` and ``/readyz`` only, answered as the API
+    answers them (the same handlers and the same readiness)."""
+    app = web.Application()
+    app[METRICS] = rt.metrics
+    app[READY] = make_web_app(rt)[READY]  # the one readiness definition
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def _listen(stack: contextlib.AsyncExitStack, runner: web.AppRunner, host: str, port: int) -> None:
+    """Set ``runner`` up (cleaned up by ``stack``) and listen on ``host:port``.
 
     Raises:
-        ConfigError, Unavailable: as :func:`open_runtime`.
+        ConfigError: the address cannot be listened on (in use, say).
+    """
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        raise ConfigError(message=f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or cancellation). With ``http`` the API listens
+    on ``RELAYER_HTTP_PORT`` (with /metrics, /healthz, /readyz); a worker process without it
+    (``relayer work``) serves only those three on ``RELAYER_OPS_PORT``.
+
+    On SIGTERM: listening stops at once; the workers are told to stop (see
+    :meth:`Runtime.ask_stop`); requests in flight get ``RELAYER_SHUTDOWN_GRACE_S`` to finish
+    (a relay waiting for its outcome answers at once with its job's status, 202 while on its
+    way) and what is left after it is cancelled; then every resource is closed and the
+    process exits 0. Jobs are durable in Postgres: the next process resumes them.
+
+    Raises:
+        ConfigError, Unavailable: as :func:`open_runtime`; ConfigError also when a port
+            cannot be listened on.
     """
     async with open_runtime(settings, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
+        runners: list[web.AppRunner] = []
         if http:
-            runner = web_runner(rt)
-            await runner.setup()
-            stack.push_async_callback(runner.cleanup)
-            try:
-                await web.TCPSite(runner, settings.http_host, settings.http_port).start()
-            except OSError as exc:
-                address = f"{settings.http_host}:{settings.http_port}"
-                raise ConfigError(message=f"cannot listen on {address}: {exc.strerror}") from None
+            runners.append(web_runner(rt))
+            await _listen(stack, runners[-1], settings.http_host, settings.http_port)
             log.info("listening", extra={"host": settings.http_host, "port": settings.http_port})
+        elif workers:
+            runners.append(web.AppRunner(ops_web_app(rt), access_log=None))
+            await _listen(stack, runners[-1], settings.http_host, settings.ops_port)
+            log.info(
+                "serving /metrics, /healthz and /readyz",
+                extra={"host": settings.http_host, "port": settings.ops_port},
+            )
         # Everything loaded so far (modules, ABIs, web3's and pydantic's machinery: some
         # 100k objects) lives as long as the process: out of the collector's sight, a full
         # collection scans only what requests create (each one paused every request in
@@ -528,7 +642,32 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stopping.set)
         await stopping.wait()
-        log.info("stopping: finishing in-flight work")
+        started = loop.time()
+        await _shut_down(rt, runners, settings.shutdown_grace_s)
+    log.info("stopped", extra={"seconds": round(loop.time() - started, 3)})
+
+
+async def _shut_down(rt: Runtime, runners: list[web.AppRunner], grace_s: float) -> None:
+    """Stop listening, tell the workers to stop, and give the requests in flight ``grace_s``
+    seconds (the rest is cancelled); the caller's exit stacks then clean up the servers,
+    wait for the workers (:meth:`Runtime.stop_tasks`) and close every resource."""
+    for runner in runners:
+        for site in list(runner.sites):
+            await site.stop()  # the listening socket is closed: new connections are refused
+    servers = [runner.server for runner in runners if runner.server is not None]
+    busy = sum(len(server.connections) for server in servers)
+    log.info(
+        "stopping: listening stopped; finishing requests in flight, workers stop after their step",
+        extra={"connections": busy, "grace_s": grace_s},
+    )
+    rt.ask_stop()
+    rt.services.relay.outcomes.drain()  # relays waiting for an outcome answer now
+    for server in servers:
+        server.pre_shutdown()  # idle keep-alive connections close now, busy ones after their answer
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.gather(*(server.shutdown(grace_s) for server in servers))
+    log.info("requests in flight finished", extra={"seconds": round(loop.time() - started, 3)})
 
 
 async def ledger_summary(settings: Settings) -> dict[str, Any]:

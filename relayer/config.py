@@ -1,27 +1,48 @@
 """Configuration: one pydantic-settings class, env prefix ``RELAYER_``, built once at start-up.
 
 Secrets are ``SecretStr`` (never printed); on Kubernetes they can come from files in
-``secrets_dir`` (one file per setting, named like the env variable without the prefix).
-Nothing else in the package reads ``os.environ``. There are no development defaults: a
-command that needs the database, the chain node, the deployment or the executor key stops at
-once, naming the missing setting; a malformed value stops it without being echoed.
+``secrets_dir`` (one file per setting, named as the setting, ``executor_private_key``, or as
+its variable, ``RELAYER_EXECUTOR_PRIVATE_KEY``; the environment wins over a file). The
+executor key is given once: as a key (``RELAYER_EXECUTOR_PRIVATE_KEY``) or as an encrypted
+JSON keystore with its password, decrypted once when the settings are built. Nothing else in
+the package reads ``os.environ``. There are no development defaults: a command that needs the
+database, the chain node, the deployment or the executor key stops at once, naming the
+missing setting; a malformed value stops it without being echoed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Final
+from typing import Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources import PathType
 
 from relayer.domain.errors import RelayerError
 from relayer.domain.lane import LanePolicy
 from relayer.package_data import projects_json
 
 SECRETS_DIR: Final = "/var/run/secrets/relayer"
+SECRETS_DIR_IN_USE: Final = SECRETS_DIR if os.path.isdir(SECRETS_DIR) else None
+"""Secret files are read from :data:`SECRETS_DIR` when it exists (a Kubernetes secret volume)."""
 ENV_PREFIX: Final = "RELAYER_"
 SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 _KEY: Final = re.compile(r"(0x)?[0-9a-fA-F]{64}")
@@ -63,7 +84,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         extra="forbid",
-        secrets_dir=SECRETS_DIR if os.path.isdir(SECRETS_DIR) else None,
+        secrets_dir=SECRETS_DIR_IN_USE,
         hide_input_in_errors=True,
         env_ignore_empty=True,  # RELAYER_RPC_URL= (e.g. from an absent ConfigMap key) is missing
     )
@@ -90,6 +111,14 @@ class Settings(BaseSettings):
         default=None,
         description="more executor keys, each with its own nonce lane and lease: 64 hex digits "
         "each, separated by commas or whitespace (a secret file may hold one a line)",
+    )
+    executor_keystore_file: Path | None = Field(
+        default=None,
+        description="the executor key as an encrypted JSON keystore (Web3 Secret Storage v3, as geth "
+        "and eth-account write it), instead of RELAYER_EXECUTOR_PRIVATE_KEY",
+    )
+    executor_keystore_password: SecretStr | None = Field(
+        default=None, description="the password of RELAYER_EXECUTOR_KEYSTORE_FILE"
     )
     confirmations: int | None = Field(
         default=None,
@@ -165,6 +194,14 @@ class Settings(BaseSettings):
     # --- http --------------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = 8402
+    ops_port: int = Field(
+        default=9402, description="`relayer work` serves /metrics, /healthz and /readyz on this port"
+    )
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="On SIGTERM, how long requests in flight get to finish after listening stops, s",
+    )
     public_base_url: str = Field(
         default="http://127.0.0.1:8402", description="Where callers reach this daemon (no slash)."
     )
@@ -176,6 +213,19 @@ class Settings(BaseSettings):
     x402_v0_base_url: str | None = Field(
         default=None,
         description="The x402 host of the previous major, 0 (default: the public host prefixed with v0.)",
+    )
+    rate_limit: str | None = Field(
+        default="50/second;1000/minute",
+        description="Per-client request limit of both APIs in the `limits` notation (e.g. "
+        "'50/second;1000/minute'); 'off': no limit",
+    )
+    rate_limit_forwarded_for: bool = Field(
+        default=False,
+        description="Key the rate limit on the first X-Forwarded-For address (only behind a "
+        "proxy that sets it) instead of the peer address",
+    )
+    request_timeout_s: float = Field(
+        default=75.0, gt=0, description="Longest an HTTP request may run, seconds (above settle_wait_s)"
     )
     security_contact: str = Field(
         default="mailto:security@example.invalid",
@@ -209,6 +259,48 @@ class Settings(BaseSettings):
             return None
         keys = [_checked_key(k) for k in value.get_secret_value().replace(",", " ").split()]
         return SecretStr(" ".join(keys)) if keys else None
+
+    @model_validator(mode="after")
+    def _one_executor_key(self) -> Self:
+        """The executor key comes from one place: ``executor_private_key``, or the keystore
+        with its password, decrypted here (once, when the settings are built) into
+        ``executor_private_key``, so every user of the key reads it there.
+
+        Raises:
+            ConfigError: both are given, the keystore lacks its password (or the password its
+                keystore), or the keystore cannot be read, is not one, or the password does
+                not open it. The message names the settings, never a value.
+        """
+        keystore, password = self.executor_keystore_file, self.executor_keystore_password
+        if keystore is None:
+            if password is not None:
+                raise ConfigError(
+                    message=f"{KEYSTORE_PASSWORD} is set without {KEYSTORE_FILE}: set both, or neither"
+                )
+            return self
+        if self.executor_private_key is not None:
+            raise ConfigError(
+                message=f"{env_name('executor_private_key')} and {KEYSTORE_FILE} are both set: "
+                "give the executor key one way"
+            )
+        if password is None:
+            raise ConfigError(message=f"{KEYSTORE_FILE} is set without {KEYSTORE_PASSWORD}")
+        self.executor_private_key = SecretStr(decrypt_keystore(keystore, password))
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then secret files named as the setting or as its
+        variable (``executor_private_key`` or ``RELAYER_EXECUTOR_PRIVATE_KEY``)."""
+        assert isinstance(file_secret_settings, SecretsSettingsSource)
+        return (init_settings, env_settings, *_secret_sources(settings_cls, file_secret_settings.secrets_dir))
 
     def executor_keys(self) -> list[str]:
         """Every executor key: ``executor_private_key`` first, then ``executor_private_keys``,
@@ -273,8 +365,83 @@ class Settings(BaseSettings):
         missing = [n for n in names if _blank(getattr(self, n))]
         if missing:
             fields = type(self).model_fields
-            described = ", ".join(f"{env_name(n)} ({fields[n].description})" for n in missing)
+            described = ", ".join(
+                f"{env_name(n)} ({fields[n].description})" + _ALTERNATIVES.get(n, "") for n in missing
+            )
             raise ConfigError(message=f"missing setting{'s' if len(missing) > 1 else ''} {described}")
+
+
+KEYSTORE_FILE: Final = "RELAYER_EXECUTOR_KEYSTORE_FILE"
+KEYSTORE_PASSWORD: Final = "RELAYER_EXECUTOR_KEYSTORE_PASSWORD"
+_ALTERNATIVES: Final = {"executor_private_key": f" or {KEYSTORE_FILE} with {KEYSTORE_PASSWORD}"}
+"""What else satisfies a required setting, said when it is missing."""
+
+
+def decrypt_keystore(path: Path, password: SecretStr) -> str:
+    """The private key (0x-prefixed hex) of an encrypted JSON keystore: Web3 Secret Storage
+    version 3 (scrypt or pbkdf2, aes-128-ctr), as geth and eth-account write it.
+
+    Raises:
+        ConfigError: the file cannot be read, is not such a keystore, the password does not
+            open it, or it holds no valid secp256k1 key. Neither the password nor the key
+            (nor the library's message) is in the error.
+    """
+    from eth_account import Account  # eth-account only where a keystore is used
+
+    try:
+        document = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(message=f"{KEYSTORE_FILE} {path} cannot be read ({type(exc).__name__})") from None
+    except ValueError:
+        raise ConfigError(message=f"{KEYSTORE_FILE} {path} is not JSON") from None
+    crypto = document.get("crypto", document.get("Crypto")) if isinstance(document, dict) else None
+    if not isinstance(crypto, dict) or document.get("version") != 3:
+        raise ConfigError(
+            message=f"{KEYSTORE_FILE} {path} is not an encrypted JSON keystore (Web3 Secret Storage v3)"
+        )
+    try:
+        key = bytes(Account.decrypt(document, password.get_secret_value()))
+    except ValueError:  # eth-keyfile's MAC mismatch, or ciphertext that is not hex
+        raise ConfigError(
+            message=f"{KEYSTORE_PASSWORD} does not open {KEYSTORE_FILE} {path} (a wrong password or a "
+            "damaged keystore)"
+        ) from None
+    except (KeyError, TypeError, NotImplementedError) as exc:  # a field missing or of the wrong type
+        raise ConfigError(
+            message=f"{KEYSTORE_FILE} {path} is not a usable keystore ({type(exc).__name__})"
+        ) from None
+    try:
+        return _checked_key("0x" + key.hex())
+    except ValueError:
+        raise ConfigError(message=f"{KEYSTORE_FILE} {path} holds no valid secp256k1 key") from None
+
+
+def _secret_sources(
+    settings_cls: type[BaseSettings], secrets_dir: PathType | None
+) -> tuple[SecretsSettingsSource, ...]:
+    """The secret-file sources of ``secrets_dir`` (none without one): files named as the
+    setting first, then as its variable."""
+    if secrets_dir is None:
+        return ()
+    return (
+        SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir, env_prefix=""),
+        SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir),
+    )
+
+
+def setting_origins(secrets_dir: PathType | None = SECRETS_DIR_IN_USE) -> dict[str, str]:
+    """Where each setting given outside the defaults comes from: ``env`` or ``secret file``
+    (by field name; ``executor_private_key`` from a keystore is ``keystore``). Read from the
+    same sources as :class:`Settings`, after they built it (the values are not kept)."""
+    origins: dict[str, str] = {}
+    sources: list[tuple[str, PydanticBaseSettingsSource]] = [("env", EnvSettingsSource(Settings))]
+    sources += [("secret file", source) for source in _secret_sources(Settings, secrets_dir)]
+    for origin, source in sources:
+        for name in source():
+            origins.setdefault(name, origin)
+    if "executor_keystore_file" in origins:
+        origins["executor_private_key"] = "keystore"
+    return origins
 
 
 def _checked_key(text: str) -> str:
@@ -308,7 +475,9 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{env_name(str(e['loc'][0])) if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(message=f"invalid setting {problems}") from None
+        raise ConfigError(message=f"invalid setting {'; '.join(validation_problems(exc))}") from None
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    """One line per invalid setting: its variable and the rule it breaks (never the value)."""
+    return [f"{env_name(str(e['loc'][0])) if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()]

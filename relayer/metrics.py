@@ -71,6 +71,41 @@ class Metrics:
             ["action"],
             registry=self.registry,
         )
+        self.server_requests = Counter(
+            "relayer_http_server_requests_total",
+            "HTTP requests by route template, method and status (every route, both APIs).",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.server_seconds = Histogram(
+            "relayer_http_server_request_duration_seconds",
+            "HTTP request duration by route template and method.",
+            ["route", "method"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+        self.challenges = Counter(
+            "relayer_x402_challenges_total",
+            "402 payment_required challenges issued (actions/retire without an authorization).",
+            registry=self.registry,
+        )
+        self.authorizations = Counter(
+            "relayer_authorizations_total",
+            "Signed authorizations posted to actions/retire: accepted, or refused by spec code.",
+            ["outcome", "reason"],
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "relayer_rate_limited_total",
+            "Requests refused by the per-client rate limit.",
+            registry=self.registry,
+        )
+        self.db_pool = Gauge(
+            "relayer_db_pool_connections",
+            "Database pool connections: in_use, idle and max.",
+            ["state"],
+            registry=self.registry,
+        )
 
     def _workers(self) -> None:
         """Worker health: RPC failures, restarts, the indexer's block."""
@@ -129,6 +164,31 @@ class Metrics:
             "relayer_executor_balance_wei",
             "Executor ETH balance, wei, by key (its position in the configured keys).",
             ["key"],
+            registry=self.registry,
+        )
+        self.executor_covered = Gauge(
+            "relayer_executor_covered_retirements",
+            "How many more class retirements the key's balance pays gas for at the current gas "
+            "price (balance / (class gas budget x gas price)).",
+            ["key"],
+            registry=self.registry,
+        )
+        self.nonce_lag = Gauge(
+            "relayer_executor_nonce_lag",
+            "Nonces of a key signed and sent but not yet mined (its lane's backlog).",
+            ["key"],
+            registry=self.registry,
+        )
+        self.indexer_lag = Gauge(
+            "relayer_indexer_lag_blocks",
+            "Chain head minus the last indexed block, by chain and indexer (retirements, catalogue).",
+            ["chain_id", "indexer"],
+            registry=self.registry,
+        )
+        self.oldest_job_age = Gauge(
+            "relayer_relay_oldest_job_age_seconds",
+            "Age of the oldest relay job in each open state (since its last change), seconds.",
+            ["state"],
             registry=self.registry,
         )
         self.executor_drained = Gauge(

@@ -131,6 +131,7 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
         settle_wait_s=30,
         block_poll_interval_s=0.05,
         confirmations=1,  # anvil mines a block per transaction
+        rate_limit="off",  # the suite posts from one client; test_rate_limit turns it on
     )
     async with open_runtime(settings, workers=True) as rt:
         runner = web_runner(rt)

@@ -83,6 +83,7 @@ def daemon_settings(info: dict[str, Any], dsn: str, http_port: int, **overrides:
         "settle_wait_s": 30,
         "block_poll_interval_s": 0.05,
         "confirmations": 1,
+        "rate_limit": "off",  # tests post loads from one client; test_rate_limit turns it on
     }
     return Settings(**{**fields, **overrides})
 

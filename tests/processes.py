@@ -33,6 +33,7 @@ def daemon_env(info: dict[str, Any], dsn: str, rpc_url: str | None = None, **set
         "RELAYER_DEPLOYMENT_FILE": info["deploymentFile"],
         "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
         "RELAYER_CONFIRMATIONS": "1",
+        "RELAYER_RATE_LIMIT": "off",  # the loads come from one client
         "RELAYER_BLOCK_POLL_INTERVAL_S": "0.05",
         "RELAYER_SETTLE_WAIT_S": "60",
     }
@@ -46,13 +47,23 @@ class DaemonProcess:
     def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
         self.command = command
         self.port = free_port()
-        self.env = {**env, "RELAYER_HTTP_PORT": str(self.port), "RELAYER_PUBLIC_BASE_URL": self.base}
+        self.ops_port = free_port()  # `relayer work` serves /metrics, /healthz, /readyz there
+        self.env = {
+            **env,
+            "RELAYER_HTTP_PORT": str(self.port),
+            "RELAYER_OPS_PORT": str(self.ops_port),
+            "RELAYER_PUBLIC_BASE_URL": self.base,
+        }
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ops_base(self) -> str:
+        return f"http://127.0.0.1:{self.ops_port}"
 
     async def start(self) -> DaemonProcess:
         """Start it; for a command that serves HTTP, wait (bounded) until it is healthy."""

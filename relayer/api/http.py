@@ -5,15 +5,19 @@ exception that is not a :class:`RelayerError` is the only way to a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Final
 
+import limits
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -53,6 +57,9 @@ METRICS: Final = web.AppKey("metrics", Metrics)
 REQUEST_ID: Final = web.RequestKey("request_id", str)
 MAJORS: Final[web.AppKey[dict[str, int]]] = web.AppKey("majors")
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
+RATE_LIMIT: Final[web.AppKey[RateLimit]] = web.AppKey("rate_limit")
+TIMEOUT_S: Final = web.AppKey("timeout_s", float)
+DEFAULT_TIMEOUT_S: Final = 75.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -66,34 +73,113 @@ def error_response(error: RelayerError) -> web.Response:
     return _json(error.body(), error.spec.http_status)
 
 
+class RateLimit:
+    """The per-client request limit (the ``limits`` library's moving windows, in this
+    process's memory: each replica counts its own clients). ``spec`` in its notation, e.g.
+    ``"50/second;1000/minute"``; ``"off"`` or None: no limit. The client is the peer
+    address, or the first ``X-Forwarded-For`` address when ``forwarded_for`` (only behind a
+    proxy that sets it)."""
+
+    EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics"})
+
+    def __init__(self, spec: str | None, forwarded_for: bool = False) -> None:
+        off = spec is None or spec.strip().lower() in ("", "off", "none")
+        self.items = [] if off else limits.parse_many(spec or "")
+        self.limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
+        self.forwarded_for = forwarded_for
+
+    def retry_after(self, request: web.Request) -> int | None:
+        """None when the request is within the limit (and counts it); else the seconds until
+        the client may send again."""
+        if not self.items or request.path in self.EXEMPT:
+            return None
+        client = request.remote or "unknown"
+        if self.forwarded_for:
+            client = request.headers.get("x-forwarded-for", client).split(",", 1)[0].strip()[:64]
+        for item in self.items:
+            if not self.limiter.hit(item, client):
+                reset = self.limiter.get_window_stats(item, client).reset_time
+                return max(1, math.ceil(reset - time.time()))
+        return None
+
+
+def _x402_path(path: str) -> bool:
+    """Whether a path belongs to the x402 surface (its envelope) rather than the marketplace's."""
+    return path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
+
+
+def _marketplace_refusal(status: int, code: str, message: str, **context: Any) -> web.Response:
+    body = {
+        "statusCode": status,
+        "error": HTTPStatus(status).phrase,
+        "message": message,
+        "code": code,
+        **context,
+    }
+    return _json(body, status)
+
+
 @web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request id, error envelope for every failure, no internals leaked; counts error
-    responses by code."""
+    """Request id (``X-Request-ID`` kept or made, echoed back), the per-client rate limit, the
+    request timeout, the error envelope for every failure with no internals leaked, and the
+    HTTP metrics (route template, method, status, duration; error responses by code)."""
     request_id = request.headers.get("x-request-id") or next(_REQUEST_IDS)
     request[REQUEST_ID] = request_id
+    metrics = request.app[METRICS]
+    started = time.perf_counter()
     error: RelayerError | None = None
-    try:
-        response = await handler(request)
-    except RelayerError as err:
-        error = err
-    except web.HTTPRequestEntityTooLarge:
-        error = Rejection(
-            "schema_validation",
-            "request body too large",
-            issues=[{"path": [], "keys": [], "message": "body too large"}],
-        )
-    except web.HTTPNotFound:
-        error = Rejection("not_found", path=request.path)
-    except web.HTTPMethodNotAllowed:
-        error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
-    except Exception:
-        log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
-        request.app[METRICS].unhandled_errors.inc()
-        error = Rejection("internal_error", requestId=request_id)
+    response: web.StreamResponse | None = None
+    limit = request.app.get(RATE_LIMIT)
+    wait = None if limit is None else limit.retry_after(request)
+    if wait is not None:
+        metrics.rate_limited.inc()
+        message = f"too many requests from this client; retry in {wait} s"
+        if _x402_path(request.path):
+            error = Rejection("rate_limited", message, retryAfterSeconds=wait)
+        else:
+            response = _marketplace_refusal(429, "rate_limited", message, retryAfterSeconds=wait)
+            metrics.error_responses.labels("rate_limited").inc()
+    else:
+        try:
+            async with asyncio.timeout(request.app.get(TIMEOUT_S, DEFAULT_TIMEOUT_S)):
+                response = await handler(request)
+        except RelayerError as err:
+            error = err
+        except web.HTTPRequestEntityTooLarge:
+            error = Rejection(
+                "schema_validation",
+                "request body too large",
+                issues=[{"path": [], "keys": [], "message": "body too large"}],
+            )
+        except web.HTTPNotFound:
+            error = Rejection("not_found", path=request.path)
+        except web.HTTPMethodNotAllowed:
+            error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
+        except TimeoutError:
+            log.warning("request timed out", extra={"request_id": request_id, "path": request.path})
+            message = "the request ran past the operator's time limit; retry with backoff"
+            if _x402_path(request.path):
+                error = Rejection("internal_error", message, cause="timeout")
+            else:
+                response = _marketplace_refusal(503, "timeout", message)
+                metrics.error_responses.labels("timeout").inc()
+        except Exception:
+            log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
+            metrics.unhandled_errors.inc()
+            error = Rejection("internal_error", requestId=request_id)
     if error is not None:
         response = error_response(error)
-        request.app[METRICS].error_responses.labels(error.code).inc()
+        metrics.error_responses.labels(error.code).inc()
+        if error.code == "payment_required":
+            metrics.challenges.inc()
+        elif error.code == "rate_limited":
+            response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
+    assert response is not None
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    metrics.server_requests.labels(route, request.method, str(response.status)).inc()
+    metrics.server_seconds.labels(route, request.method).observe(time.perf_counter() - started)
     response.headers["x-request-id"] = request_id
     return response
 
@@ -172,10 +258,16 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
             raise Rejection("unknown_action", supported=list(ACTIONS), action=action)
         if major_of(request) == 0:
             body = as_major_0(action, body)
+        signed = action == "actions/retire" and body.get("authPayload") is not None
         try:
-            return await _run(request.app[SERVICES], action, parse_request(body))
+            answer = await _run(request.app[SERVICES], action, parse_request(body))
         except RelayerError as err:
+            if signed:
+                metrics.authorizations.labels("refused", err.code).inc()
             raise _within_action(action, err) from None
+        if signed:
+            metrics.authorizations.labels("accepted", "").inc()
+        return answer
     except RelayerError as err:
         code = err.code
         raise
@@ -276,6 +368,8 @@ def build_app(
     mount: Callable[[web.Application], None] | None = None,
     majors: dict[str, int] | None = None,
     meta: Callable[[web.Request, int], X402Info] | None = None,
+    rate_limit: RateLimit | None = None,
+    request_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> web.Application:
     """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``);
     ``mount`` adds another surface's routes (the marketplace API) before the catch-all;
@@ -287,6 +381,8 @@ def build_app(
     app[METRICS] = metrics
     app[READY] = ready
     app[MAJORS] = majors or {}
+    app[RATE_LIMIT] = rate_limit or RateLimit(None)
+    app[TIMEOUT_S] = request_timeout_s
     app.router.add_get("/", index)
     app.router.add_get("/api", index)
     app.router.add_post("/api", post_api)

@@ -129,6 +129,18 @@ class Release:
 
 RELEASES: Final[tuple[Release, ...]] = (
     Release(
+        "1.2.0",
+        "2026-11-24",
+        False,
+        "Additive: a per-client rate limit, answered 429 rate_limited on any route.",
+        (
+            "Any route may answer 429 `rate_limited` (retryable: wait `retryAfterSeconds`, also "
+            "sent as the Retry-After header) when a client sends more than the operator's limit.",
+            "A request that runs past the operator's request timeout answers the retryable "
+            "`internal_error` with `cause` `timeout`.",
+        ),
+    ),
+    Release(
         "1.1.0",
         "2026-11-24",
         False,

@@ -138,6 +138,14 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
         "Simulated gas exceeds the executor's configured ceiling; nothing broadcast.",
     ),
     ErrorSpec("payment_unavailable", 503, "upstream", True, "Operator payment configuration is missing."),
+    # not in the spec's table: the operator's per-client rate limit (release 1.2.0, additive)
+    ErrorSpec(
+        "rate_limited",
+        429,
+        "request",
+        True,
+        "Too many requests from this client; retry after `retryAfterSeconds`.",
+    ),
 )
 
 REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType({row.code: row for row in _ROWS})
@@ -247,8 +255,10 @@ COMMON_CODES: Final = (
     "document_not_found",
     "schema_validation",
     "internal_error",
+    "rate_limited",  # release 1.2.0: the per-client rate limit, on any route
 )
-"""Codes every action can return (spec: Errors, "Codes specific to each action")."""
+"""Codes every action can return (spec: Errors, "Codes specific to each action"; plus the
+rate limit of release 1.2.0)."""
 
 _QUOTE_CODES: Final = (
     "unsupported_chain_id",

@@ -68,9 +68,21 @@ class Outcomes:
         self.certificates = certificates
         self.settle_wait_s = settle_wait_s
         self._watch = watch
+        self._draining = False
+        self._waiting: set[asyncio.Event] = set()
+
+    def drain(self) -> None:
+        """The process is stopping: every wait, now and from now on, answers at once with
+        what its job says (as when its wait runs out: ``submitted``/``accepted`` while it is
+        on its way). The job is durable; the identical request, posted again to another
+        process, gets the final answer."""
+        self._draining = True
+        for changed in self._waiting:
+            changed.set()
 
     async def wait(self, job_id: int) -> RetireOutcome:
-        """Wait (at most ``settle_wait_s``) until the job settles or fails, then answer.
+        """Wait (at most ``settle_wait_s``, or not at all once :meth:`drain` is called) until
+        the job settles or fails, then answer.
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -81,24 +93,32 @@ class Outcomes:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settle_wait_s
         with self._watch(job_id, ANSWERING_STATES) as changed:
-            while True:
-                changed.clear()  # before the read: a change from here on ends the wait below
-                remaining = deadline - loop.time()
-                try:
-                    job = await self.jobs.get(job_id)
-                    assert job is not None
-                    answer = await self._answer(job, remaining)
-                except Unavailable:
-                    # The job is recorded and its workers carry on without this request: a
-                    # short outage (a database restart) is ridden out within the wait.
-                    if remaining <= 0:
-                        raise
-                    await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
-                    continue
-                if answer is not None:
-                    return answer
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
+            self._waiting.add(changed)
+            try:
+                return await self._wait(job_id, deadline, changed)
+            finally:
+                self._waiting.discard(changed)
+
+    async def _wait(self, job_id: int, deadline: float, changed: asyncio.Event) -> RetireOutcome:
+        loop = asyncio.get_running_loop()
+        while True:
+            changed.clear()  # before the read: a change from here on ends the wait below
+            remaining = 0.0 if self._draining else deadline - loop.time()
+            try:
+                job = await self.jobs.get(job_id)
+                assert job is not None
+                answer = await self._answer(job, remaining)
+            except Unavailable:
+                # The job is recorded and its workers carry on without this request: a
+                # short outage (a database restart) is ridden out within the wait.
+                if remaining <= 0:
+                    raise
+                await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
+                continue
+            if answer is not None:
+                return answer
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""

@@ -230,15 +230,22 @@ class Simulator:
                 log.warning("resuming a job its owner left in accepted", extra={"job_id": job.id})
                 await self.simulate(claimed)
 
-    async def sweep(self) -> int:
+    async def sweep(self, stop: asyncio.Event | None = None) -> int:
         """Take over and simulate the jobs left in ``accepted`` by processes that died;
         returns how many. A refusal is stored with its job (the identical request answers it).
+        Once ``stop`` is set the jobs taken and not yet simulated are handed back (orphans
+        again at once, for the next process).
 
         Raises:
             Unavailable: the database failed before anything was taken.
         """
         orphans = await self.jobs.claim_orphans(ORPHAN_AFTER_S, ORPHAN_BATCH)
-        for job in orphans:
+        for position, job in enumerate(orphans):
+            if stop is not None and stop.is_set():
+                rest = [j.id for j in orphans[position:]]
+                await self.jobs.hand_back_orphans(rest, ORPHAN_AFTER_S)
+                log.info("stopping: orphaned jobs handed back", extra={"count": len(rest)})
+                return position
             log.warning("resuming a job its owner left in accepted", extra={"job_id": job.id})
             try:
                 await self.simulate(job)

@@ -25,6 +25,14 @@ RETURNING epoch
 """
 # A round trip on the lease's own session: it fails once that session is gone.
 PING: Final = "SELECT 1"
+# Give back the session advisory lock named $1; true when this session held it.
+UNLOCK: Final = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
+HAND_BACK_TIMEOUT_S: Final = 2.0
+
+
+def lease_name(chain_id: int, executor: str) -> str:
+    """The advisory lock name of an executor's lease on a chain."""
+    return f"relayer-executor:{chain_id}:{executor.lower()}"
 
 
 class ExecutorLease:
@@ -37,7 +45,7 @@ class ExecutorLease:
         self._dsn = dsn
         self.chain_id = chain_id
         self.executor = executor
-        self._name = f"relayer-executor:{chain_id}:{executor.lower()}"
+        self._name = lease_name(chain_id, executor)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._conn: asyncpg.Connection | None = None
         self.epoch: int | None = None
@@ -76,6 +84,23 @@ class ExecutorLease:
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
             return False
         return True
+
+    async def hand_back(self) -> int | None:
+        """Give the lease up on purpose (this process is stopping): unlock the advisory lock
+        on its session, confirmed by the server, then close the session, so that a process
+        waiting for the key takes it at once. Returns the epoch given up; None when no lease
+        was held or its session was already gone (then nothing of it is left to give up)."""
+        conn, epoch = self._conn, self.epoch
+        self._conn, self.epoch = None, None
+        if conn is None or conn.is_closed():
+            return None
+        try:
+            unlocked = await conn.fetchval(UNLOCK, self._name, timeout=HAND_BACK_TIMEOUT_S)
+            await conn.close(timeout=HAND_BACK_TIMEOUT_S)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            conn.terminate()  # the session goes, and its lock with it
+            return None
+        return epoch if unlocked else None
 
     async def release(self) -> None:
         """Give the lease up (closing the session frees the advisory lock)."""

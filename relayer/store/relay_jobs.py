@@ -157,6 +157,13 @@ WHERE id IN (SELECT id FROM relay_jobs
              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING *
 """
+# Hand back the jobs $1 taken over as orphans and not simulated (their taker is stopping):
+# their accepted_at set $2 seconds back, so the next sweeper or identical request takes them
+# at once.
+HAND_BACK_ORPHANS: Final = """
+UPDATE relay_jobs SET accepted_at = now() - make_interval(secs => $2), updated_at = now()
+WHERE id = ANY($1::bigint[]) AND state = 'accepted'
+"""
 # Delete up to $2 jobs of chain $3 rejected before anything was signed more than $1 seconds
 # ago, with their spent salts (the identical request may be posted again and starts afresh).
 PURGE_REJECTED: Final = """
@@ -443,6 +450,12 @@ class RelayJobs:
     async def claim_orphans(self, older_than_s: float, limit: int) -> list[Job]:
         """Take over up to ``limit`` jobs that have sat in ``accepted`` for ``older_than_s``."""
         return [Job.from_row(r) for r in await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit)]
+
+    async def hand_back_orphans(self, job_ids: Sequence[int], orphan_after_s: float) -> None:
+        """Give back orphans this process took over but did not simulate (it is stopping):
+        they are orphans again at once (see :data:`HAND_BACK_ORPHANS`)."""
+        if job_ids:
+            await self.db.execute(HAND_BACK_ORPHANS, list(job_ids), orphan_after_s)
 
     async def purge_rejected(self, chain_id: int, older_than_s: float, limit: int) -> int:
         """Delete up to ``limit`` jobs of ``chain_id`` rejected before signing more than

@@ -8,7 +8,6 @@ gets a second transaction as a same-nonce replacement with the same call, or a n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -45,11 +44,13 @@ class LaneBoard:
     """The executor lanes of this process: the keys it holds a lease on, each lane's
     transactions in flight, and the lanes drained of new work (executor balance below the
     floor). Work goes to the lane with the least in flight: a lane claims at most enough
-    to stay within half a batch of the least loaded other lane."""
+    to stay within half a batch of the least loaded other lane. ``taking`` lets one lease
+    attempt of the process run at a time, so each sees the leases taken before it."""
 
     def __init__(self) -> None:
         self._in_flight: dict[str, int] = {}
         self._drained: set[str] = set()
+        self.taking = asyncio.Lock()
 
     def held(self) -> int:
         return len(self._in_flight)
@@ -206,8 +207,10 @@ class Broadcaster:
     async def run(self, stop: asyncio.Event) -> None:
         """Take the lease, ready the lane, then sign and send until ``stop``; when the lease
         is lost (its session gone, or another process took the key) stop signing at once
-        and go back to taking it. Failures are retried after a pause; the lease is released
-        when this returns or raises."""
+        and go back to taking it. Failures are retried after a pause. On ``stop`` the step
+        in progress (a signing batch: sign, journal, send) ends first and no other starts;
+        the lease is handed back (unlocked, so another process takes the key at once) when
+        this returns or raises."""
         try:
             while await self._take_lease(stop):
                 try:
@@ -216,7 +219,9 @@ class Broadcaster:
                     self.board.drop(self.signer.address)
         finally:
             self.board.drop(self.signer.address)
-            await self.lease.release()
+            epoch = await self.lease.hand_back()
+            if epoch is not None:
+                log.info("executor lease released", extra={"executor": self.signer.address, "epoch": epoch})
 
     async def _take_lease(self, stop: asyncio.Event) -> bool:
         """Wait (retrying) until this process holds the lease; False when asked to stop."""
@@ -227,19 +232,22 @@ class Broadcaster:
                 await sleep_or_stop(stop, held * LEASE_SPREAD_S)
                 if stop.is_set():
                     return False
-            try:
-                if await self.lease.try_acquire():
-                    self.board.hold(self.signer.address)
+            async with self.board.taking:  # an attempt of another key may still be under way
+                if self.board.held() > held:
+                    continue  # this process took another key meanwhile: spread again
+                try:
+                    if await self.lease.try_acquire():
+                        self.board.hold(self.signer.address)
+                        log.info(
+                            "executor lease taken",
+                            extra={"executor": self.signer.address, "epoch": self.lease.epoch},
+                        )
+                        return True
                     log.info(
-                        "executor lease taken",
-                        extra={"executor": self.signer.address, "epoch": self.lease.epoch},
+                        "executor lease held elsewhere; standing by", extra={"executor": self.signer.address}
                     )
-                    return True
-                log.info(
-                    "executor lease held elsewhere; standing by", extra={"executor": self.signer.address}
-                )
-            except Exception as exc:
-                log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
+                except Exception as exc:
+                    log.warning("lease attempt failed", extra={"reason": type(exc).__name__})
             await sleep_or_stop(stop, LEASE_RETRY_S)
         return False
 
@@ -273,5 +281,14 @@ class Broadcaster:
                 outage.failed(exc)
             except Exception:
                 log.exception("broadcaster step failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.notifications.any_change.wait(), IDLE_WAIT_S)
+            await _first(self.notifications.any_change, stop, IDLE_WAIT_S)
+
+
+async def _first(a: asyncio.Event, b: asyncio.Event, timeout_s: float) -> None:
+    """Wait until ``a`` or ``b`` is set, at most ``timeout_s``."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()

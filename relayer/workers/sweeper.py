@@ -1,8 +1,9 @@
 """The sweeper: every few seconds it takes over and simulates the jobs that processes which
 died between reserving and simulating left in ``accepted`` (the identical request resumes
 them too). Nothing ends in a 500 for a crash: each such job is simulated, then signed or
-refused with its own code. It also purges jobs rejected before signing once their retention
-period is over, so refused requests leave bounded rows."""
+refused with its own code; on shutdown the jobs taken and not yet simulated are handed back.
+It also purges jobs rejected before signing once their retention period is over, so refused
+requests leave bounded rows."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class Sweeper:
         outage = OutageLog("sweeper")
         while not stop.is_set():
             try:
-                resumed = await self.simulator.sweep()
+                resumed = await self.simulator.sweep(stop)
                 purged = await self.jobs.purge_rejected(
                     self.simulator.chain_id, self.rejected_retention_s, PURGE_BATCH
                 )

@@ -29,7 +29,7 @@ from aiohttp import web
 from eth_account import Account
 from web3 import Web3
 
-from relayer.app import make_web_app, open_runtime
+from relayer.app import open_runtime, web_runner
 from relayer.chain.abi import abi
 from relayer.config import Settings
 from relayer.domain.errors import REGISTRY, X402_FACILITATOR_VERSION, allowed_codes
@@ -48,6 +48,7 @@ CONTEXT: Final[dict[str, tuple[str, ...]]] = {
     "unknown_action": ("supported",),
     "document_not_found": ("available",),
     "schema_validation": ("issues",),
+    "rate_limited": ("retryAfterSeconds",),
     "vintage_not_found": ("availableVintages",),
     "amount_below_increment": ("minimum",),
     "insufficient_listing_supply": ("leftToSell",),
@@ -250,7 +251,7 @@ async def api_only(conf: Conformance, **overrides: Any) -> AsyncIterator[Daemon]
     port = free_port()
     settings: Settings = daemon_settings(conf.chain, conf.daemon.runtime.dsn, port, **overrides)
     async with open_runtime(settings, workers=False) as rt:
-        runner = web.AppRunner(make_web_app(rt), access_log=None)
+        runner = web_runner(rt)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
@@ -611,6 +612,15 @@ async def payment_unavailable(conf: Conformance) -> Answer:
         return await conf.post(body, d)
 
 
+async def rate_limited(conf: Conformance) -> Answer:
+    """A daemon whose per-client limit is two requests a minute (release 1.2.0)."""
+    async with api_only(conf, rate_limit="2/minute") as d:
+        for _ in range(2):
+            status, _ = await conf.get("discover", d)
+            assert status == 200
+        return await conf.get("discover", d)
+
+
 PROVOKERS: Final[dict[str, Callable[[Conformance], Awaitable[Answer]]]] = {
     "invalid_json": invalid_json,
     "unknown_action": unknown_action,
@@ -645,6 +655,7 @@ PROVOKERS: Final[dict[str, Callable[[Conformance], Awaitable[Answer]]]] = {
     "gas_estimate_unavailable": gas_estimate_unavailable,
     "gas_limit_exceeds_cap": gas_limit_exceeds_cap,
     "payment_unavailable": payment_unavailable,
+    "rate_limited": rate_limited,
 }
 """Spec code -> how it is provoked over HTTP: an async function answering (status, body)."""
 

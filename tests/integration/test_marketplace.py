@@ -114,6 +114,7 @@ async def market(
         settle_wait_s=30,
         block_poll_interval_s=0.05,
         confirmations=1,
+        rate_limit="off",
     )
     from relayer.app import create_api_key
 

@@ -89,7 +89,9 @@ def test_spec_code_registered_with_same_status_group_retryable(code: str) -> Non
 
 
 def test_registry_has_no_code_the_spec_lacks() -> None:
-    assert set(REGISTRY) - set(SPEC_ERRORS) == set()
+    """Beyond the spec's table only the declared extension of release 1.2.0 (the per-client
+    rate limit, which the spec's table has no code for)."""
+    assert set(REGISTRY) - set(SPEC_ERRORS) == {"rate_limited"}
 
 
 def test_per_action_codes_are_all_registered() -> None:

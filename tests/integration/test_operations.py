@@ -1,0 +1,179 @@
+"""What an operator relies on: the logs of a full end-to-end run never hold the executor key,
+a signature's secret or the database password; every metric family the alerts and the
+dashboard read has samples after real traffic; the per-client rate limit answers 429 in each
+API's own error body; the readiness probe follows the database schema and the leases."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from relayer.api.http import RateLimit, build_app
+from tests.conftest import Daemon, free_port
+from tests.integration.test_processes import Client, _signed
+from tests.integration.test_relay import challenge, signed_request
+from tests.private import private_chain
+from tests.processes import DaemonProcess, daemon_env
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "s3cret-Pa55word"
+
+
+def _with_password(dsn: str) -> str:
+    """The DSN with a password (trust auth ignores it; the logs must never show it)."""
+    parts = urlsplit(dsn)
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user or 'postgres'}:{PASSWORD}@{host}"))
+
+
+async def test_a_full_run_never_logs_the_key_or_the_dsn_password(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
+    ):
+        log = tmp_path / "daemon.log"
+        env = {**daemon_env(info, _with_password(dsn)), "RELAYER_LOG_LEVEL": "DEBUG"}
+        daemon = await DaemonProcess("all", env, log).start()
+        try:
+            client = Client(session, daemon.base, info)
+            bodies = [await _signed(client, i) for i in range(3)]
+            answers = await asyncio.gather(*(client.post(b) for b in bodies))
+            assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+            bad = dict(bodies[0], salt="0x" + "00" * 32)  # a refused one is logged too
+            status, _ = await client.post(bad)
+            assert status >= 400
+        finally:
+            assert daemon.stop() == 0
+    text = log.read_text()
+    assert "settled" in text or "indexed" in text  # the log is the run's
+    key = info["executor"]["privateKey"].removeprefix("0x").lower()
+    signatures = [b["authPayload"]["signature"].removeprefix("0x").lower() for b in bodies]
+    lowered = text.lower()
+    assert key not in lowered and PASSWORD.lower() not in lowered
+    for signature in signatures:
+        assert signature[:64] not in lowered and signature[64:128] not in lowered  # r and s
+    for payer in info["payers"]:
+        assert payer["privateKey"].removeprefix("0x").lower() not in lowered
+    assert all(line.startswith("{") for line in text.splitlines() if line.strip()), "one JSON object a line"
+
+
+async def test_every_operator_metric_family_has_samples(daemon: Daemon) -> None:
+    """After a 402 challenge and a settled relay (with whatever the session did before)."""
+    payer = daemon.chain["payers"][1]
+    ch = await challenge(daemon, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
+    status, settled = await daemon.post(signed_request(ch, payer["privateKey"]))
+    assert (status, settled["status"]) == (200, "settled"), settled
+    await asyncio.sleep(5.5)  # one refresh of the gauges
+    async with daemon.session.get(f"{daemon.base_url}/metrics") as r:
+        text = await r.text()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = re.split(r"[{ ]", line, maxsplit=1)[0]
+            samples[name] = max(samples.get(name, 0.0), float(line.rsplit(" ", 1)[1]))
+    nonzero = [
+        "relayer_http_server_requests_total",
+        "relayer_http_server_request_duration_seconds_count",
+        "relayer_http_error_responses_total",
+        "relayer_x402_challenges_total",
+        "relayer_relay_jobs",
+        "relayer_db_pool_connections",
+        "relayer_executor_balance_wei",
+        "relayer_executor_covered_retirements",
+    ]
+    present = [
+        "relayer_authorizations_total",
+        "relayer_executor_nonce_lag",
+        "relayer_indexer_lag_blocks",
+        "relayer_relay_oldest_job_age_seconds",
+        "relayer_http_unhandled_errors_total",
+        "relayer_rate_limited_total",
+    ]
+    assert [n for n in nonzero if samples.get(n, 0) <= 0] == [], {n: samples.get(n) for n in nonzero}
+    assert [n for n in present if n not in samples] == []
+    assert re.search(r'relayer_http_server_requests_total\{method="POST",route="/api",status="402"\}', text)
+    assert re.search(r'relayer_indexer_lag_blocks\{chain_id="84532",indexer="retirements"\}', text)
+
+
+async def test_the_rate_limit_answers_429_in_each_apis_body(daemon: Daemon) -> None:
+    rt = daemon.runtime
+
+    async def ready() -> bool:
+        return True
+
+    from relayer.api.marketplace import add_routes
+
+    app = build_app(
+        rt.services,
+        rt.metrics,
+        ready,
+        rt.settings.max_body_bytes,
+        lambda a: add_routes(a, rt.marketplace),
+        rate_limit=RateLimit("3/minute"),
+    )
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        statuses = []
+        for _ in range(3):
+            async with daemon.session.get(f"{base}/api/discover") as r:
+                statuses.append(r.status)
+        async with daemon.session.get(f"{base}/api/discover") as r:
+            body: dict[str, Any] = await r.json()
+            assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+        assert statuses == [200, 200, 200]
+        assert body["error"] == "rate_limited" and body["x402FacilitatorVersion"] == 2
+        assert body["retryAfterSeconds"] >= 1
+        async with daemon.session.get(f"{base}/categories") as r:
+            refused = await r.json()
+            assert r.status == 429
+        assert (refused["statusCode"], refused["code"]) == (429, "rate_limited")
+        async with daemon.session.get(f"{base}/healthz") as r:
+            assert r.status == 200  # probes are never limited
+    finally:
+        await runner.cleanup()
+
+
+async def test_readiness_reads_the_schema_head_and_the_leases(daemon: Daemon) -> None:
+    from relayer.store.ops import OpsQueries
+
+    async with daemon.session.get(f"{daemon.base_url}/readyz") as r:
+        assert r.status == 200
+    ops = OpsQueries(daemon.runtime.db)
+    executor, nobody = daemon.chain["executor"]["address"], "0x" + "77" * 20
+    assert await ops.leases_held(84532, [executor, nobody]) == {executor}
+    assert await ops.leases_held(84532, [executor]) == {executor}  # asking takes nothing
+    assert await ops.at_head()
+    with pytest.raises(_RolledBack):
+        async with daemon.runtime.db.transaction() as conn:
+            await conn.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0009_marketplace'")
+            assert not await OpsQueries(_Single(conn)).at_head()  # type: ignore[arg-type]
+            raise _RolledBack  # the deletion is never committed
+    assert await ops.at_head()
+
+
+class _RolledBack(Exception):
+    pass
+
+
+class _Single:
+    """A connection standing in for the pool (one query method is all at_head uses)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        return await self.conn.fetch(sql, *args)
