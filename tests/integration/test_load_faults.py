@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from relayer.chain import codec
-from relayer.store.executor_lane import ExecutorLane
+from tests.exactly_once import assert_settled_exactly_once
 from tests.integration.test_processes import Client, _signed
 from tests.private import private_chain
 from tests.processes import DaemonProcess, daemon_env
@@ -132,44 +132,9 @@ async def test_load_with_replays_and_crashes_settles_each_retirement_once(
             assert got[-1][0] == 200 and got[-1][1]["transactionHash"] == finals[i][1]["transactionHash"], got
         assert all(400 <= s < 500 for s, _ in forged), forged
 
-        # Postgres: one job per salt, indexed; one transaction per job; no nonce shared.
-        assert await db.fetchval("SELECT count(*) FROM relay_jobs") == RETIREMENTS
-        assert await _progress(db, ("indexed",)) == RETIREMENTS
-        assert await db.fetchval("SELECT count(*) FROM relay_transactions") == RETIREMENTS
-        shared = await db.fetchval(
-            "SELECT count(*) FROM (SELECT nonce FROM relay_transactions GROUP BY executor, nonce "
-            "HAVING count(DISTINCT job_id) > 1) AS shared"
+        await assert_settled_exactly_once(
+            db, session, info, [d["transactionHash"] for _, d in finals.values()], RETIREMENTS
         )
-        assert shared == 0
-
-        # The chain: exactly one RetirementSettled per authorization, each the answer's.
-        async with session.post(
-            info["rpcUrl"],
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "eth_getLogs",
-                "params": [
-                    {
-                        "address": info["contracts"]["settlement"],
-                        # after the retirements the devnet seeds itself (not relayed)
-                        "fromBlock": hex(max(r["blockNumber"] for r in info["seededRetirements"]) + 1),
-                        "toBlock": "latest",
-                        "topics": ["0x" + _SETTLED.topic.hex()],
-                    }
-                ],
-            },
-        ) as r:
-            logs = (await r.json())["result"]
-        assert sorted(entry["transactionHash"] for entry in logs) == sorted(
-            d["transactionHash"] for _, d in finals.values()
-        )
-
-        # The ledger: no relay reverted, none paid more than its allowance.
-        ledger = {(row.kind, row.succeeded): row for row in await ExecutorLane(db, 84532).ledger()}
-        assert ("relay", False) not in ledger, ledger
-        assert ledger[("relay", True)].transactions == RETIREMENTS
-        assert ledger[("relay", True)].at_a_loss == 0
         assert cut, "the API was killed with no request in flight: the test tests nothing"
         retried = sum(len(got) - 1 for got in answers.values())
         print(

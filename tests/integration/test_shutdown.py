@@ -29,12 +29,12 @@ import pytest
 from relayer.chain import codec
 from relayer.service.outcome import Outcomes
 from relayer.service.simulate import ORPHAN_AFTER_S, Simulator
-from relayer.store.executor_lane import ExecutorLane
 from relayer.store.lease import lease_name
 from relayer.store.migrations import migrate
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import NewJob, RelayJobs
 from relayer_dev import devdb
+from tests.exactly_once import assert_settled_exactly_once
 from tests.integration.test_processes import Client, _signed
 from tests.private import Anvil, private_chain
 from tests.processes import DaemonProcess, daemon_env
@@ -255,41 +255,9 @@ async def test_sigterm_under_load_answers_what_is_in_flight_and_the_next_process
         assert "executor lease taken" in messages, messages
         assert not [m for m in messages if "standing by" in m or "lease attempt failed" in m], messages
 
-        # Postgres: one job per salt, indexed; one transaction per job; no nonce shared.
-        assert await db.fetchval("SELECT count(*) FROM relay_jobs") == RETIREMENTS
-        assert await db.fetchval("SELECT count(*) FROM relay_jobs WHERE state = 'indexed'") == RETIREMENTS
-        assert await db.fetchval("SELECT count(*) FROM relay_transactions") == RETIREMENTS
-        shared = await db.fetchval(
-            "SELECT count(*) FROM (SELECT nonce FROM relay_transactions GROUP BY executor, nonce "
-            "HAVING count(DISTINCT job_id) > 1) AS shared"
+        await assert_settled_exactly_once(
+            db, session, info, [d["transactionHash"] for _, d in finals.values()], RETIREMENTS
         )
-        assert shared == 0
-
-        # The chain: exactly one RetirementSettled per authorization, each the answer's.
-        async with session.post(
-            info["rpcUrl"],
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "eth_getLogs",
-                "params": [
-                    {
-                        "address": info["contracts"]["settlement"],
-                        # after the retirements the devnet seeds itself (not relayed)
-                        "fromBlock": hex(max(r["blockNumber"] for r in info["seededRetirements"]) + 1),
-                        "toBlock": "latest",
-                        "topics": ["0x" + _SETTLED.topic.hex()],
-                    }
-                ],
-            },
-        ) as r:
-            logs = (await r.json())["result"]
-        assert sorted(entry["transactionHash"] for entry in logs) == sorted(
-            d["transactionHash"] for _, d in finals.values()
-        )
-        ledger = {(row.kind, row.succeeded): row for row in await ExecutorLane(db, 84532).ledger()}
-        assert ("relay", False) not in ledger, ledger
-        assert ledger[("relay", True)].transactions == RETIREMENTS
 
         refused = sum(a.error is not None for a in attempts)
         print(
