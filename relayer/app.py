@@ -47,11 +47,11 @@ from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
-from relayer.store.ops import OPEN_STATES, OpsQueries
 from relayer.store.orders import Orders
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
+from relayer.store.status import OPEN_STATES, StatusQueries
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
@@ -455,24 +455,26 @@ async def _job_gauges(rt: Runtime) -> None:
     counts = await rt.jobs.count_by_state()
     for state in JobState:
         rt.metrics.jobs_by_state.labels(state.value).set(counts.get(state.value, 0))
-    oldest = await OpsQueries(rt.db).oldest_by_state()
+    oldest = await StatusQueries(rt.db).oldest_by_state()
     for open_state in OPEN_STATES:
         rt.metrics.oldest_job_age.labels(open_state).set(oldest.get(open_state, 0.0))
 
 
 async def _lane_gauges(rt: Runtime) -> None:
-    lag = await OpsQueries(rt.db).nonce_lag(rt.settings.chain_id)
+    in_flight = await StatusQueries(rt.db).in_flight()
     for index, signer in enumerate(rt.signers):
-        rt.metrics.nonce_lag.labels(str(index)).set(lag.get(signer.address.lower(), 0))
+        lag = in_flight.get((rt.settings.chain_id, signer.address.lower()), 0)
+        rt.metrics.nonce_lag.labels(str(index)).set(lag)
 
 
 async def _indexer_gauges(rt: Runtime) -> None:
     heads = {rt.settings.chain_id: await rt.follower_chain.head()}
     for extra in rt.extra_nodes:  # only a worker reaches the other chains
         heads[extra.chain_id] = int(await extra.request("eth_blockNumber", []), 16)
-    for chain_id, name, block in await OpsQueries(rt.db).cursors():
-        if chain_id in heads:
-            rt.metrics.indexer_lag.labels(str(chain_id), name).set(max(0, heads[chain_id] - block))
+    for cursor in await StatusQueries(rt.db).cursors():
+        if cursor.chain_id in heads:
+            lag = max(0, heads[cursor.chain_id] - cursor.block_number)
+            rt.metrics.indexer_lag.labels(str(cursor.chain_id), cursor.name).set(lag)
 
 
 async def _balance_gauges(rt: Runtime) -> None:
@@ -498,7 +500,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         (this one or another)."""
         if any(task.done() for task in rt.tasks):
             return False
-        ops = OpsQueries(rt.db)
+        ops = StatusQueries(rt.db)
         try:
             if not checked["schema"]:
                 checked["schema"] = await ops.at_head()

@@ -59,7 +59,7 @@ from relayer.service.catalog import Catalog
 from relayer.service.documents import CertificateView
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
-from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing
+from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing, CreditTotals, ProjectRow
 from relayer.store.orders import Order, Orders, Quote, QuoteSpent
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
@@ -151,6 +151,85 @@ class Snapshot:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Records:
+    """The catalogue's parsed records and their filter indexes, built once per catalogue
+    version (not at every rebuild of the live figures)."""
+
+    version: tuple[int, int]
+    records: dict[str, ProjectRecord]
+    loaded: dict[str, int]
+    keys: list[str]
+    by_country: dict[str, list[str]]
+    by_category: dict[str, list[str]]
+    by_both: dict[tuple[str, str], list[str]]
+    lower_keys: dict[str, str]
+
+    @classmethod
+    def of(cls, version: tuple[int, int], rows: Sequence[ProjectRow]) -> _Records:
+        records: dict[str, ProjectRecord] = {}
+        loaded: dict[str, int] = {}
+        for row in rows:
+            try:
+                record = parse_record(row.record)
+            except ValueError as exc:  # loaded by an older release's rules: left out, said once
+                log.warning("catalogue record skipped", extra={"reason": str(exc)[:200]})
+                continue
+            records[record.key] = record
+            loaded[record.key] = row.loaded_at
+        keys = sorted(records)
+        by_country: dict[str, list[str]] = defaultdict(list)
+        by_category: dict[str, list[str]] = defaultdict(list)
+        by_both: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for key in keys:
+            r = records[key]
+            by_country[r.country.lower()].append(key)
+            by_category[r.category.lower()].append(key)
+            by_both[(r.country.lower(), r.category.lower())].append(key)
+        lower = {k.lower(): k for k in keys}
+        return cls(version, records, loaded, keys, dict(by_country), dict(by_category), dict(by_both), lower)
+
+
+def _cheapest_first(cl: ChainListing) -> tuple[int, int, int]:
+    return (cl.state.unit_price, cl.chain_id, cl.state.listing_id)
+
+
+def _live_figures(
+    credits: Sequence[ChainCredit],
+    totals: dict[tuple[int, str, int], CreditTotals],
+    pools: dict[tuple[int, str, int], int],
+    listings: dict[str, list[ChainListing]],
+    loaded: dict[str, int],
+) -> dict[str, LiveFigures]:
+    """Each project's figures from its credits on every chain: minted, burned, held by the
+    class pools, offered in live listings (credit units), the cheapest listing's price and the
+    time it last changed."""
+    by_project: dict[str, list[ChainCredit]] = defaultdict(list)
+    for credit in credits:
+        by_project[credit.project_key].append(credit)
+    live: dict[str, LiveFigures] = {}
+    for key, project_credits in by_project.items():
+        minted = burned = pooled = 0
+        moved = loaded.get(key, 0)
+        for c in project_credits:
+            t = totals.get((c.chain_id, c.credit_token, c.token_id))
+            if t is not None:
+                minted, burned, moved = minted + t.minted, burned + t.burned, max(moved, t.last_moved)
+            pooled += max(0, pools.get((c.chain_id, c.credit_token, c.token_id), 0))
+        offered = listings.get(key, [])
+        live[key] = LiveFigures(
+            minted,
+            burned,
+            max(0, minted - burned),
+            sum(cl.state.left_to_sell for cl in offered),
+            pooled,
+            min((cl.state.unit_price for cl in offered), default=None),
+            max([moved, *(cl.state.updated_at for cl in offered)]),
+            "",
+        )
+    return live
+
+
 def _zero(loaded_at: int) -> LiveFigures:
     return LiveFigures(0, 0, 0, 0, 0, None, loaded_at, "")
 
@@ -185,7 +264,7 @@ class Marketplace:
         self.treasury = treasury
         self.clock = clock
         self._snapshot: Snapshot | None = None
-        self._records: tuple[tuple[int, int], dict[str, ProjectRecord], dict[str, int]] | None = None
+        self._records: _Records | None = None
         self._refreshing: asyncio.Task[Snapshot] | None = None
 
     # ------------------------------------------------------------------ snapshot
@@ -215,20 +294,9 @@ class Marketplace:
     async def _build(self) -> Snapshot:
         now = int(self.clock())
         version = await self.store.version()
-        if self._records is None or self._records[0] != version:
-            rows = await self.store.projects()
-            records: dict[str, ProjectRecord] = {}
-            loaded: dict[str, int] = {}
-            for row in rows:
-                try:
-                    record = parse_record(row.record)
-                except ValueError as exc:  # loaded by an older release's rules: left out, said once
-                    log.warning("catalogue record skipped", extra={"reason": str(exc)[:200]})
-                    continue
-                records[record.key] = record
-                loaded[record.key] = row.loaded_at
-            self._records = (version, records, loaded)
-        _, records, loaded = self._records
+        if self._records is None or self._records.version != version:
+            self._records = _Records.of(version, await self.store.projects())
+        records = self._records
         credits_list, totals, live_listings = await asyncio.gather(
             self.store.credits(), self.store.credit_totals(), self.store.live_listings(now)
         )
@@ -236,63 +304,27 @@ class Marketplace:
             [(c.chain_id, c.contracts.carbon_classes) for c in self.chains.values()]
         )
         credits = {(c.chain_id, c.credit_token, c.token_id): c for c in credits_list}
-        by_project: dict[str, list[ChainCredit]] = defaultdict(list)
-        for credit in credits_list:
-            by_project[credit.project_key].append(credit)
+        ordered = sorted(live_listings, key=_cheapest_first)
         listings: dict[str, list[ChainListing]] = defaultdict(list)
-        for cl in live_listings:
+        for cl in ordered:
             listed = credits.get((cl.chain_id, cl.state.credit_token, cl.state.token_id))
             if listed is not None:
                 listings[listed.project_key].append(cl)
-        live: dict[str, LiveFigures] = {}
-        for key, project_credits in by_project.items():
-            minted = burned = pooled = 0
-            moved = loaded.get(key, 0)
-            for c in project_credits:
-                t = totals.get((c.chain_id, c.credit_token, c.token_id))
-                if t is not None:
-                    minted, burned, moved = minted + t.minted, burned + t.burned, max(moved, t.last_moved)
-                pooled += max(0, pools.get((c.chain_id, c.credit_token, c.token_id), 0))
-            offered = listings.get(key, [])
-            moved = max([moved, *(cl.state.updated_at for cl in offered)])
-            live[key] = LiveFigures(
-                minted,
-                burned,
-                max(0, minted - burned),
-                sum(cl.state.left_to_sell for cl in offered),
-                pooled,
-                min((cl.state.unit_price for cl in offered), default=None),
-                moved,
-                "",
-            )
-        keys = sorted(records)
-        by_country: dict[str, list[str]] = defaultdict(list)
-        by_category: dict[str, list[str]] = defaultdict(list)
-        by_both: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for key in keys:
-            r = records[key]
-            by_country[r.country.lower()].append(key)
-            by_category[r.category.lower()].append(key)
-            by_both[(r.country.lower(), r.category.lower())].append(key)
-        for offered in listings.values():
-            offered.sort(key=lambda cl: (cl.state.unit_price, cl.chain_id, cl.state.listing_id))
-        ordered = sorted(
-            live_listings, key=lambda cl: (cl.state.unit_price, cl.chain_id, cl.state.listing_id)
-        )
+        live = _live_figures(credits_list, totals, pools, listings, records.loaded)
         return Snapshot(
             version,
             self.clock(),
-            records,
-            loaded,
-            keys,
-            dict(by_country),
-            dict(by_category),
-            dict(by_both),
+            records.records,
+            records.loaded,
+            records.keys,
+            records.by_country,
+            records.by_category,
+            records.by_both,
             live,
             dict(listings),
             credits,
             ordered,
-            {k.lower(): k for k in keys},
+            records.lower_keys,
         )
 
     # ------------------------------------------------------------------ categories and projects

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from relayer.package_data import migrations_dir
 from relayer.store.lease import lease_name
 from relayer.store.pool import Database
 
@@ -18,6 +19,12 @@ from relayer.store.pool import Database
 JOBS_BY_STATE: Final = """
 SELECT state, count(*) AS jobs, extract(epoch FROM now() - min(created_at))::float8 AS oldest_s
 FROM relay_jobs GROUP BY state
+"""
+OPEN_STATES: Final = ("accepted", "simulated", "signed", "submitted", "mined", "confirmed")
+# Seconds since the oldest job of each open state last changed (how long it has been stuck).
+OLDEST_BY_STATE: Final = """
+SELECT state, extract(epoch FROM now() - min(updated_at))::float8 AS age FROM relay_jobs
+WHERE state = ANY($1::text[]) GROUP BY state
 """
 # Every executor lane: its next nonce, per chain.
 LANES: Final = "SELECT chain_id, executor, next_nonce FROM executor_nonces ORDER BY chain_id, executor"
@@ -147,3 +154,19 @@ class StatusQueries:
         if not await self.db.fetchval(HAS_MIGRATIONS):
             return []
         return [r["migration_id"] for r in await self.db.fetch(APPLIED_MIGRATIONS)]
+
+    async def oldest_by_state(self) -> dict[str, float]:
+        """Seconds since the oldest job of each open state last changed (absent: none)."""
+        rows = await self.db.fetch(OLDEST_BY_STATE, list(OPEN_STATES))
+        return {r["state"]: float(r["age"]) for r in rows}
+
+    async def leases_held(self, chain_id: int, executors: Sequence[str]) -> set[str]:
+        """The executors (as given) whose lease some live session holds now (from
+        ``pg_locks``: asking takes no lock)."""
+        held = await self.lease_holders([(chain_id, e) for e in executors])
+        return {e for e in executors if (chain_id, e.lower()) in held}
+
+    async def at_head(self) -> bool:
+        """Whether every packaged migration is applied."""
+        packaged = {p.stem for p in migrations_dir().glob("*.sql")}
+        return packaged <= set(await self.applied_migrations())

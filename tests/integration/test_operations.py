@@ -148,11 +148,11 @@ async def test_the_rate_limit_answers_429_in_each_apis_body(daemon: Daemon) -> N
 
 
 async def test_readiness_reads_the_schema_head_and_the_leases(daemon: Daemon) -> None:
-    from relayer.store.ops import OpsQueries
+    from relayer.store.status import StatusQueries
 
     async with daemon.session.get(f"{daemon.base_url}/readyz") as r:
         assert r.status == 200
-    ops = OpsQueries(daemon.runtime.db)
+    ops = StatusQueries(daemon.runtime.db)
     executor, nobody = daemon.chain["executor"]["address"], "0x" + "77" * 20
     assert await ops.leases_held(84532, [executor, nobody]) == {executor}
     assert await ops.leases_held(84532, [executor]) == {executor}  # asking takes nothing
@@ -160,7 +160,7 @@ async def test_readiness_reads_the_schema_head_and_the_leases(daemon: Daemon) ->
     with pytest.raises(_RolledBack):
         async with daemon.runtime.db.transaction() as conn:
             await conn.execute("DELETE FROM _yoyo_migration WHERE migration_id = '0009_marketplace'")
-            assert not await OpsQueries(_Single(conn)).at_head()  # type: ignore[arg-type]
+            assert not await StatusQueries(_Single(conn)).at_head()  # type: ignore[arg-type]
             raise _RolledBack  # the deletion is never committed
     assert await ops.at_head()
 
@@ -170,10 +170,13 @@ class _RolledBack(Exception):
 
 
 class _Single:
-    """A connection standing in for the pool (one query method is all at_head uses)."""
+    """A connection standing in for the pool (the two query methods at_head uses)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
     async def fetch(self, sql: str, *args: Any) -> Any:
         return await self.conn.fetch(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self.conn.fetchval(sql, *args)
