@@ -57,6 +57,7 @@ from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
 from relayer.workers.follower import ChainFollower
 from relayer.workers.lane_keeper import LaneKeeper
+from relayer.workers.order_keeper import OrderKeeper
 from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -414,6 +415,8 @@ def start_workers(rt: Runtime) -> None:
         rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
+    keeper = OrderKeeper(rt.marketplace.desk)
+    rt.tasks.append(asyncio.create_task(_supervised("order-keeper", keeper.run, rt), name="order-keeper"))
 
 
 async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:

@@ -24,7 +24,7 @@ from eth_utils.crypto import keccak
 from relayer.domain import eip712
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import Retirement, authorization_nonce, permit_binds, permit_expiry
-from relayer.domain.schemas import ActionRequest, AuthPayload
+from relayer.domain.schemas import ActionRequest
 
 Scheme = Literal["eip3009", "eip2612"]
 
@@ -94,6 +94,33 @@ class VerifiedAuthorization:
     retirement: Retirement
 
 
+@dataclass(frozen=True, slots=True)
+class SignedAuthorization:
+    """An authorization as its payer signed it, typed: what every path into the relay hands
+    to :func:`verify_signed`. Amounts in input-token atomic units, times in unix seconds.
+
+    Attributes:
+        payer: checksummed ``from`` (EIP-3009) or ``owner`` (EIP-2612).
+        value: the signed value (retirement total, fee and gas allowance).
+        valid_after: EIP-3009 ``validAfter`` (0 for a permit).
+        valid_before: EIP-3009 ``validBefore``, or the EIP-2612 ``deadline`` (which carries
+            the bound nonce's high 192 bits).
+        nonce: the EIP-3009 32-byte bound nonce, or the EIP-2612 permit nonce.
+        salt: the 32-byte salt bound into the nonce with the retirement.
+        gas_allowance: the gas allowance the retirement carries.
+        signature: the canonical (low-s) signature.
+    """
+
+    payer: str
+    value: int
+    valid_after: int
+    valid_before: int
+    nonce: bytes | int
+    salt: bytes
+    gas_allowance: int
+    signature: eip712.Signature
+
+
 def request_hash(request: ActionRequest) -> bytes:
     """keccak256 of the request's canonical JSON (sorted keys, wire names): equal exactly
     when two requests are identical field for field."""
@@ -136,7 +163,8 @@ def typed_data(
 
 
 def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> VerifiedAuthorization | Rejection:
-    """Verify a parsed ``actions/retire`` request against the resolved terms at ``now``.
+    """Verify a parsed ``actions/retire`` request against the resolved terms at ``now``:
+    :func:`check_shape`, then :func:`verify_signed`.
 
     Args:
         request: the strictly parsed request (its ``authPayload`` may still be absent).
@@ -155,60 +183,78 @@ def verify_authorization(request: ActionRequest, terms: Terms, now: int) -> Veri
     shaped = check_shape(request, terms.settlement, terms.scheme)
     if isinstance(shaped, Rejection):
         return shaped
-    payer, salt, signature = shaped
-    auth = request.authPayload
-    assert auth is not None
-    allowance = int(request.gasAllowance or 0)
-    retirement = replace(terms.retirement, gas_allowance=allowance)
-    value, valid_after, valid_before = int(auth.value), int(auth.validAfter), int(auth.validBefore)
+    return verify_signed(shaped, terms, now, request_hash(request))
+
+
+def verify_signed(
+    auth: SignedAuthorization, terms: Terms, now: int, request_key: bytes
+) -> VerifiedAuthorization | Rejection:
+    """Verify a well-shaped signed authorization against the resolved terms at ``now``: the
+    typed entry of every path into the relay (an ``actions/retire`` request after
+    :func:`check_shape`, a marketplace order signed by the treasury).
+
+    Args:
+        auth: the authorization as signed (amounts in input-token atomic units).
+        terms: what the daemon resolved from live state.
+        now: unix seconds.
+        request_key: 32 bytes naming the request for the identical-request check
+            (:func:`request_hash` of an ``actions/retire`` body).
+
+    Returns:
+        The verified authorization, or the refusal (never raised): ``invalid_auth_payload``
+        (expired or about to expire, foreign signature), ``params_mismatch`` (the nonce or
+        permit deadline does not bind this retirement and salt),
+        ``insufficient_authorized_value``.
+    """
+    retirement = replace(terms.retirement, gas_allowance=auth.gas_allowance)
     usdc = terms.scheme == "eip3009"
-    expires_at = min(valid_before if usdc else permit_expiry(valid_before), BIGINT_MAX)
+    if usdc != isinstance(auth.nonce, bytes):
+        return Rejection("invalid_auth_payload", f"the nonce is not of the {terms.scheme} scheme's form")
+    expires_at = min(auth.valid_before if usdc else permit_expiry(auth.valid_before), BIGINT_MAX)
     if expires_at <= now + AUTH_EXPIRY_MARGIN_S:
         return Rejection(
             "invalid_auth_payload", "authorization expired or about to expire", validBefore=str(expires_at)
         )
-    bound = authorization_nonce(retirement, salt)
-    unbound = _check_binding(auth, bound, valid_before, usdc, terms.summary)
+    bound = authorization_nonce(retirement, auth.salt)
+    unbound = _check_binding(auth, bound, usdc, terms.summary)
     if unbound is not None:
         return unbound
-    permit_nonce = None if usdc else int(auth.nonce)
-    typed = typed_data(terms, payer, value, valid_after, valid_before, bound if usdc else int(auth.nonce))
+    typed = typed_data(terms, auth.payer, auth.value, auth.valid_after, auth.valid_before, auth.nonce)
     try:
-        signer = eip712.recover_signer(typed, signature)
+        signer = eip712.recover_signer(typed, auth.signature)
     except ValueError:
         return Rejection("invalid_auth_payload", "signature does not recover")
-    if signer != payer:
+    if signer != auth.payer:
         return Rejection("invalid_auth_payload", "signature is not from `from`")
-    required = terms.total + allowance
-    if value < required:
+    required = terms.total + auth.gas_allowance
+    if auth.value < required:
         return Rejection(
-            "insufficient_authorized_value", requiredMinimum=str(required), authorized=str(value)
+            "insufficient_authorized_value", requiredMinimum=str(required), authorized=str(auth.value)
         )
+    permit_nonce = auth.nonce if isinstance(auth.nonce, int) else None
     return VerifiedAuthorization(
         scheme=terms.scheme,
-        payer=payer,
-        value=value,
-        valid_after=valid_after,
-        valid_before=valid_before,
+        payer=auth.payer,
+        value=auth.value,
+        valid_after=auth.valid_after,
+        valid_before=auth.valid_before,
         expires_at=expires_at,
         bound_nonce=bound,
         permit_nonce=permit_nonce,
-        permit_key=None if permit_nonce is None else permit_key(terms.input_token, payer, permit_nonce),
-        salt=salt,
-        gas_allowance=allowance,
-        signature=signature,
-        request_hash=request_hash(request),
+        permit_key=None if permit_nonce is None else permit_key(terms.input_token, auth.payer, permit_nonce),
+        salt=auth.salt,
+        gas_allowance=auth.gas_allowance,
+        signature=auth.signature,
+        request_hash=request_key,
         retirement=retirement,
     )
 
 
-def check_shape(
-    request: ActionRequest, settlement: str, scheme: Scheme
-) -> tuple[str, bytes, eip712.Signature] | Rejection:
+def check_shape(request: ActionRequest, settlement: str, scheme: Scheme) -> SignedAuthorization | Rejection:
     """The checks that need no terms: an authorization is present, from and to match, the
     salt and gas allowance are there, the nonce has its scheme's form, and the signature is
-    canonical. Returns (payer, salt, signature) or the refusal (``invalid_auth_payload``, or
-    ``schema_validation`` without ``from``)."""
+    canonical. Returns the typed :class:`SignedAuthorization` or the refusal
+    (``invalid_auth_payload``, or ``schema_validation`` without ``from``)."""
     auth = request.authPayload
     if auth is None:
         return Rejection("invalid_auth_payload", "actions/retire needs a signed authPayload")
@@ -241,30 +287,40 @@ def check_shape(
         signature = eip712.parse_signature(raw)
     except ValueError as exc:
         return Rejection("invalid_auth_payload", f"signature is not canonical: {exc}")
-    return request.from_, bytes.fromhex(request.salt[2:]), signature
+    return SignedAuthorization(
+        payer=request.from_,
+        value=int(auth.value),
+        valid_after=int(auth.validAfter),
+        valid_before=int(auth.validBefore),
+        nonce=bytes.fromhex(auth.nonce[2:]) if scheme == "eip3009" else int(auth.nonce),
+        salt=bytes.fromhex(request.salt[2:]),
+        gas_allowance=int(request.gasAllowance),
+        signature=signature,
+    )
 
 
 def _check_binding(
-    auth: AuthPayload, bound: bytes, valid_before: int, usdc: bool, summary: Mapping[str, Any]
+    auth: SignedAuthorization, bound: bytes, usdc: bool, summary: Mapping[str, Any]
 ) -> Rejection | None:
     """The signed nonce (USDC) or permit deadline (kVCM) must carry this retirement's bound
     nonce; otherwise the submitted retirement differs from the authorized one."""
     expected = "0x" + bound.hex()
     if usdc:
-        if auth.nonce.lower() == expected:
+        if auth.nonce == bound:
             return None
+        received = auth.nonce.hex() if isinstance(auth.nonce, bytes) else f"{auth.nonce:064x}"
         return Rejection(
             "params_mismatch",
             expectedNonce=expected,
-            receivedNonce=auth.nonce.lower(),
+            receivedNonce="0x" + received,
             submitted=dict(summary),
         )
-    if permit_binds(valid_before, bound):
+    if permit_binds(auth.valid_before, bound):
         return None
     return Rejection(
         "params_mismatch",
         "the permit deadline does not carry this retirement's nonce",
         expectedNonce=expected,
-        receivedNonce=f"0x{valid_before >> 64:048x}",
+        receivedNonce=f"0x{auth.valid_before >> 64:048x}",
         submitted=dict(summary),
     )

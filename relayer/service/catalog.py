@@ -7,6 +7,7 @@ Reads come from the chain layer; every rule and every rounding is the domain's. 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,11 +24,15 @@ from relayer.domain.amounts import (
     parse_units,
 )
 from relayer.domain.errors import Rejection
+from relayer.domain.fill import FillRefusal, Unfillable, check_fill
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.schemas import ActionRequest, require
 from relayer.domain.verify import Scheme
 
 SUPPORTED_CHAINS: Final = (8453, 84532)
+
+FillRefuser = Callable[[FillRefusal, int, CreditInfo | None], Exception]
+"""What a surface raises for a refused fill of a listing (its refusal, listing id, credit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,25 +339,36 @@ class Catalog:
         if req.creditToken is not None and req.creditToken != self.contracts.carbon_credits:
             raise Rejection("credit_not_found", f"unknown credit token {req.creditToken}")
         if req.listingId is not None:
-            return await self._resolve_listing(req.listingId, units, token, now)
+            return await self.listing_route(req.listingId, units, token, now)
         if req.carbonClass is None:
             return await self._price_class(req, await self._class_of_credit(req, now), units, token)
         return await self._resolve_class(req, req.carbonClass, units, token)
 
-    async def _resolve_listing(self, listing_id: int, units: int, token: Token, now: int) -> Route:
+    async def listing_route(
+        self, listing_id: int, units: int, token: Token, now: int, refuse: FillRefuser | None = None
+    ) -> Route:
+        """Price a fill of ``units`` credit units of listing ``listing_id`` read from the node
+        now, checked by the one fill rule (:func:`~relayer.domain.fill.check_fill`); a refused
+        fill raises what ``refuse`` makes of it (default :func:`x402_fill_refusal`).
+
+        Raises:
+            Rejection: marketplace_requires_usdc, listing_not_found (unknown, and by default
+                cancelled), and by default listing_expired, insufficient_listing_supply (also
+                sold out), below_min_fill, amount_not_whole_tonnes.
+            Unavailable: the chain node failed.
+        """
         if token.key != "usdc":
             raise Rejection("marketplace_requires_usdc", supported=["USDC"])
         listing = await self.chain.listing(listing_id)
-        if listing is None or not listing.active:
+        if listing is None:
             raise Rejection("listing_not_found", listingId=str(listing_id))
-        if listing.expiration <= now:
-            raise Rejection("listing_expired", listingId=str(listing_id), expiration=listing.expiration)
-        credit = await self.chain.credit(listing.token_id)
-        if units > listing.left_to_sell:
-            raise Rejection("insufficient_listing_supply", leftToSell=format_tonnes(listing.left_to_sell))
-        if units < listing.min_fill and units != listing.left_to_sell:
-            raise Rejection("below_min_fill", minFill=format_tonnes(listing.min_fill))
-        _check_whole_tonnes(credit, units)
+        credit = await self.chain.credit(listing.token_id) if listing.active else None
+        refusal = check_fill(
+            listing, units, now, whole_tonnes_only=credit is not None and credit.whole_tonnes_only
+        )
+        if refusal is not None:
+            raise (refuse or x402_fill_refusal)(refusal, listing_id, credit)
+        assert credit is not None
         quote = fees.quote_listing(listing.unit_price, units, await self.chain.fee_schedule())
         return Route(
             SOURCE_LISTING,
@@ -535,6 +551,21 @@ class Catalog:
 def _has_credit_filter(req: ActionRequest) -> bool:
     filters = (req.tokenId, req.vintage, req.project, req.credit, req.country, req.category, req.methodology)
     return any(v is not None for v in filters)
+
+
+def x402_fill_refusal(refusal: FillRefusal, listing_id: int, credit: CreditInfo | None) -> Rejection:
+    """The x402 surface's refusal of a fill (its spec's codes: a cancelled listing is
+    ``listing_not_found``, a sold-out one ``insufficient_listing_supply``)."""
+    reason = refusal.reason
+    if reason is Unfillable.CANCELLED:
+        return Rejection("listing_not_found", listingId=str(listing_id))
+    if reason is Unfillable.EXPIRED:
+        return Rejection("listing_expired", listingId=str(listing_id), expiration=refusal.expiration)
+    if reason in (Unfillable.SOLD_OUT, Unfillable.INSUFFICIENT_SUPPLY):
+        return Rejection("insufficient_listing_supply", leftToSell=format_tonnes(refusal.left_to_sell))
+    if reason is Unfillable.BELOW_MIN_FILL:
+        return Rejection("below_min_fill", minFill=format_tonnes(refusal.min_fill))
+    return Rejection("amount_not_whole_tonnes", registry=credit.registry if credit else "", increment="1")
 
 
 def _check_whole_tonnes(credit: CreditInfo, units: int) -> None:

@@ -20,7 +20,6 @@ import hmac
 import json
 import logging
 import time
-import uuid
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +27,7 @@ from typing import Any, Final
 
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import Contracts
-from relayer.domain import fees
 from relayer.domain.amounts import UNITS_PER_TONNE, format_tonnes
-from relayer.domain.eip712 import typed_data_digest
-from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import (
     CHAIN_NAMES,
     ZERO_ADDRESS,
@@ -46,21 +42,19 @@ from relayer.domain.marketplace import (
     Transfer,
     bad_request,
     not_found,
-    parse_source_id,
     price_units,
     provenance,
-    quantity_units,
     usdc,
 )
 from relayer.domain.projects import CATEGORIES, LiveFigures, ProjectRecord, parse_record, project_resource
-from relayer.domain.schemas import parse_request
 from relayer.domain.states import JobState
 from relayer.service.catalog import Catalog
 from relayer.service.documents import CertificateView
+from relayer.service.market.orders import OrderDesk
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing, CreditTotals, ProjectRow
-from relayer.store.orders import Order, Orders, Quote, QuoteSpent
+from relayer.store.orders import Orders
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
 log = logging.getLogger(__name__)
@@ -266,6 +260,18 @@ class Marketplace:
         self._snapshot: Snapshot | None = None
         self._records: _Records | None = None
         self._refreshing: asyncio.Task[Snapshot] | None = None
+        self.desk = OrderDesk(
+            store,
+            orders,
+            retirements,
+            catalog,
+            prepare,
+            relay,
+            treasury,
+            quote_lifetime_s,
+            public_base_url,
+            clock,
+        )
 
     # ------------------------------------------------------------------ snapshot
 
@@ -648,228 +654,17 @@ class Marketplace:
 
     # ------------------------------------------------------------------ quotes and orders
 
-    async def _orderable(
-        self, source: SourceId, units: int, now: int
-    ) -> tuple[ChainListing, int, fees.Quote]:
-        """The live listing a quote or order fills, checked for ``units``; (listing, fill cost,
-        fee quote) at its current price.
-
-        Raises:
-            MarketplaceError: 400 ``unsupported_chain``, ``below_min_fill``,
-                ``amount_not_whole_tonnes``; 404 ``listing_not_found``; 409 ``listing_cancelled``,
-                ``listing_expired``, ``listing_sold_out``, ``insufficient_listing_supply``.
-        """
-        if source.chain_id != self.relay_chain_id:
-            raise bad_request(
-                "unsupported_chain",
-                f"orders retire on chain {self.relay_chain_id} only, not on chain {source.chain_id}",
-                supported=[self.relay_chain_id],
-            )
-        cl = await self.store.listing(source.chain_id, source.listing_id)
-        if cl is None:
-            raise not_found("listing", str(source))
-        s = cl.state
-        if not s.active:
-            raise MarketplaceError(409, "listing_cancelled", "the listing was cancelled", listing=str(source))
-        if s.expiration <= now:
-            raise MarketplaceError(409, "listing_expired", "the listing has expired", listing=str(source))
-        if s.left_to_sell == 0:
-            raise MarketplaceError(409, "listing_sold_out", "the listing is sold out", listing=str(source))
-        if units > s.left_to_sell:
-            raise MarketplaceError(
-                409,
-                "insufficient_listing_supply",
-                f"the listing has {format_tonnes(s.left_to_sell)} t left",
-                leftToSell=format_tonnes(s.left_to_sell),
-            )
-        if units < s.min_fill and units != s.left_to_sell:
-            raise bad_request(
-                "below_min_fill",
-                f"the listing's minimum fill is {format_tonnes(s.min_fill)} t",
-                minFill=format_tonnes(s.min_fill),
-            )
-        credit = await self.catalog.chain.credit(s.token_id)
-        if credit.whole_tonnes_only and units % UNITS_PER_TONNE:
-            raise bad_request(
-                "amount_not_whole_tonnes", f"{credit.registry} credits retire in whole tonnes only"
-            )
-        cost = (s.unit_price * units + UNITS_PER_TONNE - 1) // UNITS_PER_TONNE
-        quote = fees.quote_listing(s.unit_price, units, await self.catalog.chain.fee_schedule())
-        return cl, cost, quote
-
     async def quote(self, key_id: int, req: QuoteRequest, now: int) -> dict[str, Any]:
-        """POST /quotes: a single-use quote priced from the listing now, valid for
-        ``quote_lifetime_s``. Raises as :meth:`_orderable`, and 400 ``not_a_listing``,
-        ``invalid_quantity``."""
-        source = parse_source_id(req.asset_price_source_id)
-        units = quantity_units(req.quantity_tonnes)
-        cl, cost, fee_quote = await self._orderable(source, units, now)
-        q = Quote(
-            uuid.uuid4(),
-            key_id,
-            cl.chain_id,
-            cl.marketplace,
-            cl.state.listing_id,
-            units,
-            cl.state.unit_price,
-            cost,
-            now,
-            now + self.quote_lifetime_s,
-            None,
-        )
-        await self.orders.add_quote(q)
-        return self.quote_body(q, fee_quote)
-
-    @staticmethod
-    def quote_body(q: Quote, fee_quote: fees.Quote | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "uuid": str(q.uuid),
-            "created_at": str(q.created_at),
-            "expires_at": str(q.expires_at),
-            "asset_price_source_id": str(SourceId(q.chain_id, q.listing_id)),
-            "quantity_tonnes": format_tonnes(q.quantity_units),
-            "unit_price_usdc": usdc(q.unit_price),
-            "cost_usdc": usdc(q.cost_usdc),
-            "consumed": q.consumed_at is not None,
-        }
-        if fee_quote is not None:
-            body["fee_usdc"] = usdc(fee_quote.fee)
-            body["total_usdc"] = usdc(fee_quote.total)
-        return body
+        """POST /quotes (see :meth:`OrderDesk.quote`)."""
+        return await self.desk.quote(key_id, req, now)
 
     async def place_order(self, key_id: int, req: OrderRequest, now: int) -> dict[str, Any]:
-        """POST /orders: consume the quote and retire it from the treasury through the relay.
-
-        Raises:
-            MarketplaceError: 400 ``not_a_listing``, ``quote_mismatch``,
-                ``consumption_metadata_required``; 404 ``quote_not_found``; 409 ``quote_consumed``,
-                ``quote_expired``, ``quote_outdated`` and the listing refusals of
-                :meth:`_orderable`; 503 ``orders_unavailable`` (no treasury configured).
-        """
-        if self.treasury is None:
-            raise MarketplaceError(
-                503, "orders_unavailable", "this operator takes no orders (no treasury key)"
-            )
-        quote_uuid = uuid.UUID(req.quote_uuid)
-        q = await self.orders.quote(quote_uuid, key_id)
-        if q is None:
-            raise not_found("quote", req.quote_uuid)
-        if req.asset_price_source_id is not None:
-            given = parse_source_id(req.asset_price_source_id)
-            if given != SourceId(q.chain_id, q.listing_id):
-                raise bad_request("quote_mismatch", "asset_price_source_id is not the quote's listing")
-        if q.consumed_at is not None:
-            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order")
-        if q.expires_at <= now:
-            raise MarketplaceError(409, "quote_expired", "this quote has expired; ask for a new one")
-        cl, _, _ = await self._orderable(SourceId(q.chain_id, q.listing_id), q.quantity_units, now)
-        if cl.state.unit_price != q.unit_price:
-            raise MarketplaceError(
-                409,
-                "quote_outdated",
-                "the listing's price changed since the quote; ask for a new one",
-                unit_price_usdc=usdc(cl.state.unit_price),
-            )
-        credit = await self.catalog.chain.credit(cl.state.token_id)
-        if credit.requires_consumption_metadata and req.consumption_metadata is None:
-            raise bad_request(
-                "consumption_metadata_required",
-                f"{credit.registry} retirements need consumption_metadata "
-                "(consumptionCountryCode, consumptionPeriodStart, consumptionPeriodEnd)",
-            )
-        order_id = uuid.uuid4()
-        beneficiary = req.beneficiary_address or self.treasury.address
-        consumption = None if req.consumption_metadata is None else req.consumption_metadata.model_dump()
-        try:
-            await self.orders.place(
-                order_id,
-                quote_uuid,
-                key_id,
-                req.beneficiary_name,
-                beneficiary,
-                req.retirement_message,
-                consumption,
-                now,
-            )
-        except QuoteSpent:
-            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order") from None
-        try:
-            job = await self._submit(q, req, beneficiary, consumption, now)
-        except Rejection as refusal:
-            await self.orders.set_error(
-                order_id, {"code": refusal.code, "message": refusal.message}, int(self.clock())
-            )
-            log.warning("order refused by the relay", extra={"order": str(order_id), "code": refusal.code})
-        else:
-            await self.orders.set_job(order_id, job, int(self.clock()))
-        return await self.order(key_id, str(order_id))
-
-    async def _submit(
-        self, q: Quote, req: OrderRequest, beneficiary: str, consumption: dict[str, Any] | None, now: int
-    ) -> int:
-        """Sign the treasury's EIP-3009 authorization for the quoted fill and hand it to the
-        relay (the same checks, job and broadcaster as any gasless retirement); the job id."""
-        assert self.treasury is not None
-        details: dict[str, Any] = {
-            "beneficiaryAddress": beneficiary,
-            "beneficiaryString": req.beneficiary_name,
-            "retirementMessage": req.retirement_message,
-            **(consumption or {}),
-        }
-        body = {
-            "listingId": str(q.listing_id),
-            "amount": format_tonnes(q.quantity_units),
-            "inputToken": "USDC",
-            "from": self.treasury.address,
-            "details": details,
-        }
-        prepared = await self.prepare.prepare_auth(parse_request(body), now)
-        signature = self.treasury.sign_digest(typed_data_digest(prepared["typedData"]))
-        signed = dict(prepared["actionsRetireRequest"])
-        signed.pop("action", None)
-        signed["authPayload"] = {**signed["authPayload"], "signature": "0x" + signature.hex()}
-        job = await self.relay.accept(parse_request(signed), now)
-        return job.id
+        """POST /orders (see :meth:`OrderDesk.place`)."""
+        return await self.desk.place(key_id, req, now)
 
     async def order(self, key_id: int, order_id: str) -> dict[str, Any]:
-        """GET /orders/{id}: the order and its status (404 ``order_not_found``)."""
-        try:
-            parsed = uuid.UUID(order_id)
-        except ValueError:
-            raise not_found("order", order_id[:100]) from None
-        o = await self.orders.order(parsed, key_id)
-        if o is None:
-            raise not_found("order", order_id[:100])
-        return await self._order_body(o)
-
-    async def _order_body(self, o: Order) -> dict[str, Any]:
-        status = "FAILED" if o.error is not None else ORDER_STATUS.get(o.job_state or "", "SUBMITTED")
-        error = o.error
-        if error is None and status == "FAILED" and o.job_error is not None:
-            error = {k: o.job_error[k] for k in ("code", "message") if k in o.job_error}
-        tx = None if o.tx_hash is None else "0x" + o.tx_hash.hex()
-        index = None
-        view = None
-        if status == "COMPLETED" and o.tx_hash is not None:
-            found = await self.retirements.by_transaction(o.quote.chain_id, o.tx_hash)
-            if found:
-                index = found[0].retirement_index
-                rid = str(RetirementId(found[0].chain_id, o.tx_hash, index))
-                view = f"{self.public_base_url}/retirements/{rid}/certificate?format=html"
-        return {
-            "id": str(o.id),
-            "status": status,
-            "transaction_hash": tx if status not in ("SUBMITTED", "INITIATED") else None,
-            "retirement_index": index,
-            "view_retirement_url": view,
-            "beneficiary_name": o.beneficiary_name,
-            "beneficiary_address": o.beneficiary_address,
-            "retirement_message": o.retirement_message,
-            "created_at": str(o.created_at),
-            "updated_at": str(o.updated_at),
-            "error": error,
-            "quote": self.quote_body(o.quote),
-        }
+        """GET /orders/{id} (see :meth:`OrderDesk.order`)."""
+        return await self.desk.order(key_id, order_id)
 
 
 def remember(snap: Snapshot, key: str, rendered: Rendered) -> None:

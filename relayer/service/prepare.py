@@ -7,18 +7,40 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from relayer.chain import calls
 from relayer.chain.reads import ChainReads
 from relayer.config import Settings
 from relayer.domain.amounts import format_tonnes, format_units
+from relayer.domain.eip712 import Signature
 from relayer.domain.retirement import authorization_nonce, permit_deadline
 from relayer.domain.schemas import ActionRequest, Details
-from relayer.domain.verify import typed_data
+from relayer.domain.verify import SignedAuthorization, Terms, typed_data
 from relayer.service.catalog import Catalog
 from relayer.service.gas import GasPricer
 from relayer.service.terms import Resolved, resolve
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAuthorization:
+    """An authorization ready to sign (amounts in input-token atomic units, times in unix
+    seconds): ``deadline`` is the signed ``validBefore`` (EIP-3009) or the permit deadline
+    carrying the bound nonce (EIP-2612); ``nonce`` the EIP-3009 bound nonce or the permit
+    nonce; ``typed_data`` the EIP-712 message."""
+
+    terms: Terms
+    payer: str
+    value: int
+    gas_allowance: int
+    gas_parts: dict[str, Any]
+    valid_before: int
+    deadline: int
+    salt: bytes
+    bound_nonce: bytes
+    nonce: bytes | int
+    typed_data: dict[str, Any]
 
 
 class Prepare:
@@ -44,6 +66,51 @@ class Prepare:
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
         resolved = await resolve(self.catalog, request, now)
+        prepared = await self.authorization(resolved, now)
+        route, terms, bound = resolved.route, prepared.terms, prepared.bound_nonce
+        usdc = route.token.key == "usdc"
+        allowance, value = prepared.gas_allowance, prepared.value
+        return {
+            "chainId": self.chain_id,
+            "scheme": terms.scheme,
+            "to": self.settlement,
+            "authValue": str(value),
+            "authValueFormatted": format_units(value, route.token.decimals),
+            "gasAllowance": str(allowance),
+            "gasAllowanceFormatted": format_units(allowance, route.token.decimals),
+            "gasAllowanceParts": prepared.gas_parts,
+            "validBefore": prepared.valid_before,
+            "quote": self.catalog.quote_body(route),
+            "typedData": prepared.typed_data,
+            "actionsRetireRequest": self._actions_request(
+                request,
+                resolved,
+                prepared.salt,
+                allowance,
+                value,
+                prepared.deadline,
+                "0x" + bound.hex() if usdc else str(prepared.nonce),
+            ),
+            "onChainDetails": {
+                "settlement": self.settlement,
+                "function": "retireWithAuthorization" if usdc else "retireWithPermit",
+                "retirementHash": "0x" + terms.retirement.struct_hash().hex(),
+                "authorizationNonce": "0x" + bound.hex(),
+                "salt": "0x" + prepared.salt.hex(),
+            },
+        }
+
+    async def authorization(
+        self, resolved: Resolved, now: int, salt: bytes | None = None
+    ) -> PreparedAuthorization:
+        """What the payer of ``resolved`` signs: the gas allowance priced now, the terms, the
+        value (suggested maximum input plus allowance, input-token atomic units), the validity
+        window and the bound nonce for ``salt`` (a fresh random one when None), as EIP-712
+        typed data.
+
+        Raises:
+            Unavailable: the chain node failed (gas_estimate_unavailable).
+        """
         route = resolved.route
         usdc = route.token.key == "usdc"
         call_size = calls.gasless_call_size(resolved.retirement(0), route.token.scheme)
@@ -59,39 +126,36 @@ class Prepare:
             else self.settings.listing_auth_lifetime_s
         )
         valid_before = now + lifetime
-        salt = os.urandom(32)
+        salt = os.urandom(32) if salt is None else salt
         bound = authorization_nonce(terms.retirement, salt)
         deadline = valid_before if usdc else permit_deadline(bound, valid_before)
-        typed = typed_data(terms, resolved.payer, value, 0, deadline, bound if usdc else permit_nonce)
-        return {
-            "chainId": self.chain_id,
-            "scheme": terms.scheme,
-            "to": self.settlement,
-            "authValue": str(value),
-            "authValueFormatted": format_units(value, route.token.decimals),
-            "gasAllowance": str(allowance),
-            "gasAllowanceFormatted": format_units(allowance, route.token.decimals),
-            "gasAllowanceParts": priced.parts(),
-            "validBefore": valid_before,
-            "quote": self.catalog.quote_body(route),
-            "typedData": typed,
-            "actionsRetireRequest": self._actions_request(
-                request,
-                resolved,
-                salt,
-                allowance,
-                value,
-                deadline,
-                "0x" + bound.hex() if usdc else str(permit_nonce),
-            ),
-            "onChainDetails": {
-                "settlement": self.settlement,
-                "function": "retireWithAuthorization" if usdc else "retireWithPermit",
-                "retirementHash": "0x" + terms.retirement.struct_hash().hex(),
-                "authorizationNonce": "0x" + bound.hex(),
-                "salt": "0x" + salt.hex(),
-            },
-        }
+        nonce: bytes | int = bound if usdc else permit_nonce
+        return PreparedAuthorization(
+            terms=terms,
+            payer=resolved.payer,
+            value=value,
+            gas_allowance=allowance,
+            gas_parts=priced.parts(),
+            valid_before=valid_before,
+            deadline=deadline,
+            salt=salt,
+            bound_nonce=bound,
+            nonce=nonce,
+            typed_data=typed_data(terms, resolved.payer, value, 0, deadline, nonce),
+        )
+
+    def signed(self, prepared: PreparedAuthorization, signature: Signature) -> SignedAuthorization:
+        """``prepared`` as signed with ``signature`` (the typed entry into the relay)."""
+        return SignedAuthorization(
+            payer=prepared.payer,
+            value=prepared.value,
+            valid_after=0,
+            valid_before=prepared.deadline,
+            nonce=prepared.nonce,
+            salt=prepared.salt,
+            gas_allowance=prepared.gas_allowance,
+            signature=signature,
+        )
 
     async def _permit_nonce(self, owner: str, usdc: bool) -> int:
         return 0 if usdc else await self.reads.permit_nonce(owner)

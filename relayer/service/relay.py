@@ -17,12 +17,18 @@ from relayer.chain.errors import ChainRevert
 from relayer.domain.errors import Rejection
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
-from relayer.domain.verify import VerifiedAuthorization, check_shape, request_hash, verify_authorization
+from relayer.domain.verify import (
+    SignedAuthorization,
+    VerifiedAuthorization,
+    check_shape,
+    request_hash,
+    verify_signed,
+)
 from relayer.service.catalog import Catalog
 from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
 from relayer.service.simulate import Simulator
-from relayer.service.terms import resolve
+from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import (
     Job,
     NewJob,
@@ -93,13 +99,40 @@ class Relay:
         shaped = check_shape(request, self.settlement, token.scheme)  # pure: before any I/O
         if isinstance(shaped, Rejection):
             raise shaped
-        existing = await self._identical(request)
+        key = request_hash(request)
+        existing = await self._identical(shaped.salt, key, request.authPayload.nonce)
         if existing is not None:
             return existing
         await self._executor_funded()
         resolved = await resolve(self.catalog, request, now)
-        terms = resolved.terms(self.chain_id, self.settlement, int(request.gasAllowance or 0))
-        verified = verify_authorization(request, terms, now)
+        return await self._take(resolved, shaped, key, now)
+
+    async def accept_authorization(
+        self, resolved: Resolved, authorization: SignedAuthorization, request_key: bytes, now: int
+    ) -> Job:
+        """The typed entry into the relay, for callers that resolved the retirement
+        themselves (marketplace orders; the standard x402 path): the same checks, salt
+        reservation, solvency rule, simulation and job as :meth:`accept`, without wire JSON.
+        ``request_key`` (32 bytes) names the request: the same salt and key answer the same
+        job (a retried order never makes a second one).
+
+        Raises:
+            Rejection, ChainRevert, Unavailable: as :meth:`accept`.
+        """
+        received = _nonce_text(authorization.nonce)
+        existing = await self._identical(authorization.salt, request_key, received)
+        if existing is not None:
+            return existing
+        await self._executor_funded()
+        return await self._take(resolved, authorization, request_key, now)
+
+    async def _take(
+        self, resolved: Resolved, authorization: SignedAuthorization, request_key: bytes, now: int
+    ) -> Job:
+        """Verify ``authorization`` against the terms of ``resolved``, check the payer can pay,
+        reserve the salt and simulate: the job (the broadcaster signs and sends it)."""
+        terms = resolved.terms(self.chain_id, self.settlement, authorization.gas_allowance)
+        verified = verify_signed(authorization, terms, now, request_key)
         if isinstance(verified, Rejection):
             raise verified
         balance = await self._affordable(verified)
@@ -108,17 +141,14 @@ class Relay:
             await self.simulator.simulate(job)
         return job
 
-    async def _identical(self, request: ActionRequest) -> Job | None:
+    async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:
         """The live job of the identical request, answered from its job whatever live
         prices, supply or the clock say now: the same transaction hash, never a second
         broadcast. Raises ``params_mismatch`` when the salt was spent by another request."""
-        if request.salt is None:
-            return None
-        existing = await self.jobs.find_by_salt(self.chain_id, bytes.fromhex(request.salt[2:]))
+        existing = await self.jobs.find_by_salt(self.chain_id, salt)
         if existing is None or existing.state is JobState.REJECTED:
             return None
-        if existing.request_hash != request_hash(request):
-            received = request.authPayload.nonce if request.authPayload else None
+        if existing.request_hash != request_key:
             raise _mismatch(
                 "this salt was already spent by another request", existing, received, existing.summary
             )
@@ -235,6 +265,11 @@ def _overdrawn(v: VerifiedAuthorization, available: int) -> ChainRevert:
         "this authorization; nothing was broadcast"
     )
     return refusal
+
+
+def _nonce_text(nonce: bytes | int) -> str:
+    """A signed nonce as the wire shows it: bytes32 hex (EIP-3009) or decimal (EIP-2612)."""
+    return "0x" + nonce.hex() if isinstance(nonce, bytes) else str(nonce)
 
 
 def _received_nonce(v: VerifiedAuthorization) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.attribution import retirement_details
 from relayer.domain.retirement import Retirement, RetirementDetails
-from relayer.domain.schemas import ActionRequest, require
+from relayer.domain.schemas import ActionRequest, Details, require
 from relayer.domain.verify import Terms
 from relayer.service.catalog import Catalog, Route
 
@@ -77,11 +77,20 @@ async def resolve(catalog: Catalog, request: ActionRequest, now: int) -> Resolve
     """
     require(request, "from")
     assert request.from_ is not None
-    route = await catalog.resolve(request, now)
-    details = retirement_details(
-        request.details,
-        request.from_,
+    return attribute(await catalog.resolve(request, now), request.from_, request.details)
+
+
+def attribute(route: Route, payer: str, details: Details | None) -> Resolved:
+    """Attribute a priced ``route`` paid by ``payer`` (checksummed): the typed twin of
+    :func:`resolve` for callers that resolved the route themselves (marketplace orders).
+
+    Raises:
+        Rejection: attribution_required, registry_details_required, schema_validation.
+    """
+    attribution = retirement_details(
+        details,
+        payer,
         consumption_metadata_required=route.credit.requires_consumption_metadata,
         registry=route.credit.registry,
     )
-    return Resolved(request.from_, route, details)
+    return Resolved(payer, route, attribution)

@@ -38,16 +38,27 @@ INSERT INTO orders (id, quote_uuid, api_key_id, beneficiary_name, beneficiary_ad
                     consumption_metadata, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $8)
 """
-SET_ORDER_JOB: Final = "UPDATE orders SET job_id = $2, updated_at = $3 WHERE id = $1"
-SET_ORDER_ERROR: Final = "UPDATE orders SET error = $2::jsonb, updated_at = $3 WHERE id = $1"
-# An order of key $2 with its job's state and transaction, if any.
-ORDER: Final = f"""
+# A job found for the order is the truth: it clears an error an earlier attempt recorded.
+SET_ORDER_JOB: Final = "UPDATE orders SET job_id = $2, error = NULL, updated_at = $3 WHERE id = $1"
+# An order that has a job never fails by an attempt's error (its job's state says how it ends).
+SET_ORDER_ERROR: Final = (
+    "UPDATE orders SET error = $2::jsonb, updated_at = $3 WHERE id = $1 AND job_id IS NULL AND error IS NULL"
+)
+_ORDER_SELECT: Final = f"""
 SELECT o.id, o.quote_uuid, o.job_id, o.beneficiary_name, o.beneficiary_address, o.retirement_message,
+       o.consumption_metadata::text AS consumption_metadata,
        o.error::text AS error, o.created_at, o.updated_at, j.state, j.tx_hash, j.error::text AS job_error,
        {", ".join("q." + c.strip() + " AS q_" + c.strip() for c in _QUOTE_COLUMNS.split(","))}
 FROM orders o JOIN quotes q ON q.uuid = o.quote_uuid LEFT JOIN relay_jobs j ON j.id = o.job_id
-WHERE o.id = $1 AND o.api_key_id = $2
 """
+# An order of key $2 with its job's state and transaction, if any.
+ORDER: Final = _ORDER_SELECT + "WHERE o.id = $1 AND o.api_key_id = $2"
+# Orders recorded before $1 that have neither a job nor an error: their attempt did not finish
+# (an outage, or the process died between recording the order and its job). Oldest first.
+PENDING_ORDERS: Final = (
+    _ORDER_SELECT
+    + "WHERE o.job_id IS NULL AND o.error IS NULL AND o.created_at < $1 ORDER BY o.created_at LIMIT $2"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +95,12 @@ class Order:
     job_state: str | None
     tx_hash: bytes | None
     job_error: dict[str, Any] | None = None  # the relay job's error (``code``, ``message``) when it failed
+    consumption_metadata: dict[str, str] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Recorded, but neither handed to the relay (no job) nor failed: an attempt is due."""
+        return self.job_id is None and self.error is None
 
 
 def _quote(row: asyncpg.Record, prefix: str = "") -> Quote:
@@ -180,20 +197,30 @@ class Orders:
         await self.db.execute(SET_ORDER_ERROR, order_id, json.dumps(error), now)
 
     async def order(self, order_id: uuid.UUID, api_key_id: int) -> Order | None:
+        """Order ``order_id`` if it is key ``api_key_id``'s, with its job's state."""
         row = await self.db.fetchrow(ORDER, order_id, api_key_id)
-        if row is None:
-            return None
-        return Order(
-            row["id"],
-            _quote(row, "q_"),
-            None if row["job_id"] is None else int(row["job_id"]),
-            row["beneficiary_name"],
-            row["beneficiary_address"],
-            row["retirement_message"],
-            None if row["error"] is None else json.loads(row["error"]),
-            int(row["created_at"]),
-            int(row["updated_at"]),
-            row["state"],
-            None if row["tx_hash"] is None else bytes(row["tx_hash"]),
-            None if row["job_error"] is None else json.loads(row["job_error"]),
-        )
+        return None if row is None else _order(row)
+
+    async def pending(self, recorded_before: int, limit: int) -> list[Order]:
+        """At most ``limit`` orders recorded before ``recorded_before`` (unix seconds) with
+        neither a job nor an error, oldest first: those whose attempt did not finish."""
+        return [_order(row) for row in await self.db.fetch(PENDING_ORDERS, recorded_before, limit)]
+
+
+def _order(row: asyncpg.Record) -> Order:
+    consumption = row["consumption_metadata"]
+    return Order(
+        row["id"],
+        _quote(row, "q_"),
+        None if row["job_id"] is None else int(row["job_id"]),
+        row["beneficiary_name"],
+        row["beneficiary_address"],
+        row["retirement_message"],
+        None if row["error"] is None else json.loads(row["error"]),
+        int(row["created_at"]),
+        int(row["updated_at"]),
+        row["state"],
+        None if row["tx_hash"] is None else bytes(row["tx_hash"]),
+        None if row["job_error"] is None else json.loads(row["job_error"]),
+        None if consumption is None else json.loads(consumption),
+    )

@@ -46,6 +46,7 @@ async def test_an_error_inside_the_runtime_comes_out_after_everything_closed(dae
                 "follower",
                 "gauges",
                 "listener",
+                "order-keeper",
                 "sweeper",
             }
             tasks = list(rt.tasks)

@@ -311,7 +311,7 @@ def test_a_foreign_signature_is_refused_as_such_whatever_the_value() -> None:
 def test_the_shape_check_needs_no_terms() -> None:
     body = _body()
     shaped = check_shape(parse_request(body), SETTLEMENT, "eip3009")
-    assert not isinstance(shaped, Rejection) and shaped[0] == PAYER and shaped[1] == SALT
+    assert not isinstance(shaped, Rejection) and shaped.payer == PAYER and shaped.salt == SALT
     body["authPayload"]["to"] = CREDITS
     refused = check_shape(parse_request(body), SETTLEMENT, "eip3009")
     assert isinstance(refused, Rejection) and refused.code == "invalid_auth_payload"

@@ -1,0 +1,80 @@
+"""The one rule for "can this listing be filled with N credit units now?", shared by the x402
+quote/prepare/relay path and by marketplace quotes and orders (spec: x402 quote, Errors
+``listing_*``, ``below_min_fill``, ``insufficient_listing_supply``, ``amount_not_whole_tonnes``;
+marketplace-api.md, Rules). Pure: the caller reads the listing (from the node or the index)
+and the credit's registry rule, and maps the refusal's reason to its surface's code.
+
+Units: credit units (1000 a tonne); times in unix seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from relayer.domain.amounts import UNITS_PER_TONNE
+
+
+class Fillable(Protocol):
+    """What the rule needs of a listing (a node read or an indexed listing state)."""
+
+    @property
+    def active(self) -> bool: ...
+    @property
+    def expiration(self) -> int: ...
+    @property
+    def left_to_sell(self) -> int: ...
+    @property
+    def min_fill(self) -> int: ...
+
+
+class Unfillable(enum.Enum):
+    """Why a fill is refused, in the order the rule checks (the value is the marketplace's
+    code; the x402 surface names ``CANCELLED`` ``listing_not_found`` and ``SOLD_OUT``
+    ``insufficient_listing_supply``, as its spec's table does)."""
+
+    CANCELLED = "listing_cancelled"
+    EXPIRED = "listing_expired"
+    SOLD_OUT = "listing_sold_out"
+    INSUFFICIENT_SUPPLY = "insufficient_listing_supply"
+    BELOW_MIN_FILL = "below_min_fill"
+    NOT_WHOLE_TONNES = "amount_not_whole_tonnes"
+
+
+@dataclass(frozen=True, slots=True)
+class FillRefusal:
+    """A refused fill: the reason and the listing figures a caller needs to fix it (credit
+    units, unix seconds)."""
+
+    reason: Unfillable
+    left_to_sell: int
+    min_fill: int
+    expiration: int
+
+
+def check_fill(listing: Fillable, units: int, now: int, *, whole_tonnes_only: bool) -> FillRefusal | None:
+    """Whether ``units`` credit units of ``listing`` can be filled at ``now``: None when they
+    can, else the first failing check: cancelled (inactive), expired (``expiration <= now``),
+    sold out (nothing left), more than is left, below the listing's minimum fill (unless the
+    fill takes all that is left), a fraction of a tonne of a whole-tonne registry's credit."""
+    reason = _first_failure(listing, units, now, whole_tonnes_only)
+    if reason is None:
+        return None
+    return FillRefusal(reason, listing.left_to_sell, listing.min_fill, listing.expiration)
+
+
+def _first_failure(listing: Fillable, units: int, now: int, whole_tonnes_only: bool) -> Unfillable | None:
+    if not listing.active:
+        return Unfillable.CANCELLED
+    if listing.expiration <= now:
+        return Unfillable.EXPIRED
+    if listing.left_to_sell == 0:
+        return Unfillable.SOLD_OUT
+    if units > listing.left_to_sell:
+        return Unfillable.INSUFFICIENT_SUPPLY
+    if units < listing.min_fill and units != listing.left_to_sell:
+        return Unfillable.BELOW_MIN_FILL
+    if whole_tonnes_only and units % UNITS_PER_TONNE:
+        return Unfillable.NOT_WHOLE_TONNES
+    return None

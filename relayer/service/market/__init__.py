@@ -1,0 +1,1 @@
+"""The marketplace catalogue API's services, one module a job (spec: marketplace-api.md)."""
