@@ -415,8 +415,10 @@ def start_workers(rt: Runtime) -> None:
         rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
-    keeper = OrderKeeper(rt.marketplace.desk)
-    rt.tasks.append(asyncio.create_task(_supervised("order-keeper", keeper.run, rt), name="order-keeper"))
+    order_keeper = OrderKeeper(rt.marketplace.desk)
+    rt.tasks.append(
+        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
+    )
 
 
 async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:
