@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from relayer.chain import codec
-from relayer.chain.follower import FollowerChain, _bytes, _int, _parsed, _settled
+from relayer.chain.blocks import BlockReader, _bytes, _int, _parsed, _settled
 from relayer.chain.node import ChainNode
 from relayer.chain.types import SettledLog
 from relayer.domain.marketplace import CreditRegistration, ListingEvent, Transfer
@@ -44,7 +44,7 @@ class CatalogueChain:
 
     def __init__(self, node: ChainNode, *, settlement: bool) -> None:
         self.node = node
-        self.follower = FollowerChain(node)
+        self.blocks = BlockReader(node)
         self.with_settlement = settlement
 
     async def logs(self, from_block: int, to_block: int) -> CatalogueLogs:
@@ -67,7 +67,7 @@ class CatalogueChain:
             lambda es: [_decode(e, contracts.marketplace, contracts.carbon_credits) for e in es], entries
         )
         stamps_needed = {r[1] for r in raw if r[0] != "settled"}
-        stamps = await self.follower.block_timestamps(stamps_needed) if stamps_needed else {}
+        stamps = await self.blocks.block_timestamps(stamps_needed) if stamps_needed else {}
         out = CatalogueLogs()
         for kind, block, log_index, value in raw:
             if kind == "listing":

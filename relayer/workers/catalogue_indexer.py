@@ -57,7 +57,7 @@ class CatalogueIndexer:
 
     async def step(self) -> bool:
         """Index the next confirmed range, if any; whether there may be more to catch up."""
-        head = await self.chain.follower.head()
+        head = await self.chain.blocks.head()
         safe = head - self.confirmations + 1
         cursor = await self.store.cursor(self.chain_id, CURSOR)
         done = self.start_block - 1 if cursor is None else cursor[0]
@@ -65,7 +65,7 @@ class CatalogueIndexer:
             cursor is not None
             and cursor[1] is not None
             and 0 <= done <= head
-            and await self.chain.follower.block_hash(done) != cursor[1]
+            and await self.chain.blocks.block_hash(done) != cursor[1]
         )
         if reorged:
             ancestor = max(self.start_block - 1, done - REWIND_DEPTH)
@@ -88,14 +88,14 @@ class CatalogueIndexer:
             logs.transfers,
             rows,
         )
-        await self.store.save(batch, CURSOR, to_block, await self.chain.follower.block_hash(to_block))
+        await self.store.save(batch, CURSOR, to_block, await self.chain.blocks.block_hash(to_block))
         self.metrics.catalogue_block.labels(str(self.chain_id)).set(to_block)
         return to_block < safe
 
     async def _retirements(self, logs: CatalogueLogs) -> list[IndexedRetirement]:
         if not logs.settled:
             return []
-        stamps = await self.chain.follower.block_timestamps({s.block_number for s in logs.settled})
+        stamps = await self.chain.blocks.block_timestamps({s.block_number for s in logs.settled})
         return [await self._row(s, stamps[s.block_number]) for s in logs.settled]
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:

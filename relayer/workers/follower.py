@@ -11,8 +11,8 @@ import asyncio
 import logging
 from typing import Final
 
+from relayer.chain.blocks import BlockReader
 from relayer.chain.errors import ChainUnavailable
-from relayer.chain.follower import FollowerChain
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, SettledLog
 from relayer.domain.errors import Unavailable
@@ -38,7 +38,7 @@ class ChainFollower:
 
     def __init__(
         self,
-        chain: FollowerChain,
+        chain: BlockReader,
         reads: ChainReads,
         jobs: RelayJobs,
         lane: ExecutorLane,
