@@ -30,12 +30,14 @@ MAX_TRANSFER_BATCH: Final = 256
 @dataclass(slots=True)
 class CatalogueLogs:
     """What one range of blocks holds for the catalogue, each list in chain order, listing
-    events and transfers stamped with their blocks' timestamps."""
+    events and transfers stamped with their blocks' timestamps; ``block_hashes`` maps each
+    block holding one of the logs read to its hash (what the indexer remembers of them)."""
 
     listings: list[ListingEvent] = field(default_factory=list)
     credits: list[CreditRegistration] = field(default_factory=list)
     transfers: list[tuple[int, Transfer]] = field(default_factory=list)  # (token id, transfer)
     settled: list[SettledLog] = field(default_factory=list)
+    block_hashes: dict[int, bytes] = field(default_factory=dict)
 
 
 class CatalogueChain:
@@ -68,7 +70,11 @@ class CatalogueChain:
         )
         stamps_needed = {r[1] for r in raw if r[0] != "settled"}
         stamps = await self.blocks.block_timestamps(stamps_needed) if stamps_needed else {}
-        out = CatalogueLogs()
+        out = CatalogueLogs(
+            block_hashes=_parsed(
+                lambda es: {_int(e["blockNumber"]): _bytes(e["blockHash"], 32) for e in es}, entries
+            )
+        )
         for kind, block, log_index, value in raw:
             if kind == "listing":
                 kind_, listing_id, data, tx_hash = value
