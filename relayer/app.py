@@ -22,10 +22,10 @@ from aiohttp import web
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.x402_meta import LATEST_VERSION, X402Info
+from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
 from relayer.chain.executor import ExecutorChain
-from relayer.chain.follower import FollowerChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
@@ -122,7 +122,7 @@ class Runtime:
     node: ChainNode
     reads: ChainReads
     executor: ExecutorChain
-    follower_chain: FollowerChain
+    follower_chain: BlockReader
     jobs: RelayJobs
     lane: ExecutorLane
     retirements: RetirementStore
@@ -323,7 +323,7 @@ def _wire(
         node=node,
         reads=reads,
         executor=executor,
-        follower_chain=FollowerChain(node),
+        follower_chain=BlockReader(node),
         jobs=jobs,
         lane=ExecutorLane(db, settings.chain_id),
         retirements=retirements,

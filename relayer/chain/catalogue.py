@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from relayer.chain import codec
-from relayer.chain.follower import FollowerChain, _bytes, _int, _parsed, _settled
+from relayer.chain.blocks import BlockReader, _bytes, _int, _parsed, _settled
 from relayer.chain.node import ChainNode
 from relayer.chain.types import SettledLog
 from relayer.domain.marketplace import CreditRegistration, ListingEvent, Transfer
@@ -30,12 +30,14 @@ MAX_TRANSFER_BATCH: Final = 256
 @dataclass(slots=True)
 class CatalogueLogs:
     """What one range of blocks holds for the catalogue, each list in chain order, listing
-    events and transfers stamped with their blocks' timestamps."""
+    events and transfers stamped with their blocks' timestamps; ``block_hashes`` maps each
+    block holding one of the logs read to its hash (what the indexer remembers of them)."""
 
     listings: list[ListingEvent] = field(default_factory=list)
     credits: list[CreditRegistration] = field(default_factory=list)
     transfers: list[tuple[int, Transfer]] = field(default_factory=list)  # (token id, transfer)
     settled: list[SettledLog] = field(default_factory=list)
+    block_hashes: dict[int, bytes] = field(default_factory=dict)
 
 
 class CatalogueChain:
@@ -44,7 +46,7 @@ class CatalogueChain:
 
     def __init__(self, node: ChainNode, *, settlement: bool) -> None:
         self.node = node
-        self.follower = FollowerChain(node)
+        self.blocks = BlockReader(node)
         self.with_settlement = settlement
 
     async def logs(self, from_block: int, to_block: int) -> CatalogueLogs:
@@ -67,8 +69,12 @@ class CatalogueChain:
             lambda es: [_decode(e, contracts.marketplace, contracts.carbon_credits) for e in es], entries
         )
         stamps_needed = {r[1] for r in raw if r[0] != "settled"}
-        stamps = await self.follower.block_timestamps(stamps_needed) if stamps_needed else {}
-        out = CatalogueLogs()
+        stamps = await self.blocks.block_timestamps(stamps_needed) if stamps_needed else {}
+        out = CatalogueLogs(
+            block_hashes=_parsed(
+                lambda es: {_int(e["blockNumber"]): _bytes(e["blockHash"], 32) for e in es}, entries
+            )
+        )
         for kind, block, log_index, value in raw:
             if kind == "listing":
                 kind_, listing_id, data, tx_hash = value

@@ -1,9 +1,11 @@
 """The catalogue indexer: one per indexed chain (this daemon's chain and each of
-``RELAYER_INDEX_CHAINS``). Each step reads its cursor, checks that the cursor's block is still
-on the chain (else rewinds what it indexed by :data:`REWIND_DEPTH` blocks: re-indexing is
-idempotent), and indexes the next confirmed range: credit registrations, listing events
-(listings folded from them), credit transfers and — on chains where this daemon does not
-relay, so no chain follower indexes them — ``RetirementSettled`` events."""
+``RELAYER_INDEX_CHAINS``). Each step reads its cursor, checks that the blocks it indexed are
+still on the chain (else walks back to the common ancestor exactly as the chain follower does,
+:class:`~relayer.workers.reorg.ReorgWatch`, and undoes what the lost blocks held: their rows
+deleted, the touched listings folded again), and indexes the next confirmed range: credit
+registrations, listing events (listings folded from them), credit transfers and — on chains
+where this daemon does not relay, so no chain follower indexes them — ``RetirementSettled``
+events."""
 
 from __future__ import annotations
 
@@ -16,18 +18,18 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import SettledLog
 from relayer.domain.errors import Unavailable
+from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
 from relayer.metrics import Metrics
 from relayer.store.catalogue import CatalogueStore, IndexBatch
 from relayer.store.retirements import IndexedRetirement
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
+from relayer.workers.reorg import ReorgWatch
 
 log = logging.getLogger(__name__)
 
 CURSOR: Final = "catalogue"
 MAX_RANGE: Final = 2_000
 """Blocks read by one ``eth_getLogs``."""
-REWIND_DEPTH: Final = 128
-"""How far back a reorg under the cursor rewinds (beyond the confirmation depth)."""
 
 
 class CatalogueIndexer:
@@ -54,27 +56,29 @@ class CatalogueIndexer:
         self.start_block = start_block
         self.poll_interval_s = poll_interval_s
         self.retirements = retirements
+        self.watch = ReorgWatch(chain.blocks, start_block - 1)  # the blocks this indexer indexed
+        self._resumed = False
 
     async def step(self) -> bool:
-        """Index the next confirmed range, if any; whether there may be more to catch up."""
-        head = await self.chain.follower.head()
-        safe = head - self.confirmations + 1
+        """Undo a reorg of what was indexed, else index the next confirmed range, if any;
+        whether there may be more to catch up."""
+        head = await self.chain.blocks.head_block()
         cursor = await self.store.cursor(self.chain_id, CURSOR)
         done = self.start_block - 1 if cursor is None else cursor[0]
-        reorged = (
-            cursor is not None
-            and cursor[1] is not None
-            and 0 <= done <= head
-            and await self.chain.follower.block_hash(done) != cursor[1]
-        )
-        if reorged:
-            ancestor = max(self.start_block - 1, done - REWIND_DEPTH)
-            await self.store.rewind(self.chain_id, ancestor, None, [CURSOR], self.retirements)
-            log.warning("catalogue reorg: rewound", extra={"chain_id": self.chain_id, "ancestor": ancestor})
-            self.metrics.reorgs.inc()
-            return True
-        if safe <= done:
+        if not self._resumed:
+            ancestor = await self.watch.resume(cursor, head.number)
+            if ancestor is not None:
+                await self._rewind(ancestor, "at start")
+                return True
+            self._resumed = True
+        else:
+            self.watch.rewound(done)  # the chain follower may have undone blocks of this chain
+            if await self.watch.reorged(head):
+                await self._rewind(await self.watch.ancestor(head.number), f"head {head.number}")
+                return True
+        if not is_confirmed(done + 1, head.number, self.confirmations):
             return False
+        safe = confirmed_through(head.number, self.confirmations)
         to_block = min(safe, done + MAX_RANGE)
         logs = await self.chain.logs(done + 1, to_block)
         rows = await self._retirements(logs) if self.retirements else []
@@ -88,14 +92,35 @@ class CatalogueIndexer:
             logs.transfers,
             rows,
         )
-        await self.store.save(batch, CURSOR, to_block, await self.chain.follower.block_hash(to_block))
+        to_hash = await self.chain.blocks.block_hash(to_block)
+        await self.store.save(batch, CURSOR, to_block, to_hash)
+        for number, block_hash in sorted(logs.block_hashes.items()):
+            self.watch.memory.remember(number, block_hash)
+        self.watch.memory.remember(to_block, to_hash)
         self.metrics.catalogue_block.labels(str(self.chain_id)).set(to_block)
         return to_block < safe
+
+    async def _rewind(self, to: Ancestor, where: str) -> None:
+        """Undo what the blocks above the common ancestor ``to`` held (rows deleted, touched
+        listings folded again, the retirements when this indexer owns them, the cursor)."""
+        await self.store.rewind(self.chain_id, to.number, to.block_hash, [CURSOR], self.retirements)
+        self.watch.rewound(to.number)
+        self._resumed = True
+        log.warning(
+            "catalogue reorg: undid the blocks above the common ancestor",
+            extra={
+                "chain_id": self.chain_id,
+                "ancestor": to.number,
+                "where": where,
+                "within_memory": to.within_memory,
+            },
+        )
+        self.metrics.reorgs.inc()
 
     async def _retirements(self, logs: CatalogueLogs) -> list[IndexedRetirement]:
         if not logs.settled:
             return []
-        stamps = await self.chain.follower.block_timestamps({s.block_number for s in logs.settled})
+        stamps = await self.chain.blocks.block_timestamps({s.block_number for s in logs.settled})
         return [await self._row(s, stamps[s.block_number]) for s in logs.settled]
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:

@@ -1,6 +1,7 @@
 """The chain follower: one loop per new head that (0) notices a reorg (a head whose hash or
 parent hash is not the one it saw at that height) and undoes what the lost blocks held, back
-to the common ancestor; (1) reads the receipts of new blocks once per block and moves the
+to the common ancestor (the walk back it shares with the catalogue indexer,
+:class:`~relayer.workers.reorg.ReorgWatch`); (1) reads the receipts of new blocks once per block and moves the
 jobs they settle to mined or reverted; (2) confirms jobs buried under the configured depth;
 and (3) indexes RetirementSettled events of confirmed blocks into Postgres (cursor = block
 number and hash) and marks their jobs indexed (settled)."""
@@ -11,11 +12,12 @@ import asyncio
 import logging
 from typing import Final
 
+from relayer.chain.blocks import BlockReader
 from relayer.chain.errors import ChainUnavailable
-from relayer.chain.follower import FollowerChain
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, SettledLog
 from relayer.domain.errors import Unavailable
+from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.store import reorg
@@ -23,14 +25,13 @@ from relayer.store.executor_lane import ExecutorLane, PendingTx
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
+from relayer.workers.reorg import ReorgWatch
 
 log = logging.getLogger(__name__)
 
 CURSOR: Final = "retirements"
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
-KEEP_HASHES: Final = 256
-"""Block hashes kept to find a common ancestor: a reorg deeper than this rewinds to its edge."""
 
 
 class ChainFollower:
@@ -38,7 +39,7 @@ class ChainFollower:
 
     def __init__(
         self,
-        chain: FollowerChain,
+        chain: BlockReader,
         reads: ChainReads,
         jobs: RelayJobs,
         lane: ExecutorLane,
@@ -60,7 +61,7 @@ class ChainFollower:
         self.poll_interval_s = poll_interval_s
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
-        self._hashes: dict[int, bytes] = {}  # block number -> hash, as this follower saw them
+        self.watch = ReorgWatch(chain, start_block - 1)  # the blocks as this follower saw them
 
     async def step(self) -> None:
         """One pass: a reorg undone, receipts of new blocks, confirmations, indexing (all
@@ -69,12 +70,14 @@ class ChainFollower:
         head = await self.chain.head_block()
         if self._indexed is None or self._scanned is None:
             await self._resume(head)
-        elif await self._reorged(head):
-            await self._undo(head)
-        elif head.number == self._scanned and self._indexed >= head.number - self.confirmations + 1:
+        elif await self.watch.reorged(head):
+            await self._rewind(await self.watch.ancestor(head.number), f"head {head.number}")
+        elif head.number == self._scanned and not is_confirmed(
+            self._indexed + 1, head.number, self.confirmations
+        ):
             return
-        self._remember(head.number, head.hash)
-        self._remember(head.number - 1, head.parent_hash)
+        self.watch.memory.remember(head.number, head.hash)
+        self.watch.memory.remember(head.number - 1, head.parent_hash)
         assert self._indexed is not None and self._scanned is not None
         indexed = self._indexed
         if head.number > self._scanned:
@@ -84,7 +87,7 @@ class ChainFollower:
                 for number in range(self._scanned + 1, last + 1):
                     await self._receipts(number, pending)
             self._scanned = last
-        safe = min(head.number - self.confirmations + 1, self._scanned)
+        safe = min(confirmed_through(head.number, self.confirmations), self._scanned)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra={"job_id": job.id})
@@ -97,38 +100,16 @@ class ChainFollower:
         cursor = await self.retirements.cursor(self.chain_id, CURSOR)
         self._indexed = self.start_block - 1 if cursor is None else cursor[0]
         self._scanned = self._indexed
-        if cursor is None or cursor[1] is None or cursor[0] > head.number:
-            return
-        if await self.chain.block_hash(cursor[0]) == cursor[1]:
-            self._remember(cursor[0], cursor[1])
-            return
-        await self._rewind(max(self.start_block - 1, cursor[0] - KEEP_HASHES), None, "at start")
+        ancestor = await self.watch.resume(cursor, head.number)
+        if ancestor is not None:
+            await self._rewind(ancestor, "at start")
 
-    async def _reorged(self, head: BlockHeader) -> bool:
-        """Whether the chain this head is on is not the one seen so far."""
-        if head.number < max(self._hashes, default=head.number):
-            return True  # blocks above the head are gone
-        for number, expected in ((head.number, head.hash), (head.number - 1, head.parent_hash)):
-            if number in self._hashes:
-                return self._hashes[number] != expected
-        below = [n for n in self._hashes if n < head.number]
-        return bool(below) and await self.chain.block_hash(max(below)) != self._hashes[max(below)]
-
-    async def _undo(self, head: BlockHeader) -> None:
-        """Find the newest block both chains share, then undo everything above it."""
-        ancestor: int | None = None
-        for number in sorted((n for n in self._hashes if n <= head.number), reverse=True):
-            if await self.chain.block_hash(number) == self._hashes[number]:
-                ancestor = number
-                break
-        if ancestor is None:
-            ancestor = min(self._hashes, default=self.start_block) - 1
-        await self._rewind(ancestor, self._hashes.get(ancestor), f"head {head.number}")
-
-    async def _rewind(self, ancestor: int, ancestor_hash: bytes | None, where: str) -> None:
+    async def _rewind(self, to: Ancestor, where: str) -> None:
+        """Undo everything above the common ancestor ``to`` (jobs, transactions, the index)."""
         assert self._indexed is not None and self._scanned is not None
-        undone = await reorg.rewind(self.jobs.db, self.chain_id, ancestor, ancestor_hash)
-        self._hashes = {n: h for n, h in self._hashes.items() if n <= ancestor}
+        ancestor = to.number
+        undone = await reorg.rewind(self.jobs.db, self.chain_id, ancestor, to.block_hash)
+        self.watch.rewound(ancestor)
         self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
         self.metrics.reorgs.inc()
         for _ in undone.jobs:
@@ -138,17 +119,12 @@ class ChainFollower:
             extra={
                 "ancestor": ancestor,
                 "where": where,
+                "within_memory": to.within_memory,
                 "jobs": len(undone.jobs),
                 "transactions": undone.transactions,
                 "retirements": undone.retirements,
             },
         )
-
-    def _remember(self, number: int, block_hash: bytes) -> None:
-        self._hashes[number] = block_hash
-        if len(self._hashes) > KEEP_HASHES:
-            for old in sorted(self._hashes)[: len(self._hashes) - KEEP_HASHES]:
-                del self._hashes[old]
 
     async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> None:
         """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
@@ -159,7 +135,7 @@ class ChainFollower:
         waiting."""
         ours = []
         for receipt in await self.chain.block_receipts(number):
-            self._remember(number, receipt.block_hash)
+            self.watch.memory.remember(number, receipt.block_hash)
             tx = pending.get(receipt.tx_hash)
             if tx is not None:
                 ours.append((receipt, tx))

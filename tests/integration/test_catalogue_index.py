@@ -1,16 +1,28 @@
 """The catalogue index in Postgres: listing events fold into listings idempotently, and a
 reorg deletes what lost blocks held and folds the touched listings again (store/catalogue.py,
-store/reorg.py)."""
+store/reorg.py); on a real anvil, the catalogue indexer walks a shallow reorg back to the
+common ancestor and undoes exactly the lost blocks (workers/catalogue_indexer.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from web3 import Web3
 
+from relayer.chain.abi import abi
+from relayer.chain.catalogue import CatalogueChain
+from relayer.chain.node import ChainNode
+from relayer.chain.reads import ChainReads
+from relayer.chain.types import Contracts
 from relayer.domain.marketplace import ZERO_ADDRESS, CreditRegistration, ListingEvent, Transfer
+from relayer.metrics import Metrics
 from relayer.store import reorg
 from relayer.store.catalogue import CatalogueStore, IndexBatch
+from relayer.workers.catalogue_indexer import CatalogueIndexer
+from tests.chain_helpers import transact_as, transact_as_deployer
+from tests.private import Anvil, private_chain
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +81,91 @@ async def test_events_fold_once_and_a_reorg_folds_again(database_url: str, db_of
     assert await store.listing(CHAIN, 1) is None
     assert (CHAIN, CREDITS, 1) not in await store.credit_totals()
     assert all(c.chain_id != CHAIN for c in await store.credits())
+
+
+def _list_one_tonne(info: dict[str, Any], token_id: int) -> int:
+    """The seller lists one tonne of credit ``token_id`` (minted to it first, in a block of its
+    own); returns the new listing's id. Each transaction is a block of its own (automine)."""
+    contracts = info["contracts"]
+    w3 = Web3(Web3.HTTPProvider(info["rpcUrl"]))
+    market = w3.eth.contract(address=contracts["marketplace"], abi=abi("Marketplace"))
+    seller = info["seller"]["address"]
+    transact_as_deployer(info, contracts["carbonCredits"], "CarbonCredits", "mint", seller, token_id, 1_000)
+    expiration = int(w3.eth.get_block("latest")["timestamp"]) + 86_400
+    receipt = transact_as(
+        info,
+        "seller",
+        contracts["marketplace"],
+        "Marketplace",
+        "createListing",
+        contracts["carbonCredits"],
+        token_id,
+        1_000,
+        2_000_000,
+        0,
+        expiration,
+    )
+    assert receipt["status"] == 1
+    return int(market.functions.listingCount().call())
+
+
+def _hash(anvil: Anvil, number: int) -> bytes:
+    return bytes.fromhex(anvil.rpc("eth_getBlockByNumber", hex(number), False)["hash"][2:])
+
+
+async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took(
+    tmp_path: Path, admin_database_url: str, db_of: Any
+) -> None:
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        anvil = Anvil(info["rpcUrl"])
+        node = ChainNode(info["rpcUrl"], info["chainId"], Contracts.from_deployment(info["contracts"]))
+        store, metrics = CatalogueStore(await db_of(dsn)), Metrics()
+        indexer = CatalogueIndexer(
+            CatalogueChain(node, settlement=False),
+            ChainReads(node),
+            store,
+            metrics,
+            1,  # depth 1: anvil mines a block per transaction
+            info["deployBlock"],
+            0.05,
+            retirements=False,
+        )
+        chain_id = info["chainId"]
+
+        async def indexed_all() -> None:
+            while await indexer.step():
+                pass
+
+        try:
+            await indexer.step()  # resumes with no cursor: nothing to undo
+            await indexed_all()
+            seeded = [row["listingId"] for row in info["listings"]]
+            token_id = info["listings"][0]["tokenId"]
+            kept = _list_one_tonne(info, token_id)
+            await indexed_all()
+            kept_block = int(anvil.rpc("eth_blockNumber"), 16)
+            kept_hash = _hash(anvil, kept_block)
+            anvil.mine()  # an empty block between: the reorg takes it and the next listing's
+            lost = _list_one_tonne(info, token_id)  # minted in one block, listed in the next
+            await indexed_all()
+            head = int(anvil.rpc("eth_blockNumber"), 16)
+            assert await store.listing(chain_id, lost) is not None
+            assert await store.cursor(chain_id, "catalogue") == (head, _hash(anvil, head))
+
+            anvil.rpc("anvil_reorg", head - kept_block, [])  # the blocks above `kept` are replaced
+            assert await indexer.step()  # the walk back and the undo
+            # Exactly the lost blocks are undone: back to the common ancestor, not 128 blocks.
+            assert await store.cursor(chain_id, "catalogue") == (kept_block, kept_hash)
+            assert await store.listing(chain_id, lost) is None
+            assert await store.listing(chain_id, kept) is not None
+            for listing_id in seeded:  # indexed long before: untouched by the undo
+                assert await store.listing(chain_id, listing_id) is not None
+            assert metrics.reorgs._value.get() == 1
+
+            await indexed_all()  # the new chain holds neither the mint nor the listing
+            assert await store.listing(chain_id, lost) is None
+            assert await store.listing(chain_id, kept) is not None
+            assert await store.cursor(chain_id, "catalogue") == (head, _hash(anvil, head))
+            assert metrics.reorgs._value.get() == 1
+        finally:
+            await node.close()

@@ -174,9 +174,9 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     """An HTML maintenance page, an empty body, a null result, "0x" from a lagging node or a
     bare array: each is the node failing (503), never an exception that would give a 500."""
     from relayer.chain import codec
+    from relayer.chain.blocks import BlockReader
     from relayer.chain.errors import ChainUnavailable
     from relayer.chain.executor import ExecutorChain
-    from relayer.chain.follower import FollowerChain
     from relayer.chain.reads import ChainReads
 
     async def answer(request: web.Request) -> web.Response:
@@ -196,7 +196,7 @@ async def test_a_node_that_answers_garbage_is_unavailable_not_a_crash(mode: str)
     contracts = node.contracts
     retire = codec.function("RetirementSettlement", "retireWithAuthorization")
     try:
-        reads, executor, follower = ChainReads(node), ExecutorChain(node), FollowerChain(node)
+        reads, executor, follower = ChainReads(node), ExecutorChain(node), BlockReader(node)
         for call in (
             reads.reserves,
             reads.classes,

@@ -1,11 +1,11 @@
-"""What an OP-stack receipt says a transaction paid beyond L2 gas (relayer/chain/follower.py):
+"""What an OP-stack receipt says a transaction paid beyond L2 gas (relayer/chain/blocks.py):
 the L1 data fee and the Isthmus operator fee, in whatever form web3 leaves those fields."""
 
 from __future__ import annotations
 
 import pytest
 
-from relayer.chain.follower import _operator_fee, _quantity
+from relayer.chain.blocks import _operator_fee, _quantity
 
 
 def test_quantities_in_every_form_web3_leaves_them() -> None:
@@ -27,8 +27,8 @@ def test_bytes_are_big_endian() -> None:
 
 
 def test_a_malformed_receipt_or_log_is_the_node_failing_not_a_crash() -> None:
+    from relayer.chain.blocks import _parsed, _receipt, _settled
     from relayer.chain.errors import ChainUnavailable
-    from relayer.chain.follower import _parsed, _receipt, _settled
 
     good = {
         "transactionHash": "0x" + "11" * 32,

@@ -1,6 +1,7 @@
-"""The follower's side of the chain: heads, block receipts (one ``eth_getBlockReceipts`` per
-block), ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI
-codec into domain types) and block timestamps. A new head clears the node's read cache."""
+"""The JSON-RPC block reader: heads, block hashes, block receipts (one ``eth_getBlockReceipts``
+per block), ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI
+codec into domain types) and block timestamps, for the chain follower and the catalogue
+indexer. A new head clears the node's read cache."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from relayer.chain.types import BlockHeader, Receipt, SettledLog
 _SETTLED: Final = codec.event("RetirementSettlement", "RetirementSettled").with_strings_as_bytes()
 
 
-class FollowerChain:
-    """Reads that follow the chain block by block, parsed straight from the node's JSON
+class BlockReader:
+    """Block, receipt and log reads that follow the chain block by block, parsed straight from the node's JSON
     (only the fields they use; web3's result formatters cost more than the rest of the
     follower under load).
 
@@ -50,6 +51,7 @@ class FollowerChain:
         return header
 
     async def block_hash(self, number: int) -> bytes:
+        """The hash of block ``number`` on the node's chain now (32 bytes)."""
         return _parsed(lambda b: _bytes(b["hash"], 32), await self._block(hex(number)))
 
     async def block_timestamps(self, numbers: set[int]) -> dict[int, int]:

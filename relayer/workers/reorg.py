@@ -1,0 +1,72 @@
+"""The one reorg walk-back of the chain follower and the catalogue indexer: what a worker saw
+of the canonical chain (a bounded block memory), whether the node's chain is still that one,
+and the walk back to the common ancestor, asking the node for one block hash at a time. The
+decisions are the pure ones of :mod:`relayer.domain.reorg`; undoing what the lost blocks held
+is the worker's (in the store)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from relayer.chain.types import BlockHeader
+from relayer.domain.reorg import KEEP_HASHES, Ancestor, BlockMemory, beyond_memory, head_reorged, walk_back
+
+
+class BlockHashes(Protocol):
+    """The node's chain as the walk back reads it."""
+
+    async def block_hash(self, number: int) -> bytes:
+        """The hash of block ``number`` on the node's chain now; raises ``ChainUnavailable``."""
+        ...
+
+
+class ReorgWatch:
+    """One worker's watch for reorgs on one chain.
+
+    ``floor`` is the block before the first the worker's index covers (its start block - 1);
+    ``memory`` holds the blocks the worker read (block number -> hash), at most ``limit``.
+    Every method raises ``ChainUnavailable`` when the node fails.
+    """
+
+    def __init__(self, blocks: BlockHashes, floor: int, limit: int = KEEP_HASHES) -> None:
+        self.blocks = blocks
+        self.floor = floor
+        self.memory = BlockMemory(limit)
+
+    async def resume(self, cursor: tuple[int, bytes | None] | None, head: int) -> Ancestor | None:
+        """At start, from an index cursor (block number, hash) read from the store: None when
+        there is nothing to undo (no cursor, no hash, a cursor above the head, or its block
+        still on the chain, then remembered); else where to rewind to (the chain lost the
+        cursor's block while no worker watched: :func:`beyond_memory` decides how far)."""
+        if cursor is None or cursor[1] is None or cursor[0] > head:
+            return None
+        if await self.blocks.block_hash(cursor[0]) == cursor[1]:
+            self.memory.remember(cursor[0], cursor[1])
+            return None
+        return Ancestor(beyond_memory({}, self.floor, unseen_from=cursor[0]), None, False)
+
+    async def reorged(self, head: BlockHeader) -> bool:
+        """Whether the chain ``head`` is on is not the one remembered (at most one
+        ``eth_getBlockByNumber``, when the head alone cannot tell)."""
+        verdict = head_reorged(self.memory, head.number, head.hash, head.parent_hash)
+        if verdict is not None:
+            return verdict
+        below = self.memory.newest_below(head.number)
+        return below is not None and await self.blocks.block_hash(below) != self.memory.get(below)
+
+    async def ancestor(self, head: int) -> Ancestor:
+        """The common ancestor of the remembered chain and the node's (whose head is block
+        ``head``): one ``eth_getBlockByNumber`` per remembered block, newest first, until one
+        agrees. The memory is left as it is: call :meth:`rewound` once the worker has undone
+        the blocks above the ancestor."""
+        remembered = self.memory.as_mapping()
+        node: dict[int, bytes] = {}
+        while True:
+            move = walk_back(remembered, head, node, self.floor)
+            if isinstance(move, Ancestor):
+                return move
+            node[move.number] = await self.blocks.block_hash(move.number)
+
+    def rewound(self, ancestor: int) -> None:
+        """The blocks above ``ancestor`` were undone: forget them."""
+        self.memory.forget_above(ancestor)

@@ -1,0 +1,219 @@
+"""Reorgs as pure decisions (relayer/domain/reorg.py): the confirmation-depth predicate, the
+bounded block memory, the walk back to the common ancestor and what a reorg deeper than memory
+does; and the walk back as the follower and the catalogue indexer run it
+(relayer/workers/reorg.py) against a fake node."""
+
+from __future__ import annotations
+
+import pytest
+
+from relayer.chain.types import BlockHeader
+from relayer.domain.reorg import (
+    KEEP_HASHES,
+    Ancestor,
+    Ask,
+    BlockMemory,
+    beyond_memory,
+    confirmed_through,
+    head_reorged,
+    is_confirmed,
+    walk_back,
+)
+from relayer.workers.reorg import ReorgWatch
+
+
+def h(number: int, fork: int = 0) -> bytes:
+    """The hash of block ``number`` on chain ``fork`` (0: the one first seen)."""
+    return bytes([fork]) + number.to_bytes(31, "big")
+
+
+# ---------------------------------------------------------------- confirmation depth
+
+
+def test_depth_one_confirms_the_head_itself() -> None:
+    assert confirmed_through(100, 1) == 100
+    assert is_confirmed(100, 100, 1)
+    assert not is_confirmed(101, 100, 1)
+
+
+def test_depth_zero_is_depth_one() -> None:
+    assert confirmed_through(100, 0) == 100
+    assert is_confirmed(100, 100, 0) and not is_confirmed(101, 100, 0)
+
+
+@pytest.mark.parametrize("depth", [2, 5, 64])
+def test_depth_n_counts_the_block_itself(depth: int) -> None:
+    head = 1_000
+    newest = head - depth + 1  # buried under depth - 1 blocks: depth confirmations
+    assert confirmed_through(head, depth) == newest
+    assert is_confirmed(newest, head, depth) and is_confirmed(newest - 1, head, depth)
+    assert not is_confirmed(newest + 1, head, depth)
+
+
+def test_a_negative_depth_is_refused() -> None:
+    with pytest.raises(ValueError):
+        confirmed_through(10, -1)
+    with pytest.raises(ValueError):
+        is_confirmed(1, 10, -1)
+
+
+def test_a_depth_above_the_chain_confirms_nothing_yet() -> None:
+    assert confirmed_through(3, 10) == -6
+    assert not is_confirmed(0, 3, 10)
+
+
+# ---------------------------------------------------------------- block memory
+
+
+def test_memory_keeps_the_newest_blocks_up_to_its_bound() -> None:
+    memory = BlockMemory(limit=3)
+    for number in (5, 1, 3, 9, 7):
+        memory.remember(number, h(number))
+    assert list(memory) == [5, 7, 9] and len(memory) == 3
+    assert memory.get(1) is None and memory.get(9) == h(9)
+    assert (memory.oldest(), memory.newest()) == (5, 9)
+
+
+def test_memory_default_bound_is_keep_hashes() -> None:
+    memory = BlockMemory()
+    for number in range(KEEP_HASHES + 10):
+        memory.remember(number, h(number))
+    assert len(memory) == KEEP_HASHES and memory.oldest() == 10
+
+
+def test_memory_with_gaps_forgets_above_and_finds_the_newest_below() -> None:
+    memory = BlockMemory(limit=10)
+    for number in (10, 20, 30):
+        memory.remember(number, h(number))
+    assert memory.newest_below(30) == 20 and memory.newest_below(31) == 30
+    assert memory.newest_below(10) is None
+    memory.forget_above(25)
+    assert list(memory) == [10, 20]
+    memory.remember(20, h(20, 1))  # a later sight of the same height replaces the first
+    assert memory.get(20) == h(20, 1) and len(memory) == 2
+
+
+def test_memory_holds_at_least_one_block() -> None:
+    with pytest.raises(ValueError):
+        BlockMemory(limit=0)
+
+
+# ---------------------------------------------------------------- a head against memory
+
+
+def test_a_head_is_judged_by_its_own_height_then_its_parent() -> None:
+    memory = BlockMemory()
+    for number in (8, 9):
+        memory.remember(number, h(number))
+    assert head_reorged(memory, 9, h(9), h(8)) is False  # the same head
+    assert head_reorged(memory, 9, h(9, 1), h(8)) is True  # another block at 9
+    assert head_reorged(memory, 10, h(10), h(9)) is False  # a child of what was seen
+    assert head_reorged(memory, 10, h(10, 1), h(9, 1)) is True  # a child of another 9
+    assert head_reorged(memory, 8, h(8), h(7)) is True  # block 9 is gone
+    assert head_reorged(memory, 12, h(12), h(11)) is None  # ask the node about block 9
+    assert head_reorged(BlockMemory(), 5, h(5), h(4)) is None
+
+
+# ---------------------------------------------------------------- the walk back
+
+
+def test_the_walk_asks_newest_first_and_stops_at_the_first_agreement() -> None:
+    remembered = {n: h(n) for n in range(10, 16)}
+    node = {15: h(15, 1), 14: h(14, 1)}
+    assert walk_back(remembered, 15, {}, 0) == Ask(15)
+    assert walk_back(remembered, 15, {15: h(15, 1)}, 0) == Ask(14)
+    assert walk_back(remembered, 15, node, 0) == Ask(13)
+    assert walk_back(remembered, 15, {**node, 13: h(13)}, 0) == Ancestor(13, h(13), True)
+
+
+def test_a_depth_one_reorg_keeps_the_parent() -> None:
+    remembered = {n: h(n) for n in range(1, 6)}
+    assert walk_back(remembered, 5, {5: h(5, 1), 4: h(4)}, 0) == Ancestor(4, h(4), True)
+
+
+def test_remembered_blocks_above_the_head_are_lost_without_asking() -> None:
+    remembered = {n: h(n) for n in range(1, 8)}
+    assert walk_back(remembered, 5, {}, 0) == Ask(5)  # 6 and 7 are not on a chain whose head is 5
+    assert walk_back(remembered, 5, {5: h(5)}, 0) == Ancestor(5, h(5), True)
+
+
+def test_with_gaps_the_ancestor_is_the_newest_remembered_block_that_agrees() -> None:
+    remembered = {100: h(100), 140: h(140), 160: h(160)}
+    node = {160: h(160, 1), 140: h(140, 1), 100: h(100)}
+    assert walk_back(remembered, 170, node, 0) == Ancestor(100, h(100), True)
+
+
+def test_no_common_ancestor_within_memory_rewinds_to_its_edge() -> None:
+    remembered = {n: h(n) for n in range(50, 54)}
+    node = {n: h(n, 1) for n in range(50, 54)}
+    assert walk_back(remembered, 53, node, 9) == Ancestor(49, None, False)
+    assert beyond_memory(remembered, 9) == 49
+
+
+def test_an_empty_memory_rewinds_to_the_floor() -> None:
+    assert walk_back({}, 20, {}, 9) == Ancestor(9, None, False)
+    assert beyond_memory({}, 9) == 9
+
+
+def test_a_resumed_cursor_lost_while_nobody_watched_rewinds_keep_hashes_blocks() -> None:
+    assert beyond_memory({}, 9, unseen_from=1_000) == 1_000 - KEEP_HASHES
+    assert beyond_memory({}, 9, unseen_from=100) == 9  # no further than the floor
+
+
+# ---------------------------------------------------------------- the shared routine
+
+
+class FakeNode:
+    """A chain as a list of hashes by number, counting what is asked."""
+
+    def __init__(self, hashes: dict[int, bytes]) -> None:
+        self.hashes = hashes
+        self.asked: list[int] = []
+
+    async def block_hash(self, number: int) -> bytes:
+        self.asked.append(number)
+        return self.hashes[number]
+
+    def head(self) -> BlockHeader:
+        number = max(self.hashes)
+        return BlockHeader(number, self.hashes[number], self.hashes[number - 1])
+
+
+async def test_the_watch_walks_back_only_as_far_as_the_reorg() -> None:
+    node = FakeNode({n: h(n) for n in range(0, 300)})
+    watch = ReorgWatch(node, floor=0)
+    for number in range(1, 300):
+        watch.memory.remember(number, h(number))
+    assert not await watch.reorged(node.head()) and node.asked == []
+    for number in (297, 298, 299):  # a depth-3 reorg
+        node.hashes[number] = h(number, 1)
+    assert await watch.reorged(node.head())
+    ancestor = await watch.ancestor(299)
+    assert ancestor == Ancestor(296, h(296), True)
+    assert node.asked == [299, 298, 297, 296]  # one hash per lost block and one for the ancestor
+    assert watch.memory.newest() == 299  # kept until the worker has undone the blocks
+    watch.rewound(ancestor.number)
+    assert watch.memory.newest() == 296
+
+
+async def test_the_watch_asks_the_node_when_the_head_alone_cannot_tell() -> None:
+    node = FakeNode({n: h(n) for n in range(0, 20)})
+    watch = ReorgWatch(node, floor=0)
+    watch.memory.remember(10, h(10))  # an indexer: only what it indexed, below the head
+    assert not await watch.reorged(node.head()) and node.asked == [10]
+    node.hashes[10] = h(10, 1)
+    assert await watch.reorged(node.head())
+
+
+async def test_the_watch_resumes_from_a_cursor() -> None:
+    node = FakeNode({n: h(n) for n in range(0, 600)})
+    watch = ReorgWatch(node, floor=4)
+    assert await watch.resume(None, 599) is None
+    assert await watch.resume((500, None), 599) is None
+    assert await watch.resume((700, h(700)), 599) is None  # above the head: nothing to compare
+    assert node.asked == [] and len(watch.memory) == 0
+    assert await watch.resume((500, h(500)), 599) is None
+    assert watch.memory.get(500) == h(500)
+    fresh = ReorgWatch(node, floor=4)
+    assert await fresh.resume((500, h(500, 1)), 599) == Ancestor(500 - KEEP_HASHES, None, False)
+    assert await fresh.resume((100, h(100, 1)), 599) == Ancestor(4, None, False)
