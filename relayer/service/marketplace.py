@@ -9,7 +9,7 @@ listings), rebuilt at most every :data:`REFRESH_S` seconds, in the background wh
 are served from the previous one. Rendered pages are cached per snapshot.
 
 Amounts: credit units (1000 a tonne) and USDC atomic units inside, decimal strings outside;
-times in unix seconds. Refusals are :class:`~relayer.domain.marketplace.MarketplaceError`.
+times in unix seconds. Refusals are :class:`~relayer.domain.errors.Rejection`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from relayer.domain.marketplace import (
     CHAIN_NAMES,
     ZERO_ADDRESS,
     CarbonProjectsQuery,
-    MarketplaceError,
     OrderRequest,
     PricesQuery,
     QuoteRequest,
@@ -338,7 +337,7 @@ class Marketplace:
         """GET /carbonProjects: the projects matching every filter given, by key, one page.
 
         Raises:
-            MarketplaceError: 400 ``invalid_category`` naming the allowed values.
+            Rejection: 400 ``invalid_category`` naming the allowed values.
         """
         keys = self._keys(snap, q)
         page = keys[q.offset : q.offset + q.limit]
@@ -418,7 +417,7 @@ class Marketplace:
         """GET /carbonProjects/{key}: the project with its live listings (cheapest first).
 
         Raises:
-            MarketplaceError: 404 ``project_not_found``.
+            Rejection: 404 ``project_not_found``.
         """
         found = snap.records.get(key) or snap.records.get(snap.lower_keys.get(key.lower(), ""))
         if found is None:
@@ -548,7 +547,7 @@ class Marketplace:
         return Page([self.retirement_view(r) for r in rows], total, q.offset, q.limit)
 
     async def retirement(self, rid: RetirementId) -> IndexedRetirement:
-        """Raises MarketplaceError 404 ``retirement_not_found`` (not indexed, or not yet)."""
+        """Raises Rejection 404 ``retirement_not_found`` (not indexed, or not yet)."""
         found = (
             await self.retirements.by_transaction(rid.chain_id, rid.tx_hash, rid.index)
             if rid.chain_id in self.chains
@@ -563,7 +562,7 @@ class Marketplace:
         retired credit, oldest first, from indexed ERC-1155 transfer events.
 
         Raises:
-            MarketplaceError: 404 ``retirement_not_found``.
+            Rejection: 404 ``retirement_not_found``.
         """
         r = await self.retirement(rid)
         transfers = await self.store.transfers_of(r.chain_id, r.credit_token, r.token_id, r.block_number)
@@ -624,10 +623,9 @@ class Marketplace:
         """The API key id of a ``Bearer`` token, its hash compared in constant time.
 
         Raises:
-            MarketplaceError: 401 ``unauthorized`` (missing, malformed, unknown or revoked).
+            Rejection: 401 ``unauthorized`` (missing, malformed, unknown or revoked).
         """
-        refused = MarketplaceError(
-            401,
+        refused = Rejection(
             "unauthorized",
             "a valid API key is required: Authorization: Bearer <key> (relayer apikey create)",
         )
@@ -655,9 +653,9 @@ class Marketplace:
         fee quote) at its current price.
 
         Raises:
-            MarketplaceError: 400 ``unsupported_chain``, ``below_min_fill``,
+            Rejection: 400 ``unsupported_chain``; 422 ``below_min_fill``,
                 ``amount_not_whole_tonnes``; 404 ``listing_not_found``; 409 ``listing_cancelled``,
-                ``listing_expired``, ``listing_sold_out``, ``insufficient_listing_supply``.
+                ``listing_sold_out``; 422 ``listing_expired``, ``insufficient_listing_supply``.
         """
         if source.chain_id != self.relay_chain_id:
             raise bad_request(
@@ -670,14 +668,13 @@ class Marketplace:
             raise not_found("listing", str(source))
         s = cl.state
         if not s.active:
-            raise MarketplaceError(409, "listing_cancelled", "the listing was cancelled", listing=str(source))
+            raise Rejection("listing_cancelled", "the listing was cancelled", listing=str(source))
         if s.expiration <= now:
-            raise MarketplaceError(409, "listing_expired", "the listing has expired", listing=str(source))
+            raise Rejection("listing_expired", "the listing has expired", listing=str(source))
         if s.left_to_sell == 0:
-            raise MarketplaceError(409, "listing_sold_out", "the listing is sold out", listing=str(source))
+            raise Rejection("listing_sold_out", "the listing is sold out", listing=str(source))
         if units > s.left_to_sell:
-            raise MarketplaceError(
-                409,
+            raise Rejection(
                 "insufficient_listing_supply",
                 f"the listing has {format_tonnes(s.left_to_sell)} t left",
                 leftToSell=format_tonnes(s.left_to_sell),
@@ -741,15 +738,13 @@ class Marketplace:
         """POST /orders: consume the quote and retire it from the treasury through the relay.
 
         Raises:
-            MarketplaceError: 400 ``not_a_listing``, ``quote_mismatch``,
+            Rejection: 400 ``not_a_listing``, ``quote_mismatch``,
                 ``consumption_metadata_required``; 404 ``quote_not_found``; 409 ``quote_consumed``,
                 ``quote_expired``, ``quote_outdated`` and the listing refusals of
                 :meth:`_orderable`; 503 ``orders_unavailable`` (no treasury configured).
         """
         if self.treasury is None:
-            raise MarketplaceError(
-                503, "orders_unavailable", "this operator takes no orders (no treasury key)"
-            )
+            raise Rejection("orders_unavailable", "this operator takes no orders (no treasury key)")
         quote_uuid = uuid.UUID(req.quote_uuid)
         q = await self.orders.quote(quote_uuid, key_id)
         if q is None:
@@ -759,13 +754,12 @@ class Marketplace:
             if given != SourceId(q.chain_id, q.listing_id):
                 raise bad_request("quote_mismatch", "asset_price_source_id is not the quote's listing")
         if q.consumed_at is not None:
-            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order")
+            raise Rejection("quote_consumed", "this quote was already used by an order")
         if q.expires_at <= now:
-            raise MarketplaceError(409, "quote_expired", "this quote has expired; ask for a new one")
+            raise Rejection("quote_expired", "this quote has expired; ask for a new one")
         cl, _, _ = await self._orderable(SourceId(q.chain_id, q.listing_id), q.quantity_units, now)
         if cl.state.unit_price != q.unit_price:
-            raise MarketplaceError(
-                409,
+            raise Rejection(
                 "quote_outdated",
                 "the listing's price changed since the quote; ask for a new one",
                 unit_price_usdc=usdc(cl.state.unit_price),
@@ -792,7 +786,7 @@ class Marketplace:
                 now,
             )
         except QuoteSpent:
-            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order") from None
+            raise Rejection("quote_consumed", "this quote was already used by an order") from None
         try:
             job = await self._submit(q, req, beneficiary, consumption, now)
         except Rejection as refusal:
