@@ -1,6 +1,6 @@
 """HTTP surface of the x402 retirement endpoint (aiohttp): routes, strict parsing, the
-spec's JSON error envelope, ``/metrics``, ``/healthz``, ``/readyz``. The only module that
-knows HTTP: it alone maps an error's spec code to its status (from the registry), and any
+spec's JSON error envelope, ``/metrics``, ``/healthz``, ``/readyz``. Errors are answered
+through :mod:`relayer.api.errors` (the registry's status, the surface's body), and any
 exception that is not a :class:`RelayerError` is the only way to a 500."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Final
 
 import limits
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from relayer.api.errors import Surface, error_response
 from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
@@ -68,11 +68,6 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
-def error_response(error: RelayerError) -> web.Response:
-    """The spec's envelope with the status the registry gives the error's code."""
-    return _json(error.body(), error.spec.http_status)
-
-
 class RateLimit:
     """The per-client request limit (the ``limits`` library's moving windows, in this
     process's memory: each replica counts its own clients). ``spec`` in its notation, e.g.
@@ -103,20 +98,11 @@ class RateLimit:
         return None
 
 
-def _x402_path(path: str) -> bool:
-    """Whether a path belongs to the x402 surface (its envelope) rather than the marketplace's."""
-    return path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
-
-
-def _marketplace_refusal(status: int, code: str, message: str, **context: Any) -> web.Response:
-    body = {
-        "statusCode": status,
-        "error": HTTPStatus(status).phrase,
-        "message": message,
-        "code": code,
-        **context,
-    }
-    return _json(body, status)
+def _surface(path: str) -> Surface:
+    """The surface a path belongs to (whose error body it answers): the x402 endpoint's
+    paths, or else the marketplace API's."""
+    x402 = path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
+    return "x402" if x402 else "marketplace"
 
 
 @web.middleware
@@ -132,14 +118,12 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     response: web.StreamResponse | None = None
     limit = request.app.get(RATE_LIMIT)
     wait = None if limit is None else limit.retry_after(request)
+    surface: Surface = "x402"
     if wait is not None:
         metrics.rate_limited.inc()
         message = f"too many requests from this client; retry in {wait} s"
-        if _x402_path(request.path):
-            error = Rejection("rate_limited", message, retryAfterSeconds=wait)
-        else:
-            response = _marketplace_refusal(429, "rate_limited", message, retryAfterSeconds=wait)
-            metrics.error_responses.labels("rate_limited").inc()
+        error = Rejection("rate_limited", message, retryAfterSeconds=wait)
+        surface = _surface(request.path)
     else:
         try:
             async with asyncio.timeout(request.app.get(TIMEOUT_S, DEFAULT_TIMEOUT_S)):
@@ -159,22 +143,20 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         except TimeoutError:
             log.warning("request timed out", extra={"request_id": request_id, "path": request.path})
             message = "the request ran past the operator's time limit; retry with backoff"
-            if _x402_path(request.path):
+            surface = _surface(request.path)
+            if surface == "x402":
                 error = Rejection("internal_error", message, cause="timeout")
             else:
-                response = _marketplace_refusal(503, "timeout", message)
-                metrics.error_responses.labels("timeout").inc()
+                error = Rejection("timeout", message)
         except Exception:
             log.exception("unhandled error", extra={"request_id": request_id, "path": request.path})
             metrics.unhandled_errors.inc()
             error = Rejection("internal_error", requestId=request_id)
     if error is not None:
-        response = error_response(error)
+        response = error_response(error, surface)
         metrics.error_responses.labels(error.code).inc()
         if error.code == "payment_required":
             metrics.challenges.inc()
-        elif error.code == "rate_limited":
-            response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
     assert response is not None
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"

@@ -4,9 +4,10 @@ served by the same daemon beside the x402 endpoint, at the daemon's root: ``/cat
 replaced v17 endpoints answer 410 naming the replacement; ``/marketplace/openapi.json`` is its
 OpenAPI 3.1 document, generated from the models that validate the requests.
 
-Every refusal has one body: ``{statusCode, error, message, code, ...}``. Lists are JSON arrays
-(as the spec says) of at most ``limit`` items (default 20, at most 100); ``X-Total-Count``
-and a ``Link: <…>; rel="next"`` header tell the rest.
+Every refusal has one body: ``{statusCode, error, message, code, ...}`` with the registry's
+status for its code (the same as on the x402 endpoint), shaped by :mod:`relayer.api.errors`.
+Lists are JSON arrays (as the spec says) of at most ``limit`` items (default 20, at most 100);
+``X-Total-Count`` and a ``Link: <…>; rel="next"`` header tell the rest.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from urllib.parse import urlencode
 from aiohttp import web
 from pydantic import BaseModel
 
+from relayer.api.errors import error_response
 from relayer.api.http import METRICS, REQUEST_ID
-from relayer.domain.errors import RelayerError
+from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.marketplace import (
     REMOVED_PRICE_PARAMETERS,
     REMOVED_PRODUCTS,
     REMOVED_QUOTE_FIELDS,
     REPLACED_RETIREMENT,
     CarbonProjectsQuery,
-    MarketplaceError,
     OrderRequest,
     PricesQuery,
     QuoteRequest,
@@ -62,20 +63,14 @@ def _dump(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def refusal(error: MarketplaceError) -> web.Response:
-    return _respond(_dump(error.body()), error.status)
-
-
 def guarded(handler: Handler) -> Handler:
     """Answer every failure of a marketplace handler in the marketplace's one error body."""
 
     async def run(request: web.Request) -> web.StreamResponse:
         try:
             return await handler(request)
-        except MarketplaceError as error:
+        except RelayerError as error:
             refused = error
-        except RelayerError as error:  # an upstream outage (503) or an x402 refusal on the order path
-            refused = MarketplaceError(error.spec.http_status, error.code, error.message)
         except web.HTTPException:
             raise
         except Exception:
@@ -83,10 +78,10 @@ def guarded(handler: Handler) -> Handler:
             log.exception(
                 "marketplace handler failed", extra={"request_id": request_id, "path": request.path}
             )
-            refused = MarketplaceError(500, "internal_error", "unhandled server failure")
+            refused = Rejection("internal_error", "unhandled server failure")
             request.app[METRICS].unhandled_errors.inc()
         request.app[METRICS].error_responses.labels(refused.code).inc()
-        return refusal(refused)
+        return error_response(refused, "marketplace")
 
     return run
 
@@ -191,7 +186,7 @@ async def retirement_part(request: web.Request) -> web.StreamResponse:
     if second not in ("certificate", "provenance"):
         if looks_like_address(first) or second.isdigit():
             raise REPLACED_RETIREMENT[""].error()
-        raise MarketplaceError(404, "not_found", f"no route at {request.path[:200]}")
+        raise Rejection("not_found", f"no route at {request.path[:200]}")
     market = request.app[MARKETPLACE]
     if looks_like_address(first):
         raise REPLACED_RETIREMENT[second].error()
@@ -224,7 +219,7 @@ async def replaced_retirement_part(request: web.Request) -> web.Response:
     """``/retirements/{beneficiaryAddress}/{retirementIndex}/certificate|provenance`` (410)."""
     part = request.match_info["part"]
     if part not in ("certificate", "provenance"):
-        raise MarketplaceError(404, "not_found", f"no route at {request.path[:200]}")
+        raise Rejection("not_found", f"no route at {request.path[:200]}")
     raise REPLACED_RETIREMENT[part].error()
 
 
@@ -428,7 +423,7 @@ def openapi_document(server: str) -> dict[str, Any]:
                         "required": True,
                         "content": {JSON: {"schema": {"$ref": "#/components/schemas/QuoteRequest"}}},
                     },
-                    "responses": {"201": one, **_errors(400, 401, 404, 409)},
+                    "responses": {"201": one, **_errors(400, 401, 404, 409, 422)},
                 }
             },
             "/orders": {
@@ -438,7 +433,7 @@ def openapi_document(server: str) -> dict[str, Any]:
                         "required": True,
                         "content": {JSON: {"schema": {"$ref": "#/components/schemas/OrderRequest"}}},
                     },
-                    "responses": {"201": one, **_errors(400, 401, 404, 409, 503)},
+                    "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
                 }
             },
             "/orders/{id}": {

@@ -28,6 +28,7 @@ from relayer.domain.errors import (
     COMMON_CODES,
     REGISTRY,
     X402_FACILITATOR_VERSION,
+    X402_REGISTRY,
     Rejection,
     allowed_codes,
 )
@@ -349,7 +350,7 @@ def errors_document(info: X402Info) -> dict[str, Any]:
                 "retryable": spec.retryable,
                 "message": spec.message,
             }
-            for spec in REGISTRY.values()
+            for spec in X402_REGISTRY.values()
         ],
         "commonCodes": list(COMMON_CODES),
         "actions": {action: list(ACTION_CODES[action]) for action in ACTIONS},
@@ -508,7 +509,7 @@ ERROR_SCHEMA: Final = {
     "type": "object",
     "required": ["error", "message", "x402FacilitatorVersion"],
     "properties": {
-        "error": {"type": "string", "enum": list(REGISTRY), "description": "the code: match on it"},
+        "error": {"type": "string", "enum": list(X402_REGISTRY), "description": "the code: match on it"},
         "message": {"type": "string", "description": "human text; never match on it"},
         "x402FacilitatorVersion": {"const": X402_FACILITATOR_VERSION},
     },

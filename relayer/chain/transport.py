@@ -17,6 +17,8 @@ from web3.exceptions import BadResponseFormat
 from web3.providers.async_base import AsyncJSONBaseProvider
 from web3.types import RPCEndpoint, RPCResponse
 
+from relayer.chain.errors import ChainUnavailable
+
 # The shape a healthy node's result has, per method the daemon calls. Anything else (null,
 # "0x" for a number, a bare value for a list) is a broken or lagging node: web3's formatters
 # would fail on it with a TypeError or ValueError, which would look like a bug.
@@ -37,9 +39,10 @@ RESULT_SHAPES: Final[dict[str, Callable[[Any], bool]]] = {
 }
 
 
-class BatchRefused(BadResponseFormat):
+class BatchRefused(ChainUnavailable):
     """The node answered a JSON-RPC batch with something else (one error object: a node or
-    provider that does not take batches)."""
+    provider that does not take batches): the caller falls back to one request per call;
+    should it leave the chain layer, it is the node being unavailable."""
 
 
 class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
@@ -102,7 +105,8 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
 
         Raises:
             aiohttp.ClientError, TimeoutError: the transport failed.
-            BadResponseFormat: the answer is not a JSON-RPC batch answering every call.
+            BatchRefused: the answer is not a JSON-RPC batch (the node takes no batches).
+            BadResponseFormat: the answer is not JSON, or misses a call.
         """
         if not calls:
             return []
@@ -116,7 +120,7 @@ class KeepAliveHTTPProvider(AsyncJSONBaseProvider):
         except ValueError:
             raise BadResponseFormat("the node's answer is not JSON") from None
         if not isinstance(decoded, list):
-            raise BatchRefused("the node's answer to a batch is not a JSON-RPC batch")
+            raise BatchRefused(detail="the node's answer to a batch is not a JSON-RPC batch")
         by_id = {r["id"]: r for r in decoded if isinstance(r, dict) and type(r.get("id")) is int}
         answers: list[dict[str, Any]] = []
         for i, (method, _params) in enumerate(calls):

@@ -1,10 +1,13 @@
-"""The error registry: every error code the API can answer, with its HTTP status, group,
-retryability and default message. Source: x402-retirement-endpoint.md, section Errors.
+"""The error registry: every error code either surface can answer (the x402 endpoint and
+the marketplace API), each with one HTTP status, group, retryability and default message.
+Source: x402-retirement-endpoint.md, section Errors (its codes and statuses), and the
+marketplace API's own codes (marketplace-api.md, Errors), which answer the same status for
+the same code.
 
 One error tree: :class:`RelayerError` is the root of every error raised on purpose, each
 with a registered code and a transient flag; :class:`Rejection` is an expected refusal of a
-request, :class:`Unavailable` an upstream outage. Only the API layer turns codes into HTTP
-statuses.
+request, :class:`Unavailable` an upstream outage. Only the API layer shapes a surface's
+error body and sets the HTTP status (the registry's).
 """
 
 from __future__ import annotations
@@ -12,20 +15,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 X402_FACILITATOR_VERSION: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
 class ErrorSpec:
-    """One row of the spec's error table."""
+    """One row of the error table: a code and the one HTTP status it answers on every
+    surface. ``surface`` is ``"x402"`` for the x402 spec's codes (and its declared
+    extensions), which the marketplace API answers too; ``"marketplace"`` for a code only
+    the marketplace API answers (never published as an x402 code)."""
 
     code: str
     http_status: int
     group: str
     retryable: bool
     message: str
+    surface: Literal["x402", "marketplace"] = "x402"
+
+
+def _marketplace(code: str, http_status: int, group: str, retryable: bool, message: str) -> ErrorSpec:
+    return ErrorSpec(code, http_status, group, retryable, message, "marketplace")
 
 
 _ROWS: Final[tuple[ErrorSpec, ...]] = (
@@ -146,9 +157,40 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
         True,
         "Too many requests from this client; retry after `retryAfterSeconds`.",
     ),
+    # The marketplace API's own codes (marketplace-api.md); it answers the x402 codes above
+    # too (listing_not_found, listing_expired, below_min_fill, schema_validation, ...) with
+    # their statuses.
+    _marketplace("invalid_retirement_id", 400, "request", False, "Not a {chainId}-{txHash}-{index} id."),
+    _marketplace("not_a_listing", 400, "request", False, "`asset_price_source_id` names no seller listing."),
+    _marketplace("parameter_removed", 400, "request", False, "A parameter removed in release v18."),
+    _marketplace("endpoint_removed", 410, "request", False, "An endpoint removed in release v18."),
+    _marketplace("endpoint_replaced", 410, "request", False, "Replaced in release v18; see `replacement`."),
+    _marketplace("invalid_category", 400, "request", False, "Not a category of GET /categories."),
+    _marketplace("invalid_quantity", 400, "amount", False, "Tonnes above 0 with at most 3 decimals."),
+    _marketplace("unsupported_chain", 400, "resolution", False, "The chain is not served here."),
+    _marketplace("unauthorized", 401, "authorization", False, "A valid API key is required."),
+    _marketplace("project_not_found", 404, "resolution", False, "No project with that key."),
+    _marketplace("order_not_found", 404, "resolution", False, "No order with that id for this key."),
+    _marketplace("quote_not_found", 404, "resolution", False, "No quote with that id for this key."),
+    _marketplace("listing_cancelled", 409, "resolution", False, "The listing was cancelled."),
+    _marketplace("listing_sold_out", 409, "resolution", False, "The listing is sold out."),
+    _marketplace("quote_mismatch", 400, "request", False, "The order names another listing than its quote."),
+    _marketplace("quote_consumed", 409, "resolution", False, "The quote was already used by an order."),
+    _marketplace("quote_expired", 409, "resolution", False, "The quote has expired; ask for a new one."),
+    _marketplace("quote_outdated", 409, "resolution", False, "The listing's price changed since the quote."),
+    _marketplace(
+        "consumption_metadata_required", 400, "amount", False, "The registry needs `consumption_metadata`."
+    ),
+    _marketplace("orders_unavailable", 503, "upstream", True, "This operator takes no orders."),
+    _marketplace("timeout", 503, "request", True, "The request ran past the time limit; retry with backoff."),
 )
 
 REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType({row.code: row for row in _ROWS})
+"""Every code of either surface (one status per code)."""
+X402_REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType(
+    {row.code: row for row in _ROWS if row.surface == "x402"}
+)
+"""The x402 endpoint's codes, in the spec's order: what its manifest and errors document publish."""
 
 
 class RelayerError(Exception):
@@ -158,7 +200,8 @@ class RelayerError(Exception):
     ``message`` (callers match on the code, never on this), JSON-serialisable ``context``
     fields for the error body, and ``transient``: True when the same operation may succeed
     later unchanged (a node or database outage, a liquidity move), False when something
-    must change first. Only the API layer turns a code into an HTTP status.
+    must change first. Only the API layer shapes the body and sets the HTTP status
+    (``relayer.api.errors``).
 
     Args:
         code: a key of :data:`REGISTRY`; defaults to the class's ``default_code``.
@@ -186,16 +229,6 @@ class RelayerError(Exception):
         self.transient = self.spec.retryable if transient is None else transient
         self.context = context
         super().__init__(f"{self.code}: {self.message}")
-
-    def body(self) -> dict[str, Any]:
-        """The spec's error envelope ``{error, message, x402FacilitatorVersion, ...context}``
-        (the envelope's own fields win over context)."""
-        return {
-            **self.context,
-            "error": self.code,
-            "message": self.message,
-            "x402FacilitatorVersion": X402_FACILITATOR_VERSION,
-        }
 
     def record(self) -> dict[str, Any]:
         """``{code, message, context}``: how a job row stores this error (no HTTP in it)."""

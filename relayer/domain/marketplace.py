@@ -1,8 +1,8 @@
 """The marketplace catalogue API's pure rules (spec: marketplace-api.md, release v18): the
 unified retirement id, listing price source ids, strict request models (unknown keys are
 errors; they also generate the OpenAPI document), bounded pagination, the removed and
-replaced endpoints, the error body, the listing state folded from its events, and the
-provenance walk over indexed credit transfers.
+replaced endpoints, the refusals (registry codes: :mod:`relayer.domain.errors`), the listing
+state folded from its events, and the provenance walk over indexed credit transfers.
 
 Units: credit amounts in credit units (1 unit = 1 kg CO2e, 1000 = 1 tonne); USDC in atomic
 units (6 decimals); times in unix seconds. Tonnes cross the wire as decimal strings.
@@ -14,13 +14,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from http import HTTPStatus
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from relayer.domain.addresses import checksum_address
 from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
+from relayer.domain.errors import Rejection
 
 CHAIN_NAMES: Final = {8453: "Base", 84532: "Base Sepolia", 137: "Polygon", 80002: "Polygon Amoy"}
 """Display names of the chains the catalogue may index."""
@@ -43,36 +43,21 @@ _ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 # ---------------------------------------------------------------------------- errors
 
 
-class MarketplaceError(Exception):
-    """A refusal of a marketplace request, answered as ``{statusCode, error, message, code,
-    ...details}`` (``error`` is the HTTP reason phrase; ``code`` a stable machine code)."""
+def bad_request(code: str, message: str, **context: Any) -> Rejection:
+    """A refusal of a marketplace request with registry ``code`` (its status is the
+    registry's: 400 for most request faults, 422 for ``below_min_fill`` and
+    ``amount_not_whole_tonnes`` as on the x402 endpoint).
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
-
-    def body(self) -> dict[str, Any]:
-        """The one error body of the marketplace API."""
-        return {
-            "statusCode": self.status,
-            "error": HTTPStatus(self.status).phrase,
-            "message": self.message,
-            "code": self.code,
-            **self.details,
-        }
+    Raises:
+        KeyError: ``code`` is not registered (a programming error).
+    """
+    return Rejection(code, message, **context)
 
 
-def bad_request(code: str, message: str, **details: Any) -> MarketplaceError:
-    return MarketplaceError(400, code, message, **details)
-
-
-def not_found(what: str, value: str) -> MarketplaceError:
-    return MarketplaceError(
-        404, f"{what}_not_found", f"no {what.replace('_', ' ')} {value!r}", **{what: value}
-    )
+def not_found(what: str, value: str) -> Rejection:
+    """404 ``<what>_not_found`` (``project``, ``retirement``, ``listing``, ``quote``,
+    ``order``) echoing ``value`` as the field ``<what>``."""
+    return Rejection(f"{what}_not_found", f"no {what.replace('_', ' ')} {value!r}", **{what: value})
 
 
 # ---------------------------------------------------------------------------- identifiers
@@ -94,7 +79,7 @@ def parse_retirement_id(text: str) -> RetirementId:
     """Parse a unified retirement id (the hash in any case; printed in lower case).
 
     Raises:
-        MarketplaceError: 400 ``invalid_retirement_id`` naming the format.
+        Rejection: 400 ``invalid_retirement_id`` naming the format.
     """
     match = _RETIREMENT_ID.fullmatch(text)
     if match is None:
@@ -123,7 +108,7 @@ def parse_source_id(text: str) -> SourceId:
     Errors): anything else is refused.
 
     Raises:
-        MarketplaceError: 400 ``not_a_listing`` (a pool, product or malformed source).
+        Rejection: 400 ``not_a_listing`` (a pool, product or malformed source).
     """
     match = _SOURCE_ID.fullmatch(text)
     if match is None:
@@ -150,10 +135,10 @@ class Removed:
     what: str
     replacement: str
 
-    def error(self) -> MarketplaceError:
+    def error(self) -> Rejection:
+        """410 ``endpoint_replaced`` naming the ``replacement``, or 410 ``endpoint_removed``."""
         replaced = self.replacement != ""
-        return MarketplaceError(
-            410,
+        return Rejection(
             "endpoint_replaced" if replaced else "endpoint_removed",
             f"{self.what} was {'replaced' if replaced else 'removed'} in release v18"
             + (f"; use {self.replacement}" if replaced else ""),
@@ -187,7 +172,7 @@ REMOVED_QUOTE_FIELDS: Final = {
 }
 
 
-def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) -> MarketplaceError | None:
+def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) -> Rejection | None:
     """400 ``parameter_removed`` naming each removed parameter (or body field) given and its
     replacement; None when none was given."""
     hits = sorted(k for k in given if k in table)
@@ -303,7 +288,7 @@ def validated(model: type[_M], data: dict[str, Any]) -> _M:
     (``fields``: the path and the rule broken; values are never echoed).
 
     Raises:
-        MarketplaceError: 400 ``schema_validation``.
+        Rejection: 400 ``schema_validation``.
     """
     try:
         return model.model_validate(data)
@@ -321,7 +306,7 @@ def quantity_units(value: str | Decimal | int) -> int:
     """Tonnes (at most 3 decimals, above 0) to credit units.
 
     Raises:
-        MarketplaceError: 400 ``invalid_quantity``.
+        Rejection: 400 ``invalid_quantity``.
     """
     try:
         tonnes = (

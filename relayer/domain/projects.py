@@ -28,6 +28,7 @@ import countryinfo
 from countryinfo import CountryInfo, CountryNotFoundError
 
 from relayer.domain.amounts import USDC_DECIMALS, format_units
+from relayer.domain.errors import RelayerError
 
 # The seven category ids, in the order the spec's Category table lists them.
 CATEGORIES: Final[tuple[str, ...]] = (
@@ -206,13 +207,15 @@ class LiveFigures:
             raise ValueError(f"live figures must not be negative: {self!r}")
 
 
-class RecordError(ValueError):
-    """A data-set record that breaks its schema. ``str()`` is ``"<key>: <field>: <problem>"``
-    (key ``"?"`` when the record has no usable key); a loader reports it as
+class RecordError(RelayerError, ValueError):
+    """A data-set record that breaks its schema (a ``ValueError`` too; ``internal_error``,
+    not transient, should it ever reach a caller). ``str()`` is ``"<key>: <field>:
+    <problem>"`` (key ``"?"`` when the record has no usable key); a loader reports it as
     ``f"record {n} ({err.key}): {err.field}: {err.problem}"``."""
 
     def __init__(self, key: str, field: str, problem: str) -> None:
-        super().__init__(f"{key}: {field}: {problem}")
+        super().__init__(None, f"{key}: {field}: {problem}", transient=False)
+        self.args = (self.message,)
         self.key = key
         self.field = field
         self.problem = problem

@@ -9,7 +9,7 @@ listings), rebuilt at most every :data:`REFRESH_S` seconds, in the background wh
 are served from the previous one. Rendered pages are cached per snapshot.
 
 Amounts: credit units (1000 a tonne) and USDC atomic units inside, decimal strings outside;
-times in unix seconds. Refusals are :class:`~relayer.domain.marketplace.MarketplaceError`.
+times in unix seconds. Refusals are :class:`~relayer.domain.errors.Rejection`.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Any, Final
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import Contracts
 from relayer.domain.amounts import UNITS_PER_TONNE, format_tonnes
+from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import (
     CHAIN_NAMES,
     ZERO_ADDRESS,
     CarbonProjectsQuery,
-    MarketplaceError,
     OrderRequest,
     PricesQuery,
     QuoteRequest,
@@ -344,7 +344,7 @@ class Marketplace:
         """GET /carbonProjects: the projects matching every filter given, by key, one page.
 
         Raises:
-            MarketplaceError: 400 ``invalid_category`` naming the allowed values.
+            Rejection: 400 ``invalid_category`` naming the allowed values.
         """
         keys = self._keys(snap, q)
         page = keys[q.offset : q.offset + q.limit]
@@ -424,7 +424,7 @@ class Marketplace:
         """GET /carbonProjects/{key}: the project with its live listings (cheapest first).
 
         Raises:
-            MarketplaceError: 404 ``project_not_found``.
+            Rejection: 404 ``project_not_found``.
         """
         found = snap.records.get(key) or snap.records.get(snap.lower_keys.get(key.lower(), ""))
         if found is None:
@@ -554,7 +554,7 @@ class Marketplace:
         return Page([self.retirement_view(r) for r in rows], total, q.offset, q.limit)
 
     async def retirement(self, rid: RetirementId) -> IndexedRetirement:
-        """Raises MarketplaceError 404 ``retirement_not_found`` (not indexed, or not yet)."""
+        """Raises Rejection 404 ``retirement_not_found`` (not indexed, or not yet)."""
         found = (
             await self.retirements.by_transaction(rid.chain_id, rid.tx_hash, rid.index)
             if rid.chain_id in self.chains
@@ -569,7 +569,7 @@ class Marketplace:
         retired credit, oldest first, from indexed ERC-1155 transfer events.
 
         Raises:
-            MarketplaceError: 404 ``retirement_not_found``.
+            Rejection: 404 ``retirement_not_found``.
         """
         r = await self.retirement(rid)
         transfers = await self.store.transfers_of(r.chain_id, r.credit_token, r.token_id, r.block_number)
@@ -630,10 +630,9 @@ class Marketplace:
         """The API key id of a ``Bearer`` token, its hash compared in constant time.
 
         Raises:
-            MarketplaceError: 401 ``unauthorized`` (missing, malformed, unknown or revoked).
+            Rejection: 401 ``unauthorized`` (missing, malformed, unknown or revoked).
         """
-        refused = MarketplaceError(
-            401,
+        refused = Rejection(
             "unauthorized",
             "a valid API key is required: Authorization: Bearer <key> (relayer apikey create)",
         )

@@ -448,5 +448,6 @@ class ExecutorLane:
         )
 
 
-class _Moved(Exception):
-    """The transaction or job changed meanwhile (mined, replaced): roll back."""
+class _Moved(RelayerError):
+    """The transaction or job changed meanwhile (mined, replaced): roll back (caught in this
+    module; never leaves it)."""

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from relayer.domain.errors import RelayerError
 from relayer.store.pool import Database
 
 # Register an API key by its hash.
@@ -120,8 +121,10 @@ def _quote(row: asyncpg.Record, prefix: str = "") -> Quote:
     )
 
 
-class QuoteSpent(Exception):
-    """The quote is unknown to this key, already consumed, or expired."""
+class QuoteSpent(RelayerError):
+    """The quote is unknown to this key, already consumed, or expired (409 ``quote_consumed``)."""
+
+    default_code = "quote_consumed"
 
 
 class Orders:

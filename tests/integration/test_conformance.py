@@ -32,7 +32,7 @@ from web3 import Web3
 from relayer.app import open_runtime, web_runner
 from relayer.chain.abi import abi
 from relayer.config import Settings
-from relayer.domain.errors import REGISTRY, X402_FACILITATOR_VERSION, allowed_codes
+from relayer.domain.errors import REGISTRY, X402_FACILITATOR_VERSION, X402_REGISTRY, allowed_codes
 from relayer.domain.schemas import ACTIONS
 from tests.chain_helpers import transact_as, transact_as_deployer
 from tests.conftest import Daemon, free_port
@@ -682,8 +682,8 @@ async def test_each_code_answers_as_the_spec_says(conf: Conformance, code: str) 
 
 
 def test_the_table_covers_every_registered_code() -> None:
-    assert set(PROVOKERS) == set(REGISTRY)
-    assert set(CONTEXT) <= set(REGISTRY)
+    assert set(PROVOKERS) == set(X402_REGISTRY)  # the marketplace API's own codes are not x402's
+    assert set(CONTEXT) <= set(X402_REGISTRY)
 
 
 # ------------------------------------------------------------------ the fixes the table needs
@@ -741,6 +741,42 @@ async def test_another_chain_id_where_the_action_has_no_chain_code_is_schema_val
 
 
 # ------------------------------------------------------------------ last: what each action answered
+
+
+async def test_a_listing_refusal_answers_one_status_on_both_surfaces(conf: Conformance) -> None:
+    """The same code has one status on the x402 endpoint and on the marketplace API (issue
+    17: listing_expired and insufficient_listing_supply were 409, below_min_fill 400 there):
+    the registry's, in each surface's own body."""
+    from relayer.app import create_api_key
+
+    key = await create_api_key(conf.daemon.runtime.settings, "conformance")
+    session, base = conf.daemon.session, conf.daemon.base_url
+
+    async def marketplace(listing: int, tonnes: str) -> Answer:
+        body = {"asset_price_source_id": f"listing-{conf.chain['chainId']}-0x{listing:064x}",
+                "quantity_tonnes": tonnes}  # fmt: skip
+        async with session.post(f"{base}/quotes", json=body, headers={"Authorization": f"Bearer {key}"}) as r:
+            return r.status, await r.json()
+
+    deadline = time.monotonic() + 30
+    while (await marketplace(conf.stage.listing, "6"))[1].get("code") == "listing_not_found":
+        assert time.monotonic() < deadline, "the marketplace never indexed the staged listing"
+        await asyncio.sleep(0.2)
+    while time.time() <= conf.stage.expires_at:  # a few seconds after set-up at most
+        await asyncio.sleep(0.2)
+    cases = [
+        (conf.stage.listing, "1", "below_min_fill"),
+        (conf.stage.listing, "6", "insufficient_listing_supply"),
+        (conf.stage.expiring, "1", "listing_expired"),
+    ]
+    for listing, tonnes, code in cases:
+        status, body = await conf.get("quote", listingId=str(listing), amount=tonnes)
+        assert (status, body["error"]) == (REGISTRY[code].http_status, code), body
+        assert body["x402FacilitatorVersion"] == X402_FACILITATOR_VERSION
+        status, refused = await marketplace(listing, tonnes)
+        assert (status, refused["statusCode"], refused["code"]) == (REGISTRY[code].http_status,) * 2 + (code,)
+        assert refused["error"] == "Unprocessable Entity" and refused["message"], refused
+        assert REGISTRY[code].http_status == 422
 
 
 def test_each_action_answered_only_codes_it_may_return() -> None:

@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from relayer.domain.eip712 import SECP256K1_N
-from relayer.domain.errors import COMMON_CODES, REGISTRY, allowed_codes
+from relayer.domain.errors import COMMON_CODES, REGISTRY, X402_REGISTRY, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, AuthPayload, Details
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, sign, signed_request
@@ -576,8 +576,8 @@ def _problem(req: Sent, resp: requests.Response) -> str | None:
         return "x402FacilitatorVersion is not the number 2"
     if not isinstance(body["message"], str):
         return "message is not a string"
-    if code not in REGISTRY:
-        return f"error {code!r} is not a registered code"
+    if code not in X402_REGISTRY:
+        return f"error {code!r} is not a registered x402 code"
     if REGISTRY[code].http_status != status:
         return f"error {code!r} answered HTTP {status}, the registry says {REGISTRY[code].http_status}"
     allowed = allowed_codes(req.action) if req.action in ACTIONS else COMMON_CODES

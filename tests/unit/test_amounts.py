@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from relayer.api.errors import x402_body
 from relayer.domain.amounts import (
     KVCM_DECIMALS,
     UNITS_PER_TONNE,
@@ -43,7 +44,7 @@ def test_parse_tonnes_below_minimum(text: str) -> None:
     with pytest.raises(Rejection) as exc:
         parse_tonnes(text)
     assert exc.value.code == "amount_below_increment"
-    assert exc.value.body()["minimum"] == "0.001"
+    assert x402_body(exc.value)["minimum"] == "0.001"
 
 
 @pytest.mark.parametrize("text", ["1.0015", "0.0011", "2.0001", "1.000000000000000001"])
@@ -51,7 +52,7 @@ def test_parse_tonnes_not_a_multiple_of_a_kg(text: str) -> None:
     with pytest.raises(Rejection) as exc:
         parse_tonnes(text)
     assert exc.value.code == "amount_below_increment"
-    assert exc.value.body()["minimum"] == "0.001"
+    assert x402_body(exc.value)["minimum"] == "0.001"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +83,7 @@ def test_parse_tonnes_not_a_plain_decimal(text: str) -> None:
     with pytest.raises(Rejection) as exc:
         parse_tonnes(text)
     assert exc.value.code == "schema_validation"
-    issues = exc.value.body()["issues"]
+    issues = x402_body(exc.value)["issues"]
     assert [issue["path"] for issue in issues] == [["amount"]]
 
 

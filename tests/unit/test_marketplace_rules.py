@@ -7,6 +7,8 @@ from decimal import Decimal
 
 import pytest
 
+from relayer.api.errors import marketplace_body, status_of
+from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import (
     MAX_LIMIT,
     REMOVED_PRICE_PARAMETERS,
@@ -15,7 +17,6 @@ from relayer.domain.marketplace import (
     ZERO_ADDRESS,
     CarbonProjectsQuery,
     ListingEvent,
-    MarketplaceError,
     OrderRequest,
     QuoteRequest,
     RetirementId,
@@ -61,10 +62,10 @@ def test_retirement_id_round_trips_and_normalises_case() -> None:
     ],
 )
 def test_malformed_retirement_ids_are_400(text: str) -> None:
-    with pytest.raises(MarketplaceError) as caught:
+    with pytest.raises(Rejection) as caught:
         parse_retirement_id(text)
-    assert caught.value.status == 400 and caught.value.code == "invalid_retirement_id"
-    body = caught.value.body()
+    assert status_of(caught.value) == 400 and caught.value.code == "invalid_retirement_id"
+    body = marketplace_body(caught.value)
     assert set(body) >= {"statusCode", "error", "message", "code"} and body["error"] == "Bad Request"
 
 
@@ -73,9 +74,9 @@ def test_source_id_is_a_listing_only() -> None:
     assert str(sid) == "listing-84532-0x" + "0" * 63 + "7"
     assert parse_source_id(str(sid)) == sid
     for bad in ("pool-84532-0x" + "0" * 64, "product-1", "listing-84532-7", "listing-84532-0x" + "0" * 63):
-        with pytest.raises(MarketplaceError) as caught:
+        with pytest.raises(Rejection) as caught:
             parse_source_id(bad)
-        assert caught.value.status == 400 and caught.value.code == "not_a_listing"
+        assert status_of(caught.value) == 400 and caught.value.code == "not_a_listing"
 
 
 def test_quantity_is_exact_tonnes_to_units() -> None:
@@ -84,21 +85,21 @@ def test_quantity_is_exact_tonnes_to_units() -> None:
     assert quantity_units(Decimal("2.5")) == 2500
     assert quantity_units(3) == 3000
     for bad in ("0", "0.0001", "-1", "1e3", "abc", Decimal("NaN"), 10**13):
-        with pytest.raises(MarketplaceError):
+        with pytest.raises(Rejection):
             quantity_units(bad)
 
 
 def test_requests_are_strict() -> None:
-    with pytest.raises(MarketplaceError) as caught:
+    with pytest.raises(Rejection) as caught:
         validated(QuoteRequest, {"asset_price_source_id": "x", "quantity_tonnes": "1", "extra": 1})
     assert caught.value.code == "schema_validation"
-    assert any(f["field"] == "extra" for f in caught.value.details["fields"])
-    with pytest.raises(MarketplaceError):
+    assert any(f["field"] == "extra" for f in caught.value.context["fields"])
+    with pytest.raises(Rejection):
         validated(CarbonProjectsQuery, {"limit": str(MAX_LIMIT + 1)})
-    with pytest.raises(MarketplaceError):
+    with pytest.raises(Rejection):
         validated(CarbonProjectsQuery, {"vintage": "19"})
     assert validated(CarbonProjectsQuery, {"limit": "5", "offset": "10"}).limit == 5
-    with pytest.raises(MarketplaceError):
+    with pytest.raises(Rejection):
         validated(OrderRequest, {"quote_uuid": "not-a-uuid", "beneficiary_name": "A"})
 
 
@@ -107,11 +108,11 @@ def test_removed_parameters_name_their_replacement() -> None:
     error = removed_parameters(
         {"productIds": "1", "isDefaultCredit": "true"}, REMOVED_PRICE_PARAMETERS, "GET /prices"
     )
-    assert error is not None and error.status == 400 and error.code == "parameter_removed"
-    assert set(error.details["removed"]) == {"productIds", "isDefaultCredit"}
+    assert error is not None and status_of(error) == 400 and error.code == "parameter_removed"
+    assert set(error.context["removed"]) == {"productIds", "isDefaultCredit"}
     gone = REPLACED_RETIREMENT["certificate"].error()
-    assert gone.status == 410 and gone.details["replacement"] == "GET /retirements/{id}/certificate"
-    assert REMOVED_PRODUCTS.error().status == 410
+    assert status_of(gone) == 410 and gone.context["replacement"] == "GET /retirements/{id}/certificate"
+    assert status_of(REMOVED_PRODUCTS.error()) == 410
 
 
 def _event(kind: str, block: int, **data: int | str) -> ListingEvent:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from relayer.api.errors import x402_body
 from relayer.domain.errors import Rejection
 from relayer.domain.schemas import ACTIONS, ActionRequest, AuthPayload, nest_query, parse_request, require
 
@@ -36,7 +37,7 @@ def _reject(body: dict[str, Any]) -> list[dict[str, Any]]:
     with pytest.raises(Rejection) as exc:
         parse_request(body)
     assert exc.value.code == "schema_validation"
-    issues: list[dict[str, Any]] = exc.value.body()["issues"]
+    issues: list[dict[str, Any]] = x402_body(exc.value)["issues"]
     return issues
 
 
@@ -233,14 +234,14 @@ def test_nest_query_rejects_two_levels() -> None:
     with pytest.raises(Rejection) as exc:
         nest_query({"a.b.c": "1"})
     assert exc.value.code == "schema_validation"
-    assert exc.value.body()["issues"] == [{"path": ["a"], "keys": ["a.b.c"], "message": "bad key"}]
+    assert x402_body(exc.value)["issues"] == [{"path": ["a"], "keys": ["a.b.c"], "message": "bad key"}]
 
 
 def test_nest_query_rejects_nesting_under_a_scalar() -> None:
     with pytest.raises(Rejection) as exc:
         nest_query({"details": "x", "details.beneficiaryAddress": ADDR})
     assert exc.value.code == "schema_validation"
-    assert exc.value.body()["issues"][0]["keys"] == ["details.beneficiaryAddress"]
+    assert x402_body(exc.value)["issues"][0]["keys"] == ["details.beneficiaryAddress"]
 
 
 def test_nest_query_unknown_nested_key_then_rejected_by_parse() -> None:
@@ -255,7 +256,7 @@ def test_require_names_every_missing_field() -> None:
     req = parse_request({"action": "quote", "amount": "1"})
     with pytest.raises(Rejection) as exc:
         require(req, "amount", "chainId", "from", "inputToken")
-    body = exc.value.body()
+    body = x402_body(exc.value)
     assert body["error"] == "schema_validation"
     assert body["issues"] == [
         {"path": ["chainId"], "keys": [], "message": "required"},

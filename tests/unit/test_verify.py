@@ -13,6 +13,7 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
+from relayer.api.errors import x402_body
 from relayer.domain.eip712 import SECP256K1_N
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import (
@@ -105,7 +106,7 @@ def _verify(
 def _refusal(body: dict[str, Any], code: str, scheme: str = "eip3009", now: int = NOW) -> Rejection:
     result = _verify(body, scheme, now)
     assert isinstance(result, Rejection), result
-    assert result.code == code, result.body()
+    assert result.code == code, x402_body(result)
     assert 400 <= result.spec.http_status < 500
     return result
 
@@ -549,7 +550,7 @@ def test_random_mutations_end_in_a_refusal_never_an_exception(scheme: str) -> No
         result = verify_authorization(request, _terms(scheme), NOW)
         code = result.code if isinstance(result, Rejection) else "verified"
         if isinstance(result, Rejection):
-            assert 400 <= result.spec.http_status < 500, result.body()
+            assert 400 <= result.spec.http_status < 500, x402_body(result)
         outcomes[code] = outcomes.get(code, 0) + 1
     # The mutations reach every stage: schema, shape, binding, value and recovery.
     assert {"schema_validation", "invalid_auth_payload", "params_mismatch"} <= set(outcomes), outcomes

@@ -35,10 +35,9 @@ from relayer.chain.types import CreditInfo
 from relayer.domain import fees
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.eip712 import parse_signature, typed_data_digest
-from relayer.domain.errors import RelayerError, Unavailable
+from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import FillRefusal, Unfillable, check_fill
 from relayer.domain.marketplace import (
-    MarketplaceError,
     OrderRequest,
     QuoteRequest,
     RetirementId,
@@ -98,27 +97,25 @@ def order_request_key(order_id: uuid.UUID) -> bytes:
     return keccak(b"relayer/marketplace-order/request/v1" + order_id.bytes)
 
 
-def marketplace_fill_refusal(refusal: FillRefusal, listing_id: int, chain_id: int) -> MarketplaceError:
+def marketplace_fill_refusal(refusal: FillRefusal, listing_id: int, chain_id: int) -> Rejection:
     """The marketplace's refusal of a fill the one fill rule refused."""
     source = str(SourceId(chain_id, listing_id))
     left, reason = format_tonnes(refusal.left_to_sell), refusal.reason
     if reason is Unfillable.CANCELLED:
-        return MarketplaceError(409, "listing_cancelled", "the listing was cancelled", listing=source)
+        return Rejection("listing_cancelled", "the listing was cancelled", listing=source)
     if reason is Unfillable.EXPIRED:
-        return MarketplaceError(409, "listing_expired", "the listing has expired", listing=source)
+        return Rejection("listing_expired", "the listing has expired", listing=source)
     if reason is Unfillable.SOLD_OUT:
-        return MarketplaceError(409, "listing_sold_out", "the listing is sold out", listing=source)
+        return Rejection("listing_sold_out", "the listing is sold out", listing=source)
     if reason is Unfillable.INSUFFICIENT_SUPPLY:
-        return MarketplaceError(
-            409, "insufficient_listing_supply", f"the listing has {left} t left", leftToSell=left
-        )
+        return Rejection("insufficient_listing_supply", f"the listing has {left} t left", leftToSell=left)
     if reason is Unfillable.BELOW_MIN_FILL:
         minimum = format_tonnes(refusal.min_fill)
         return bad_request("below_min_fill", f"the listing's minimum fill is {minimum} t", minFill=minimum)
     return bad_request("amount_not_whole_tonnes", "this registry's credits retire in whole tonnes only")
 
 
-def failure_record(error: RelayerError | MarketplaceError, q: Quote) -> dict[str, Any]:
+def failure_record(error: RelayerError, q: Quote) -> dict[str, Any]:
     """How a FAILED order shows why: the reason's code and message, and what to do next (the
     quote was spent by this order: a new quote is the way to try again)."""
     return {
@@ -165,7 +162,7 @@ class OrderDesk:
         ``quote_lifetime_s``.
 
         Raises:
-            MarketplaceError: 400 ``not_a_listing``, ``invalid_quantity``,
+            Rejection: 400 ``not_a_listing``, ``invalid_quantity``,
                 ``unsupported_chain``, ``below_min_fill``, ``amount_not_whole_tonnes``; 404
                 ``listing_not_found``; 409 ``listing_cancelled``, ``listing_expired``,
                 ``listing_sold_out``, ``insufficient_listing_supply``.
@@ -221,7 +218,7 @@ class OrderDesk:
         whose upstream failed answers SUBMITTED and is attempted again by the keeper.
 
         Raises:
-            MarketplaceError: 400 ``not_a_listing``, ``quote_mismatch``,
+            Rejection: 400 ``not_a_listing``, ``quote_mismatch``,
                 ``consumption_metadata_required``; 404 ``quote_not_found``; 409
                 ``quote_consumed``, ``quote_expired``, ``quote_outdated`` and the listing
                 refusals of :meth:`quote`; 503 ``orders_unavailable`` (no treasury
@@ -255,7 +252,7 @@ class OrderDesk:
                 now,
             )
         except QuoteSpent:
-            raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order") from None
+            raise Rejection("quote_consumed", "this quote was already used by an order") from None
         try:
             await self._attempt(order_id, q, now, now, resolved)
             return await self.order(key_id, str(order_id))
@@ -265,9 +262,7 @@ class OrderDesk:
 
     def _treasury(self) -> TreasurySigner:
         if self.treasury is None:
-            raise MarketplaceError(
-                503, "orders_unavailable", "this operator takes no orders (no treasury key)"
-            )
+            raise Rejection("orders_unavailable", "this operator takes no orders (no treasury key)")
         return self.treasury
 
     async def _resolve(
@@ -283,7 +278,7 @@ class OrderDesk:
         node now (the treasury pays; the beneficiary is attributed).
 
         Raises:
-            MarketplaceError: the listing refusals, 409 ``quote_outdated`` (the price moved),
+            Rejection: the listing refusals, 409 ``quote_outdated`` (the price moved),
                 400 ``consumption_metadata_required``.
             Rejection: attribution_required, schema_validation.
             Unavailable: the node failed.
@@ -298,8 +293,7 @@ class OrderDesk:
         )
         if route.listing is None or route.listing.unit_price != q.unit_price:
             price = q.unit_price if route.listing is None else route.listing.unit_price
-            raise MarketplaceError(
-                409,
+            raise Rejection(
                 "quote_outdated",
                 "the listing's price changed since the quote; ask for a new one",
                 unit_price_usdc=usdc(price),
@@ -322,15 +316,14 @@ class OrderDesk:
         """Refuse, before anything is consumed, an order the treasury's USDC cannot pay for.
 
         Raises:
-            MarketplaceError: 503 ``orders_unavailable`` (the treasury is short).
+            Rejection: 503 ``orders_unavailable`` (the treasury is short).
             Unavailable: the node failed.
         """
         token = resolved.route.token.address
         held = await self.catalog.chain.balance(token, treasury.address)
         if held.amount < resolved.route.quote.total:
             log.warning("the treasury cannot pay for an order: refused before its quote was consumed")
-            raise MarketplaceError(
-                503,
+            raise Rejection(
                 "orders_unavailable",
                 "the operator cannot take this order now; nothing was charged and the quote is still "
                 "valid until it expires. Retry later.",
@@ -346,7 +339,7 @@ class OrderDesk:
             Unavailable: only when the database failed while recording the outcome.
         """
         treasury = self._treasury()
-        failure: RelayerError | MarketplaceError
+        failure: RelayerError
         try:
             prepared = await self.prepare.authorization(resolved, now, order_salt(order_id))
             signature = parse_signature(treasury.sign_digest(typed_data_digest(prepared.typed_data)))
@@ -361,7 +354,7 @@ class OrderDesk:
                 )
                 return
             failure = outage
-        except (RelayerError, MarketplaceError) as refusal:
+        except RelayerError as refusal:
             failure = refusal
         else:
             await self.orders.set_job(order_id, job.id, int(self.clock()))
@@ -390,8 +383,8 @@ class OrderDesk:
             except Unavailable as outage:
                 if now - o.created_at < ORDER_RETRY_WINDOW_S:
                     continue
-                failure: RelayerError | MarketplaceError = outage
-            except (RelayerError, MarketplaceError) as refusal:
+                failure: RelayerError = outage
+            except RelayerError as refusal:
                 failure = refusal
             else:
                 await self._attempt(o.id, o.quote, o.created_at, now, resolved)
@@ -459,7 +452,7 @@ def _check_quote(q: Quote, req: OrderRequest, now: int) -> None:
     """The order's quote is its listing's, unspent and unexpired.
 
     Raises:
-        MarketplaceError: 400 ``quote_mismatch``, ``not_a_listing``; 409 ``quote_consumed``,
+        Rejection: 400 ``quote_mismatch``, ``not_a_listing``; 409 ``quote_consumed``,
             ``quote_expired``.
     """
     if req.asset_price_source_id is not None:
@@ -467,9 +460,9 @@ def _check_quote(q: Quote, req: OrderRequest, now: int) -> None:
         if given != SourceId(q.chain_id, q.listing_id):
             raise bad_request("quote_mismatch", "asset_price_source_id is not the quote's listing")
     if q.consumed_at is not None:
-        raise MarketplaceError(409, "quote_consumed", "this quote was already used by an order")
+        raise Rejection("quote_consumed", "this quote was already used by an order")
     if q.expires_at <= now:
-        raise MarketplaceError(409, "quote_expired", "this quote has expired; ask for a new one")
+        raise Rejection("quote_expired", "this quote has expired; ask for a new one")
 
 
 def quote_body(q: Quote, fee_quote: fees.Quote | None = None) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""The one place an error becomes an HTTP answer, for both surfaces: the status is the
+registry's for the error's code (the same on every surface), the body is the surface's own
+wire format (:data:`BODIES`).
+
+- x402 endpoint (spec: x402-retirement-endpoint.md, Errors):
+  ``{...context, error, message, x402FacilitatorVersion}``.
+- marketplace API (marketplace-api.md): ``{statusCode, error, message, code, ...context}``,
+  ``error`` being the status's HTTP reason phrase and ``code`` the registry code.
+
+The envelope's own fields win over context fields of the same name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from aiohttp import web
+
+from relayer.domain.errors import X402_FACILITATOR_VERSION, RelayerError
+
+Surface = Literal["x402", "marketplace"]
+
+
+def status_of(error: RelayerError) -> int:
+    """The HTTP status of ``error`` on any surface: its code's row of the registry."""
+    return error.spec.http_status
+
+
+def x402_body(error: RelayerError) -> dict[str, Any]:
+    """The x402 envelope ``{...context, error, message, x402FacilitatorVersion}``."""
+    return {
+        **error.context,
+        "error": error.code,
+        "message": error.message,
+        "x402FacilitatorVersion": X402_FACILITATOR_VERSION,
+    }
+
+
+def marketplace_body(error: RelayerError) -> dict[str, Any]:
+    """The marketplace body ``{statusCode, error (reason phrase), message, code, ...context}``."""
+    status = status_of(error)
+    envelope = {
+        "statusCode": status,
+        "error": HTTPStatus(status).phrase,
+        "message": error.message,
+        "code": error.code,
+    }
+    return {**envelope, **{k: v for k, v in error.context.items() if k not in envelope}}
+
+
+BODIES: Final[Mapping[Surface, Callable[[RelayerError], dict[str, Any]]]] = MappingProxyType(
+    {"x402": x402_body, "marketplace": marketplace_body}
+)
+"""The body of an error on each surface (the status is :func:`status_of` on both)."""
+_ENCODE: Final[Mapping[Surface, Callable[[dict[str, Any]], str]]] = MappingProxyType(
+    {
+        "x402": json.dumps,
+        "marketplace": lambda body: json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+    }
+)
+"""Each surface's JSON encoding, as its successful answers have it."""
+
+
+def error_body(error: RelayerError, surface: Surface) -> dict[str, Any]:
+    """The error body of ``surface`` for ``error``."""
+    return BODIES[surface](error)
+
+
+def error_response(error: RelayerError, surface: Surface) -> web.Response:
+    """The HTTP answer to ``error`` on ``surface``: the registry's status and the surface's
+    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``)."""
+    body = _ENCODE[surface](error_body(error, surface))
+    response = web.Response(text=body, status=status_of(error), content_type="application/json")
+    if error.code == "rate_limited":
+        response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
+    return response
