@@ -25,6 +25,7 @@ from aiohttp import web
 
 from relayer.app import open_runtime, web_runner
 from relayer.config import Settings
+from relayer.store.catalogue import CatalogueStore
 from relayer.store.migrations import migrate
 from relayer_dev import devdb
 from tests.conftest import free_port
@@ -160,3 +161,17 @@ async def test_catalogue_load_moves_discover_filters_and_the_marketplace(site: S
     status, added, _ = await site.get(f"/carbonProjects/{ADDED['key']}")
     assert status == 200
     assert added["methodologies"] == [{"id": "", "category": ADDED["category"], "name": ""}]
+
+
+async def test_the_catalogue_version_moves_with_every_change(site: Site, db_of: Any) -> None:
+    """Readers reload when the version moves: a change loaded in the same second as the one
+    before (same ``loaded_at``) moves it too; a load that changes nothing does not."""
+    store = CatalogueStore(await db_of(site.dsn))
+    record = {**ADDED, "key": "VCS-999998", "projectID": "999998"}
+    assert await store.load_projects([record], 1_700_000_000) == 1
+    first = await store.version()
+    assert await store.load_projects([{**record, "country": "Elsewhere (test)"}], 1_700_000_000) == 1
+    second = await store.version()
+    assert second != first
+    assert await store.load_projects([{**record, "country": "Elsewhere (test)"}], 1_700_000_000) == 0
+    assert await store.version() == second
