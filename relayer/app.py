@@ -34,12 +34,13 @@ from relayer.config import ConfigError, IndexChain, Settings
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
-from relayer.service.catalog import Catalog, ProjectFacts, project_facts
+from relayer.service.catalog import Catalog
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
 from relayer.service.marketplace import IndexedChain, Marketplace
 from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
+from relayer.service.project_records import ProjectRecords
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
 from relayer.store.catalogue import CatalogueStore
@@ -188,7 +189,6 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     dsn = settings.database_url.get_secret_value()
     contracts, deploy_block = load_deployment(settings.deployment_file)
     extra_chains = _extra_chains(settings)
-    projects = _projects(settings)
     signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
@@ -201,7 +201,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, projects, extra_chains)
+        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, extra_chains)
         if workers:  # only the workers read the other chains
             for extra in extra_chains:
                 extra_node = ChainNode(extra.config.rpc_url, extra.config.chain_id, extra.contracts)
@@ -251,18 +251,6 @@ async def _seed_catalogue(db: Database, settings: Settings) -> None:
     log.info("catalogue seeded", extra={"projects": len(records)})
 
 
-def _projects(settings: Settings) -> dict[str, ProjectFacts]:
-    """The carbon project facts, read before anything is connected.
-
-    Raises:
-        ConfigError: RELAYER_PROJECTS_FILE cannot be read or is not the data set's JSON.
-    """
-    try:
-        return project_facts(json.loads(settings.projects()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {type(exc).__name__}") from None
-
-
 def _wire(
     settings: Settings,
     dsn: str,
@@ -271,13 +259,14 @@ def _wire(
     notifications: JobNotifications,
     signers: list[ExecutorSigner],
     deploy_block: int,
-    projects: dict[str, ProjectFacts],
     extra_chains: list[ExtraChain],
 ) -> Runtime:
     signer = signers[0]
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
-    catalog = Catalog(reads, settings, projects)
+    catalogue = CatalogueStore(db)
+    project_records = ProjectRecords(catalogue)  # discover's project filters and the marketplace
+    catalog = Catalog(reads, settings, project_records)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, catalog, settings.public_base_url)
     outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch)
@@ -301,7 +290,6 @@ def _wire(
         settings.min_executor_balance_wei,
         [s.address for s in signers],
     )
-    catalogue = CatalogueStore(db)
     treasury = settings.treasury_private_key
     marketplace = Marketplace(
         catalogue,
@@ -315,6 +303,7 @@ def _wire(
         settings.public_base_url,
         settings.quote_lifetime_s,
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+        project_records=project_records,
     )
     return Runtime(
         settings=settings,

@@ -102,7 +102,10 @@ class Settings(BaseSettings):
     )
     projects_file: Path | None = Field(
         default=None,
-        description="Carbon project facts for discover filters (default: the packaged data set).",
+        description=(
+            "Carbon projects loaded into an empty catalogue at start (default: the packaged data set);"
+            " later changes come from `relayer catalogue load`."
+        ),
     )
     executor_private_key: SecretStr | None = Field(
         default=None, description="the executor's secp256k1 key: 64 hex digits, optionally 0x-prefixed"

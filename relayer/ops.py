@@ -21,7 +21,7 @@ import click
 from eth_account import Account
 from pydantic import SecretStr
 
-from relayer.app import _extra_chains, _projects, load_deployment
+from relayer.app import _extra_chains, load_deployment, parse_catalogue
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings, env_name
@@ -167,13 +167,27 @@ def offline_problems(settings: Settings, required: Sequence[str]) -> list[str]:
     if deployment is not None:
         checks.append(lambda: load_deployment(deployment))
     if settings.projects_file is not None:
-        checks.append(lambda: _projects(settings))
+        checks.append(lambda: _projects_file(settings))
     for check in checks:
         try:
             check()
         except ConfigError as exc:
             problems.append(exc.message)
     return problems
+
+
+def _projects_file(settings: Settings) -> list[dict[str, Any]]:
+    """RELAYER_PROJECTS_FILE's records, checked as the catalogue seeding reads them.
+
+    Raises:
+        ConfigError: the file cannot be read, or is not a catalogue (naming the record).
+    """
+    try:
+        return parse_catalogue(settings.projects())
+    except OSError as exc:
+        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {type(exc).__name__}") from None
+    except ConfigError as exc:
+        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {exc.message}") from None
 
 
 def _given(value: str | SecretStr | None) -> str | None:

@@ -130,7 +130,8 @@ _URL_RE: Final = re.compile(r"https?://\S+")
 @dataclass(frozen=True, slots=True)
 class Methodology:
     """A methodology of a project: registry code (may be ``""``: the source gave none), name
-    (may be ``""``) and the project's category."""
+    (may be ``""``) and the project's category. Both code and name are ``""`` only in the one
+    entry of a record whose source names no methodology (see :func:`parse_record`)."""
 
     id: str
     name: str
@@ -143,7 +144,8 @@ class ProjectRecord:
 
     ``vintages`` are sorted unique four-digit strings, ``sdgs`` sorted numerically and unique;
     ``region``, ``url`` and ``description`` are ``""`` when the source did not say; latitude and
-    longitude (degrees) are both set or both None.
+    longitude (degrees) are both set or both None. ``methodologies`` holds at least one entry,
+    each with the record's category.
     """
 
     key: str
@@ -294,7 +296,10 @@ class _Reader:
             if not code and not name:
                 raise self.fail(field, "both id and name are empty")
             found.append(Methodology(code, name, category))
-        return tuple(found)
+        # Spec: every project carries one or more methodology categories. The data set knows
+        # each record's category even where its source names no methodology: that entry has
+        # the category and an empty code and name (never an invented one).
+        return tuple(found) or (Methodology("", "", category),)
 
 
 def parse_record(raw: object) -> ProjectRecord:
@@ -304,7 +309,9 @@ def parse_record(raw: object) -> ProjectRecord:
         raw: the decoded JSON object.
 
     Returns:
-        The record, vintages sorted and unique, SDGs sorted numerically and unique.
+        The record, vintages sorted and unique, SDGs sorted numerically and unique, at least
+        one methodology (an empty ``methodologies`` array gives one entry with the category and
+        ``""`` code and name).
 
     Raises:
         RecordError: (a ``ValueError``) naming the record's key and the field: an unknown or
@@ -503,6 +510,11 @@ def _article(word: str) -> str:
     return "an" if word[:1].upper() in "AEIOU" else "a"
 
 
+def _named(record: ProjectRecord) -> tuple[Methodology, ...]:
+    """The record's methodologies that have a code or a name (not the category-only entry)."""
+    return tuple(m for m in record.methodologies if m.id or m.name)
+
+
 def _methodology_text(methodology: Methodology) -> str:
     if methodology.id and methodology.name:
         return f"{methodology.id} ({methodology.name})"
@@ -516,9 +528,10 @@ def _derived_description(record: ProjectRecord) -> str:
         f"{record.name}: {_article(record.category)} {record.category} project {where}"
         f" registered with {record.registry} as {record.key}"
     )
-    if record.methodologies:
-        label = "methodology" if len(record.methodologies) == 1 else "methodologies"
-        text += f"; {label} " + ", ".join(map(_methodology_text, record.methodologies))
+    named = _named(record)
+    if named:
+        label = "methodology" if len(named) == 1 else "methodologies"
+        text += f"; {label} " + ", ".join(map(_methodology_text, named))
     return text if text.endswith(".") else text + "."
 
 
@@ -531,9 +544,10 @@ def _fact_lines(record: ProjectRecord) -> list[str]:
     ]
     if record.region:
         lines.append(f"- Region: {record.region}")
-    if record.methodologies:
-        label = "Methodology" if len(record.methodologies) == 1 else "Methodologies"
-        lines.append(f"- {label}: " + "; ".join(map(_methodology_text, record.methodologies)))
+    named = _named(record)
+    if named:
+        label = "Methodology" if len(named) == 1 else "Methodologies"
+        lines.append(f"- {label}: " + "; ".join(map(_methodology_text, named)))
     if record.vintages:
         lines.append("- Vintages: " + ", ".join(record.vintages))
     if record.sdgs:

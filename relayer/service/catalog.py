@@ -28,8 +28,12 @@ from relayer.domain.fill import FillRefusal, Unfillable, check_fill
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.schemas import ActionRequest, require
 from relayer.domain.verify import Scheme
+from relayer.service.project_records import ProjectRecords
 
 SUPPORTED_CHAINS: Final = (8453, 84532)
+PROJECTS_MAX_AGE_S: Final = 1.0
+"""How long (seconds) the project filters use the catalogue version last checked before asking
+the database again: ``relayer catalogue load`` shows in discover within this."""
 
 FillRefuser = Callable[[FillRefusal, int, CreditInfo | None], Exception]
 """What a surface raises for a refused fill of a listing (its refusal, listing id, credit)."""
@@ -69,38 +73,16 @@ class Route:
     suggested_max_input: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectFacts:
-    """Off-chain facts of a carbon project used by discover's filters (from the data set)."""
-
-    country: str
-    category: str
-    methodologies: tuple[str, ...]
-
-
-def project_facts(projects: list[dict[str, Any]]) -> dict[str, ProjectFacts]:
-    """Index ``carbon-projects.json`` records by project key (``VCS-10``)."""
-    return {
-        p["key"]: ProjectFacts(
-            p.get("country", ""),
-            p.get("category", ""),
-            tuple(m["id"] for m in p.get("methodologies", []) if m.get("id")),
-        )
-        for p in projects
-    }
-
-
 class Catalog:
-    """Discovery, resolution and quoting against live chain state."""
+    """Discovery, resolution and quoting against live chain state; the project filters
+    (country, category, methodology) read the catalogue's project records."""
 
-    def __init__(
-        self, reads: ChainReads, settings: Settings, projects: dict[str, ProjectFacts] | None = None
-    ) -> None:
+    def __init__(self, reads: ChainReads, settings: Settings, projects: ProjectRecords) -> None:
         self.chain = reads
         self.chain_id = reads.node.chain_id
         self.contracts = reads.contracts
         self.settings = settings
-        self.projects = projects or {}
+        self.projects = projects
         self.tokens = {
             "usdc": Token("usdc", "USDC", reads.contracts.usdc, USDC_DECIMALS, "UsdcEip3009"),
             "kvcm": Token("kvcm", "kVCM", reads.contracts.kvcm, KVCM_DECIMALS, "KlimaVcm"),
@@ -158,9 +140,11 @@ class Catalog:
 
         Raises:
             Rejection: ``schema_validation`` (a ``chainId`` not served here).
-            Unavailable: the chain node failed.
+            Unavailable: the chain node failed, or (a country, category or methodology filter)
+                the catalogue database (``StoreUnavailable``).
         """
         self.check_chain_field(req.chainId)
+        await self._project_records(req)
         if self.chain.catalog_fresh():  # cache hits: one after the other, no task each
             classes, listings = await self.chain.classes(), await self.chain.listings()
             reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()
@@ -279,18 +263,31 @@ class Catalog:
             "source": "marketplace",
         }
 
+    async def _project_records(self, req: ActionRequest) -> None:
+        """Bring the project records up to date (at most :data:`PROJECTS_MAX_AGE_S` old) when
+        ``req`` filters by country, category or methodology; no I/O otherwise.
+
+        Raises:
+            StoreUnavailable: the catalogue database failed.
+        """
+        if req.country is not None or req.category is not None or req.methodology is not None:
+            await self.projects.current(PROJECTS_MAX_AGE_S)
+
     def _credit_matches(self, credit: CreditInfo, req: ActionRequest) -> bool:
         """Whether a credit passes the request's credit filters (token id, vintage, project,
-        credit id, and the project's country, category and methodology, case-insensitive)."""
-        facts = self.projects.get(credit.project_id)
+        credit id, and its project's country, category and methodology code, case-insensitive;
+        the project is the catalogue record keyed by the credit's project id, as of the last
+        :meth:`_project_records`)."""
+        record = self.projects.latest.get(credit.project_id)
         for wanted, have in (
-            (req.country, facts.country if facts else None),
-            (req.category, facts.category if facts else None),
+            (req.country, record.country if record else None),
+            (req.category, record.category if record else None),
         ):
             if wanted is not None and (have is None or have.lower() != wanted.lower()):
                 return False
         if req.methodology is not None and (
-            facts is None or req.methodology.lower() not in (m.lower() for m in facts.methodologies)
+            record is None
+            or req.methodology.lower() not in (m.id.lower() for m in record.methodologies if m.id)
         ):
             return False
         if req.tokenId is not None and credit.token_id != req.tokenId:
@@ -317,8 +314,11 @@ class Catalog:
                 listing_not_found, listing_expired, marketplace_requires_usdc,
                 insufficient_liquidity, amount_not_whole_tonnes, amount_below_increment,
                 below_min_fill, insufficient_listing_supply.
+            StoreUnavailable: a country, category or methodology filter, and the catalogue
+                database failed.
         """
         self.check_chain(req.chainId)
+        await self._project_records(req)
         by_credit = req.carbonClass is None and req.listingId is None and req.credit is not None
         if not by_credit and (req.carbonClass is None) == (req.listingId is None):
             raise Rejection(

@@ -46,14 +46,15 @@ from relayer.domain.marketplace import (
     provenance,
     usdc,
 )
-from relayer.domain.projects import CATEGORIES, LiveFigures, ProjectRecord, parse_record, project_resource
+from relayer.domain.projects import CATEGORIES, LiveFigures, ProjectRecord, project_resource
 from relayer.domain.states import JobState
 from relayer.service.catalog import Catalog
 from relayer.service.documents import CertificateView
 from relayer.service.market.orders import OrderDesk
 from relayer.service.prepare import Prepare
+from relayer.service.project_records import CatalogueRecords, ProjectRecords
 from relayer.service.relay import Relay
-from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing, CreditTotals, ProjectRow
+from relayer.store.catalogue import CatalogueStore, ChainCredit, ChainListing, CreditTotals
 from relayer.store.orders import Orders
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
@@ -160,17 +161,8 @@ class _Records:
     lower_keys: dict[str, str]
 
     @classmethod
-    def of(cls, version: tuple[int, int], rows: Sequence[ProjectRow]) -> _Records:
-        records: dict[str, ProjectRecord] = {}
-        loaded: dict[str, int] = {}
-        for row in rows:
-            try:
-                record = parse_record(row.record)
-            except ValueError as exc:  # loaded by an older release's rules: left out, said once
-                log.warning("catalogue record skipped", extra={"reason": str(exc)[:200]})
-                continue
-            records[record.key] = record
-            loaded[record.key] = row.loaded_at
+    def of(cls, catalogue: CatalogueRecords) -> _Records:
+        version, records, loaded = catalogue.version, dict(catalogue.records), dict(catalogue.loaded_at)
         keys = sorted(records)
         by_country: dict[str, list[str]] = defaultdict(list)
         by_category: dict[str, list[str]] = defaultdict(list)
@@ -244,8 +236,10 @@ class Marketplace:
         quote_lifetime_s: int,
         treasury: TreasurySigner | None,
         clock: Callable[[], float] = time.time,
+        project_records: ProjectRecords | None = None,
     ) -> None:
         self.store = store
+        self.project_records = project_records or ProjectRecords(store)
         self.retirements = retirements
         self.orders = orders
         self.catalog = catalog
@@ -299,9 +293,10 @@ class Marketplace:
 
     async def _build(self) -> Snapshot:
         now = int(self.clock())
-        version = await self.store.version()
+        catalogue = await self.project_records.current()  # the records discover filters by too
+        version = catalogue.version
         if self._records is None or self._records.version != version:
-            self._records = _Records.of(version, await self.store.projects())
+            self._records = _Records.of(catalogue)
         records = self._records
         credits_list, totals, live_listings = await asyncio.gather(
             self.store.credits(), self.store.credit_totals(), self.store.live_listings(now)

@@ -28,16 +28,22 @@ from relayer.domain.marketplace import (
 from relayer.store.pool import Database
 from relayer.store.retirements import CURSOR, INSERT_RETIREMENT, IndexedRetirement, retirement_args
 
-# Insert or replace a project of the catalogue.
-UPSERT_PROJECT: Final = """
+# Insert projects ($1..$5: keys, registries, countries, categories, records as JSON text; $6
+# the load time) or replace those whose record changed; returns the key of each row written.
+UPSERT_PROJECTS: Final = """
 INSERT INTO carbon_projects (key, registry, country, category, record, loaded_at)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6)
+SELECT r.key, r.registry, r.country, r.category, r.record::jsonb, $6
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+    AS r(key, registry, country, category, record)
 ON CONFLICT (key) DO UPDATE SET registry = EXCLUDED.registry, country = EXCLUDED.country,
     category = EXCLUDED.category, record = EXCLUDED.record, loaded_at = EXCLUDED.loaded_at
 WHERE carbon_projects.record IS DISTINCT FROM EXCLUDED.record
+RETURNING key
 """
-# How many projects, and when the catalogue last changed: a reader reloads when this moves.
-CATALOGUE_VERSION: Final = "SELECT count(*), coalesce(max(loaded_at), 0) FROM carbon_projects"
+# The catalogue's version: how many projects, and the sum of their rows' transaction ids
+# (xmin), which every insert or changed record moves, even two loads within one second
+# (loaded_at has whole seconds). A reader reloads when this moves.
+CATALOGUE_VERSION: Final = "SELECT count(*), coalesce(sum(xmin::text::bigint), 0) FROM carbon_projects"
 # Every project record, by key.
 ALL_PROJECTS: Final = "SELECT record::text AS record, loaded_at FROM carbon_projects ORDER BY key"
 # Register a credit (idempotent).
@@ -253,23 +259,23 @@ class CatalogueStore:
 
     async def load_projects(self, records: Sequence[dict[str, Any]], loaded_at: int) -> int:
         """Insert or update projects (``key``, ``registry``, ``country``, ``category`` read from
-        each record) in one transaction; returns how many rows changed."""
-        args = [
-            (r["key"], r["registry"], r["country"], r["category"], json.dumps(r, sort_keys=True), loaded_at)
-            for r in records
-        ]
-        async with self.db.transaction() as conn:
-            before = await conn.fetchval(
-                "SELECT count(*) FROM carbon_projects WHERE loaded_at = $1", loaded_at
-            )
-            await conn.executemany(UPSERT_PROJECT, args)
-            after = await conn.fetchval(
-                "SELECT count(*) FROM carbon_projects WHERE loaded_at = $1", loaded_at
-            )
-        return int(after) - int(before)
+        each record; of a key given twice, the last record) in one statement, ``loaded_at``
+        (unix s) on each row written; returns how many rows were inserted or changed."""
+        rows = list({r["key"]: r for r in records}.values())
+        written = await self.db.fetch(
+            UPSERT_PROJECTS,
+            [r["key"] for r in rows],
+            [r["registry"] for r in rows],
+            [r["country"] for r in rows],
+            [r["category"] for r in rows],
+            [json.dumps(r, sort_keys=True) for r in rows],
+            loaded_at,
+        )
+        return len(written)
 
     async def version(self) -> tuple[int, int]:
-        """(project count, latest load time): changes whenever the catalogue does."""
+        """(project count, sum of the rows' transaction ids): changes whenever the catalogue
+        does (an insert or a changed record), and only then."""
         row = await self.db.fetchrow(CATALOGUE_VERSION)
         assert row is not None
         return int(row[0]), int(row[1])

@@ -533,3 +533,29 @@ def test_short_description_cut_at_exactly_200() -> None:
     assert descriptions(parse_record(_raw(description=text)))[2] == "w" * 199 + "…"
     exact = "y" * 200
     assert descriptions(parse_record(_raw(description=exact)))[2] == exact
+
+
+def test_every_project_carries_a_methodology_with_its_category() -> None:
+    """Spec: every project carries one or more methodology categories. A record whose source
+    names no methodology gets one entry with its category and an empty code and name (the
+    data knows the category, not the code: nothing invented)."""
+    raws = {raw["key"]: raw for raw in _data()}
+    records = _records()
+    assert len(records) == 648
+    bare = 0
+    for record in records:
+        given = raws[record.key]["methodologies"]
+        items = project_resource(record, NO_LIVE)["methodologies"]
+        assert items and all(m["category"] == record.category for m in items), record.key
+        if given:
+            assert [(m["id"], m["name"]) for m in items] == [(m["id"], m["name"]) for m in given]
+        else:
+            bare += 1
+            assert items == [{"id": "", "category": record.category, "name": ""}], record.key
+    assert bare == 87  # data/README.md: methodology codes often empty (87)
+
+
+def test_a_record_without_methodologies_has_its_category_only() -> None:
+    record = parse_record(_raw(methodologies=[], category="Blue Carbon"))
+    assert [(m.id, m.name, m.category) for m in record.methodologies] == [("", "", "Blue Carbon")]
+    assert "methodolog" not in descriptions(record)[0] + descriptions(record)[1]
