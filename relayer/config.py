@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Final, Self
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SecretStr,
@@ -36,8 +35,10 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources import PathType
 
+from relayer.domain.chains import BASE_SEPOLIA, default_confirmations
 from relayer.domain.errors import RelayerError
 from relayer.domain.lane import LanePolicy
+from relayer.domain.models import StrictModel
 from relayer.package_data import projects_json
 
 SECRETS_DIR: Final = "/var/run/secrets/relayer"
@@ -48,20 +49,12 @@ SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD
 _KEY: Final = re.compile(r"(0x)?[0-9a-fA-F]{64}")
 
 
-DEFAULT_CONFIRMATIONS: Final = {8453: 10, 84532: 5, 137: 64, 80002: 16}
-"""Blocks under a receipt before a retirement is settled. Base makes a block every 2 s, so 10
-blocks is about 20 s on mainnet; a reorg of Base's unsafe head is rare and shallow, and the
-follower undoes one at any depth it still remembers. Base Sepolia, a test network: 5. A local
-anvil mines a block per transaction: the dev tooling sets 1. Polygon (137), indexed for the
-marketplace only: 64 blocks (about two minutes; Polygon PoS reorgs are deeper than Base's)."""
-
-
-class IndexChain(BaseModel):
+class IndexChain(StrictModel):
     """Another chain whose marketplace listings, credits and retirements are indexed for the
     catalogue API (no relaying there): ``{"chainId", "rpcUrl", "deploymentFile",
     "confirmations"?}``, as JSON in ``RELAYER_INDEX_CHAINS``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     chain_id: int = Field(alias="chainId", gt=0)
     rpc_url: str = Field(alias="rpcUrl", min_length=1)
@@ -70,7 +63,7 @@ class IndexChain(BaseModel):
 
     def depth(self) -> int:
         """Blocks under an event before it is indexed (``confirmations`` or the chain's default)."""
-        return self.confirmations or DEFAULT_CONFIRMATIONS.get(self.chain_id, 64)
+        return self.confirmations or default_confirmations(self.chain_id)
 
 
 class ConfigError(RelayerError):
@@ -96,7 +89,7 @@ class Settings(BaseSettings):
 
     # --- chain -------------------------------------------------------------------------
     rpc_url: str | None = Field(default=None, description="JSON-RPC URL of the chain node")
-    chain_id: int = Field(default=84532, description="8453 (Base) or 84532 (Base Sepolia).")
+    chain_id: int = Field(default=BASE_SEPOLIA.chain_id, description="8453 (Base) or 84532 (Base Sepolia).")
     deployment_file: Path | None = Field(
         default=None, description="JSON file with the deployment's `contracts` addresses and `deployBlock`"
     )
@@ -127,7 +120,7 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="Blocks a receipt must be buried under before a retirement is settled "
-        "(default per chain: see DEFAULT_CONFIRMATIONS).",
+        "(default per chain: relayer.domain.chains; 64 on a chain not in its table).",
     )
     gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
     gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
@@ -342,9 +335,7 @@ class Settings(BaseSettings):
 
     def depth(self) -> int:
         """The confirmation depth: ``confirmations``, or the chain's default."""
-        return self.confirmations or DEFAULT_CONFIRMATIONS.get(
-            self.chain_id, max(DEFAULT_CONFIRMATIONS.values())
-        )
+        return self.confirmations or default_confirmations(self.chain_id)
 
     def lane_policy(self) -> LanePolicy:
         """How patient the executor lane is (seconds)."""

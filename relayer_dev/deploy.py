@@ -35,6 +35,7 @@ from web3.types import Nonce, RPCEndpoint, TxParams, TxReceipt, Wei
 
 from relayer.chain.abi import artifact
 from relayer.domain.amounts import KVCM_DECIMALS, UNITS_PER_TONNE, USDC_DECIMALS
+from relayer.domain.chains import usdc_domain_name
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING, Retirement, RetirementDetails
 from relayer_dev import DevError
 
@@ -72,7 +73,6 @@ LISTING_LIFETIME_S: Final = 30 * 24 * 3600
 # have been issued. Projects with no vintage up to this year are skipped.
 MAX_VINTAGE: Final = 2025
 
-BASE_MAINNET_CHAIN_ID: Final = 8453
 PRIORITY_FEE_WEI: Final = 1_000_000
 GAS_MARGIN_BPS: Final = 2_000
 RECEIPT_TIMEOUT_S: Final = 60.0
@@ -725,7 +725,7 @@ def _deploy_protocol(tx: _Sender, accounts: _Accounts) -> _Protocol:
 
         return bind
 
-    usdc_domain = "USD Coin" if tx.chain_id == BASE_MAINNET_CHAIN_ID else "USDC"
+    usdc_domain = usdc_domain_name(tx.chain_id)
     binders = [deploy("UsdcEip3009", usdc_domain), deploy("KlimaVcm"), deploy("CarbonCredits")]
     receipts = tx.flush()
     usdc, kvcm, credits = (bind(r) for bind, r in zip(binders, receipts, strict=True))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from relayer.domain.chains import POLYGON, facts
 from relayer_dev import DevError
 from relayer_dev.deploy import deploy_and_seed
 
@@ -47,14 +48,19 @@ PID_FILE: Final = "anvil.pid"
 LOG_FILE: Final = "anvil.log"
 DEVNET_FILE: Final = "devnet.json"
 
-POLYGON_CHAIN_ID: Final = 137
+POLYGON_CHAIN_ID: Final = POLYGON.chain_id
 DEFAULT_INDEX_PORT: Final = 8546
 INDEX_PID_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.pid"
 INDEX_LOG_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.log"
 INDEX_DEVNET_FILE: Final = f"devnet-{POLYGON_CHAIN_ID}.json"
 
-CHAIN_NAMES: Final = {8453: "base", 84532: "base-sepolia", POLYGON_CHAIN_ID: "polygon"}
-"""Names of the chains a devnet simulates, as written in ``devnet.json``'s ``chains``."""
+
+def chain_name(chain_id: int) -> str:
+    """A devnet chain's name as written in ``devnet.json``'s ``chains``: the x402 network slug
+    of the chain table (``"base-sepolia"``, ``"polygon"``), or the id for a chain not in it."""
+    known = facts(chain_id)
+    return str(chain_id) if known is None else known.network
+
 
 CURRENT_KEYS: Final = ("genesisHash", "treasury", "seededRetirements")
 """Keys a description of today's seeding has: a chain described without them was deployed by
@@ -95,10 +101,10 @@ def devnet_chains(port: int, chain_id: int, index_port: int) -> tuple[LocalChain
     """The devnet's two chains: the daemon's own (``chain_id`` on ``port``, described in
     ``devnet.json``) and the Polygon stand-in (137 on ``index_port``, ``devnet-137.json``)."""
     return (
-        LocalChain(chain_id, CHAIN_NAMES.get(chain_id, str(chain_id)), port, PID_FILE, LOG_FILE, DEVNET_FILE),
+        LocalChain(chain_id, chain_name(chain_id), port, PID_FILE, LOG_FILE, DEVNET_FILE),
         LocalChain(
             POLYGON_CHAIN_ID,
-            CHAIN_NAMES[POLYGON_CHAIN_ID],
+            chain_name(POLYGON_CHAIN_ID),
             index_port,
             INDEX_PID_FILE,
             INDEX_LOG_FILE,

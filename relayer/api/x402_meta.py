@@ -20,9 +20,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar, get_args
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from relayer import package_data
+from relayer.domain import chains
 from relayer.domain.errors import (
     ACTION_CODES,
     COMMON_CODES,
@@ -32,6 +33,7 @@ from relayer.domain.errors import (
     Rejection,
     allowed_codes,
 )
+from relayer.domain.models import StrictModel
 from relayer.domain.schemas import ACTIONS, ActionRequest, validation_issues
 from relayer.service.outcome import RetireOutcome, Status
 
@@ -57,7 +59,6 @@ PURPOSES: Final[Mapping[str, str]] = {
     "actions/retire": "The executor submits the retirement; needs a signed authPayload.",
     "certificate": "Certificate URL(s) of the retirements of a txHash.",
 }
-CHAIN_NAMES: Final[Mapping[int, str]] = {8453: "Base", 84532: "Base Sepolia"}
 
 GUIDE_IDS: Final = ("quick-start", "relay-flow", "errors", "fees", "versioning")
 """The packaged guide documents (``relayer/guides/<id>.md``), in index order."""
@@ -264,8 +265,8 @@ def manifest_document(info: X402Info) -> dict[str, Any]:
         "chains": [
             {
                 "chainId": info.chain_id,
-                "name": CHAIN_NAMES.get(info.chain_id, f"chain {info.chain_id}"),
-                "network": f"eip155:{info.chain_id}",
+                "name": chains.display_name(info.chain_id),
+                "network": chains.caip2(info.chain_id),
             }
         ],
         "inputTokens": info.input_tokens,
@@ -677,18 +678,14 @@ X402_INFO: Final[web.AppKey[Callable[[web.Request], X402Info]]] = web.AppKey("x4
 GUIDES: Final[web.AppKey[Mapping[str, Guide]]] = web.AppKey("x402_guides")
 
 
-class DocsQuery(BaseModel):
+class DocsQuery(StrictModel):
     """The query of ``GET /api/docs``: ``id`` only."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str | None = Field(default=None, max_length=100)
 
 
-class NoQuery(BaseModel):
+class NoQuery(StrictModel):
     """The query of a route that takes none."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 _Q = TypeVar("_Q", bound=BaseModel)

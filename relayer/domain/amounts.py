@@ -61,6 +61,29 @@ def parse_tonnes(text: str) -> int:
     return units
 
 
+def tonnes_ceil_units(text: str) -> int:
+    """The fewest credit units that are at least ``text`` tonnes: exact decimal arithmetic,
+    any fraction of a unit rounded up (``"0.0005" -> 1``, ``"1.0005" -> 1001``, ``"2" -> 2000``).
+    For a lower bound on a supply in units, ``supply >= tonnes`` exactly when
+    ``supply >= tonnes_ceil_units(tonnes)``.
+
+    Args:
+        text: a non-negative plain decimal (``"0"``, ``"12.5"``); no sign, exponent or spaces.
+
+    Returns:
+        Credit units (int, 1000 per tonne).
+
+    Raises:
+        ValueError: not a plain decimal.
+    """
+    match = _UNITS_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a decimal amount: {text!r}")
+    frac: str = match.group(2) or ""
+    units = int(match.group(1)) * UNITS_PER_TONNE + int(frac[:3].ljust(3, "0"))
+    return units + 1 if frac[3:].strip("0") else units
+
+
 def format_units(atomic: int, decimals: int) -> str:
     """Exact decimal string of ``atomic`` units of a token with ``decimals``, trailing zeros
     trimmed (``1_500_000, 6 -> "1.5"``; ``0 -> "0"``)."""

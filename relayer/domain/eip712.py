@@ -3,8 +3,9 @@
 wallet library signs unchanged; canonical signatures and signer recovery. uint256 values
 are decimal strings.
 
-- USDC: EIP-3009 ``ReceiveWithAuthorization`` (domain name ``USD Coin`` on 8453, ``USDC``
-  on 84532, version ``2``).
+- USDC: EIP-3009 ``ReceiveWithAuthorization`` (domain name per chain from
+  :func:`relayer.domain.chains.usdc_domain_name`: ``USD Coin`` on 8453, ``USDC`` on 84532;
+  version ``2``).
 - kVCM: EIP-2612 ``Permit`` (domain name ``kVCM``, version ``1``).
 """
 
@@ -18,6 +19,8 @@ from eth_keys.datatypes import Signature as _EcdsaSignature
 from eth_keys.exceptions import BadSignature
 from eth_utils.crypto import keccak
 from eth_utils.exceptions import ValidationError
+
+from relayer.domain.chains import usdc_domain_name
 
 DOMAIN_FIELDS: Final = [
     {"name": "name", "type": "string"},
@@ -40,11 +43,6 @@ PERMIT_FIELDS: Final = [
     {"name": "nonce", "type": "uint256"},
     {"name": "deadline", "type": "uint256"},
 ]
-
-
-def usdc_domain_name(chain_id: int) -> str:
-    """EIP-712 domain name of USDC on a Base chain (as the real tokens)."""
-    return "USD Coin" if chain_id == 8453 else "USDC"
 
 
 def receive_with_authorization(

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from relayer.domain.amounts import UNITS_PER_TONNE
 from relayer.domain.errors import Rejection
 
 BPS: Final = 10_000
 POOL_FEE_BPS: Final = 30
-UNITS_PER_TONNE: Final = 1000
 WEI_PER_ETH: Final = 10**18
 
 

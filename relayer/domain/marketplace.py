@@ -21,9 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from relayer.domain.addresses import checksum_address
 from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
 from relayer.domain.errors import Rejection
-
-CHAIN_NAMES: Final = {8453: "Base", 84532: "Base Sepolia", 137: "Polygon", 80002: "Polygon Amoy"}
-"""Display names of the chains the catalogue may index."""
+from relayer.domain.models import StrictModel
 
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 100
@@ -35,7 +33,8 @@ ZERO_ADDRESS: Final = "0x" + "0" * 40
 _M = TypeVar("_M", bound=BaseModel)
 
 _RETIREMENT_ID: Final = re.compile(r"([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})")
-_SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
+SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
+"""A listing's price source id: group 1 the chain id, group 2 the listing id as ``0x`` + 64 hex."""
 _DECIMAL: Final = re.compile(r"[0-9]{1,15}(\.[0-9]{1,18})?")
 _ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 
@@ -110,7 +109,7 @@ def parse_source_id(text: str) -> SourceId:
     Raises:
         Rejection: 400 ``not_a_listing`` (a pool, product or malformed source).
     """
-    match = _SOURCE_ID.fullmatch(text)
+    match = SOURCE_ID.fullmatch(text)
     if match is None:
         raise bad_request(
             "not_a_listing",
@@ -197,8 +196,8 @@ _Sdg = Annotated[str, StringConstraints(pattern=r"^([1-9]|1[0-7])$")]
 _Tonnes = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$")]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+class _Strict(StrictModel):
+    model_config = ConfigDict(str_strip_whitespace=True)
 
 
 class Page(_Strict):

@@ -27,7 +27,7 @@ from typing import Any, Final
 import countryinfo
 from countryinfo import CountryInfo, CountryNotFoundError
 
-from relayer.domain.amounts import USDC_DECIMALS, format_units
+from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
 from relayer.domain.errors import RelayerError
 
 # The seven category ids, in the order the spec's Category table lists them.
@@ -65,7 +65,6 @@ RESOURCE_FIELDS: Final[tuple[str, ...]] = (
     "registryBatchTokenId",
 )
 
-UNITS_PER_TONNE: Final = 1000
 SHORT_DESCRIPTION_CHARS: Final = 200
 # The data set's country value for projects with no single host country.
 INTERNATIONAL: Final = "International"

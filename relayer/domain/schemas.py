@@ -16,7 +16,6 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -28,6 +27,8 @@ from pydantic import (
 
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection
+from relayer.domain.marketplace import SOURCE_ID
+from relayer.domain.models import StrictModel
 
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
 
@@ -79,7 +80,6 @@ Uint256 = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=UINT256_MAX)
 _BYTES32_HEX: Final = re.compile(r"0x[0-9a-fA-F]{64}")
 
 
-_SOURCE_ID: Final = re.compile(r"listing-[1-9][0-9]{0,9}-(0x[0-9a-fA-F]{64})")
 _DECIMAL: Final = re.compile(r"[0-9]+")
 
 
@@ -96,9 +96,9 @@ def _bytes32_as_int(value: Any) -> Any:
         return _not_bool(value)
     if _BYTES32_HEX.fullmatch(value):
         return int(value, 16)
-    source = _SOURCE_ID.fullmatch(value)
+    source = SOURCE_ID.fullmatch(value)
     if source is not None:
-        return int(source[1], 16)
+        return int(source[2], 16)
     raise Rejection("listing_not_found", listingId=value[:200])
 
 
@@ -121,8 +121,8 @@ UsdcDecimal = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\
 CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+class _Strict(StrictModel):
+    model_config = ConfigDict(populate_by_name=False)
 
     @field_validator("*", mode="after")
     @classmethod

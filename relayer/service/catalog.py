@@ -17,12 +17,14 @@ from relayer.config import Settings
 from relayer.domain import fees
 from relayer.domain.amounts import (
     KVCM_DECIMALS,
+    UNITS_PER_TONNE,
     USDC_DECIMALS,
     format_tonnes,
     format_units,
     parse_tonnes,
     parse_units,
 )
+from relayer.domain.chains import relay_supported
 from relayer.domain.errors import Rejection
 from relayer.domain.fill import FillRefusal, Unfillable, check_fill
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
@@ -30,7 +32,6 @@ from relayer.domain.schemas import ActionRequest, require
 from relayer.domain.verify import Scheme
 from relayer.service.project_records import ProjectRecords
 
-SUPPORTED_CHAINS: Final = (8453, 84532)
 PROJECTS_MAX_AGE_S: Final = 1.0
 """How long (seconds) the project filters use the catalogue version last checked before asking
 the database again: ``relayer catalogue load`` shows in discover within this."""
@@ -92,7 +93,7 @@ class Catalog:
 
     def serves(self, chain_id: int | None) -> bool:
         """Whether a request's ``chainId`` is absent or this daemon's chain."""
-        return chain_id is None or (chain_id in SUPPORTED_CHAINS and chain_id == self.chain_id)
+        return chain_id is None or (relay_supported(chain_id) and chain_id == self.chain_id)
 
     def check_chain(self, chain_id: int | None) -> None:
         """Raises ``unsupported_chain_id`` unless ``chain_id`` is None or this daemon's chain."""
@@ -200,7 +201,7 @@ class Catalog:
         if req.carbonClass and req.carbonClass.lower() not in (c.symbol.lower(), str(c.class_id)):
             return None
         per_tonne = fees.pool_amount_in(
-            fees.class_cost_kvcm(c.price_kvcm_per_tonne, 1000), reserves.usdc, reserves.kvcm
+            fees.class_cost_kvcm(c.price_kvcm_per_tonne, UNITS_PER_TONNE), reserves.usdc, reserves.kvcm
         )
         if max_price is not None and per_tonne > max_price:
             return None
@@ -481,7 +482,7 @@ class Catalog:
         fitting = [p for p in pairs if p[1] >= units]
         if not fitting:
             raise Rejection("insufficient_liquidity", available=format_tonnes(max(a for _, a in pairs)))
-        whole_ok = [p for p in fitting if not p[0].whole_tonnes_only or units % 1000 == 0]
+        whole_ok = [p for p in fitting if not p[0].whole_tonnes_only or units % UNITS_PER_TONNE == 0]
         if not whole_ok:
             _check_whole_tonnes(fitting[0][0], units)
         credit = whole_ok[0][0]
@@ -569,5 +570,5 @@ def x402_fill_refusal(refusal: FillRefusal, listing_id: int, credit: CreditInfo 
 
 
 def _check_whole_tonnes(credit: CreditInfo, units: int) -> None:
-    if credit.whole_tonnes_only and units % 1000:
+    if credit.whole_tonnes_only and units % UNITS_PER_TONNE:
         raise Rejection("amount_not_whole_tonnes", registry=credit.registry, increment="1")

@@ -27,10 +27,10 @@ from typing import Any, Final
 
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import Contracts
-from relayer.domain.amounts import UNITS_PER_TONNE, format_tonnes
+from relayer.domain.amounts import format_tonnes, tonnes_ceil_units
+from relayer.domain.chains import display_name, explorer_tx_url
 from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import (
-    CHAIN_NAMES,
     ZERO_ADDRESS,
     CarbonProjectsQuery,
     OrderRequest,
@@ -83,12 +83,6 @@ ORDER_STATUS: Final = {
 }
 """An order's status (the public API's SUBMITTED … COMPLETED, FAILED) from its relay job's state."""
 
-EXPLORERS: Final = {
-    8453: "https://basescan.org/tx/",
-    84532: "https://sepolia.basescan.org/tx/",
-    137: "https://polygonscan.com/tx/",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class IndexedChain:
@@ -99,7 +93,7 @@ class IndexedChain:
 
     @property
     def name(self) -> str:
-        return CHAIN_NAMES.get(self.chain_id, f"chain {self.chain_id}")
+        return display_name(self.chain_id)
 
 
 @dataclass(slots=True)
@@ -399,7 +393,7 @@ class Marketplace:
         live = snap.live.get(r.key)
         if q.minSupply is not None:
             supply = 0 if live is None else live.listings_units + live.pools_units
-            if supply < int(float(q.minSupply) * UNITS_PER_TONNE + 0.5):
+            if supply < tonnes_ceil_units(q.minSupply):
                 return False
         if q.minPriceUSD is not None or q.maxPriceUSD is not None:
             price = None if live is None else live.min_listing_price
@@ -510,12 +504,11 @@ class Marketplace:
         if retiring == ZERO_ADDRESS:
             retiring = r.payer
         tx = "0x" + r.tx_hash.hex()
-        explorer = EXPLORERS.get(r.chain_id)
         base = f"{self.public_base_url}/retirements/{rid}"
         return {
             "id": rid,
             "chainId": r.chain_id,
-            "chain": CHAIN_NAMES.get(r.chain_id, str(r.chain_id)),
+            "chain": display_name(r.chain_id),
             "amount": format_tonnes(r.amount_units),
             "hash": tx,
             "index": r.retirement_index,
@@ -531,7 +524,7 @@ class Marketplace:
             "tokenId": str(r.token_id),
             "creditId": f"{r.project_id}-{r.vintage}",
             "project": {"key": r.project_id, "vintage": str(r.vintage), "registry": r.registry},
-            "onChainExplorerUrl": None if explorer is None else explorer + tx,
+            "onChainExplorerUrl": explorer_tx_url(r.chain_id, tx),
             "viewRetirementUrl": f"{base}/certificate?format=html",
             "certificateUrl": f"{base}/certificate",
             "provenanceUrl": f"{base}/provenance",

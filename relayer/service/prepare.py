@@ -13,6 +13,7 @@ from typing import Any
 from relayer.chain import calls
 from relayer.chain.reads import ChainReads
 from relayer.config import Settings
+from relayer.domain import chains
 from relayer.domain.amounts import format_tonnes, format_units
 from relayer.domain.eip712 import Signature
 from relayer.domain.retirement import authorization_nonce, permit_deadline
@@ -221,7 +222,7 @@ class Prepare:
         step = {"value": "0", "chainId": self.chain_id}
         return {
             "chainId": self.chain_id,
-            "chain": "base" if self.chain_id == 8453 else "base-sepolia",
+            "chain": chains.network(self.chain_id),
             "to": self.settlement,
             "data": "0x" + retire.hex(),
             "transactions": [

@@ -16,6 +16,7 @@ from relayer.domain.amounts import (
     format_units,
     parse_tonnes,
     parse_units,
+    tonnes_ceil_units,
 )
 from relayer.domain.errors import Rejection
 
@@ -183,3 +184,41 @@ def test_parse_units_inverts_format_units_for_big_numbers() -> None:
 def test_units_per_tonne() -> None:
     assert UNITS_PER_TONNE == 1000
     assert (USDC_DECIMALS, KVCM_DECIMALS) == (6, 18)
+
+
+@pytest.mark.parametrize(
+    ("text", "units"),
+    [
+        ("0", 0),
+        ("0.000", 0),
+        ("0.001", 1),
+        ("0.0005", 1),  # half a unit: a lower bound of 0.0005 t is first met by 1 kg
+        ("0.0001", 1),
+        ("1.0005", 1001),
+        ("1.0000000000000000000001", 1001),  # float reads 1.0: the tail is lost
+        ("2", 2000),
+        ("2.500", 2500),
+        ("999999999999.999", 999_999_999_999_999),
+        ("123456789012345678901234567890", 123456789012345678901234567890 * 1000),
+    ],
+)
+def test_tonnes_ceil_units_rounds_any_fraction_of_a_unit_up(text: str, units: int) -> None:
+    assert tonnes_ceil_units(text) == units
+
+
+def test_tonnes_ceil_units_is_the_exact_lower_bound() -> None:
+    """``supply >= tonnes`` exactly when ``supply >= tonnes_ceil_units(tonnes)``, where the old
+    float filter (``int(float(t) * 1000 + 0.5)``) let a supply below the bound through."""
+    for text in ("0.0001", "0.0004", "1.0004", "7.0000000000000000001"):
+        bound = tonnes_ceil_units(text)
+        assert int(float(text) * UNITS_PER_TONNE + 0.5) == bound - 1  # the float filter's miss
+        whole, _, frac = text.partition(".")
+        scale = 10 ** len(frac)
+        kg_scaled = (int(whole) * scale + int(frac)) * UNITS_PER_TONNE  # text in kg, times scale
+        assert (bound - 1) * scale < kg_scaled <= bound * scale
+
+
+@pytest.mark.parametrize("text", ["", "-1", "+1", "1e3", " 1", "1.", ".5", "01", "1,5", "0x10", "NaN"])
+def test_tonnes_ceil_units_refuses_what_is_not_a_plain_decimal(text: str) -> None:
+    with pytest.raises(ValueError, match="not a decimal amount"):
+        tonnes_ceil_units(text)
