@@ -32,21 +32,13 @@ from relayer.service.catalogue_load import projects_file_records
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import redact
 from relayer.store.pool import Database
-from relayer.store.status import Cursor, Lane, LeaseRow, StateCount, StatusQueries
+from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries
 
 RPC_TIMEOUT_S: Final = 5.0
 """Longest a report waits for a chain node's answer, seconds."""
 _ZERO: Final = "0x" + "00" * 20
 NO_CONTRACTS: Final = Contracts(_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO)
 """The reports read no contract: only chain id, head, nonces and balances."""
-OPEN_STATES: Final = frozenset(JobState) - {
-    JobState.INDEXED,
-    JobState.REJECTED,
-    JobState.REVERTED,
-    JobState.DROPPED,
-}
-"""The states in which the relay still owes a job work (the outcomes move only on a reorg or a
-retry): ``relayer status`` shows the age of the oldest job in each."""
 UNKNOWN: Final = "-"
 """How a table shows a figure that is not known (no RPC URL, the node did not answer)."""
 
