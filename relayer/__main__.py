@@ -103,7 +103,7 @@ def all_cmd() -> None:
 def ledger() -> None:
     """The executor's solvency ledger as JSON: wei paid for mined transactions against what
     their gas allowances were worth. Needs RELAYER_DATABASE_URL (and RELAYER_CHAIN_ID)."""
-    from relayer.app import ledger_summary
+    from relayer.ops import ledger_summary
 
     settings = _settings("database_url")
     try:
@@ -205,8 +205,9 @@ def catalogue() -> None:
 )
 def catalogue_load(path: Path | None) -> None:
     """Insert or update the catalogue's projects (idempotent). Needs RELAYER_DATABASE_URL."""
-    from relayer.app import load_catalogue, parse_catalogue
+    from relayer.admin import load_catalogue
     from relayer.package_data import projects_json
+    from relayer.service.catalogue_load import parse_catalogue
 
     settings = _settings("database_url")
     _migrate(settings)
@@ -231,7 +232,7 @@ def apikey() -> None:
 @click.option("--name", required=True, help="Who the key is for (shown in logs, at most 100 characters).")
 def apikey_create(name: str) -> None:
     """Create a key and print it once (only its SHA-256 is stored). Needs RELAYER_DATABASE_URL."""
-    from relayer.app import create_api_key
+    from relayer.admin import create_api_key
 
     settings = _settings("database_url")
     _migrate(settings)

@@ -7,40 +7,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
-from urllib.parse import urlsplit
+from typing import Final
 
 from aiohttp import web
 
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
-from relayer.api.x402_meta import LATEST_VERSION, X402Info
+from relayer.api.version_hosts import version_hosts, x402_info
 from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
+from relayer.chain.deployment import ExtraChain, extra_chains, load_deployment
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
-from relayer.chain.types import Contracts
-from relayer.config import ConfigError, IndexChain, Settings
-from relayer.domain.errors import RelayerError
-from relayer.domain.states import JobState
+from relayer.config import ConfigError, Settings
 from relayer.metrics import Metrics
 from relayer.service.catalog import Catalog
+from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
 from relayer.service.marketplace import IndexedChain, Marketplace
 from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
 from relayer.service.project_records import ProjectRecords
+from relayer.service.readiness import Readiness
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
 from relayer.store.catalogue import CatalogueStore
@@ -52,11 +48,11 @@ from relayer.store.orders import Orders
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
-from relayer.store.status import OPEN_STATES, StatusQueries
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
 from relayer.workers.follower import ChainFollower
+from relayer.workers.gauges import Gauges
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.order_keeper import OrderKeeper
 from relayer.workers.sweeper import Sweeper
@@ -66,51 +62,6 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S: Final = 5.0
 """How long workers get, from the moment they are told to stop (on SIGTERM, at once), to
 finish the step in progress and hand back their leases before they are cancelled."""
-
-
-def load_deployment(path: Path, setting: str = "RELAYER_DEPLOYMENT_FILE") -> tuple[Contracts, int]:
-    """The deployment's contract addresses and first block, from its description file
-    (``contracts``, ``deployBlock``).
-
-    Raises:
-        ConfigError: the file is missing, not JSON, or lacks a contract address (naming
-            ``setting``).
-    """
-    try:
-        data = json.loads(path.read_text())
-        return Contracts.from_deployment(data["contracts"]), int(data.get("deployBlock", 0))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            message=f"{setting} {path}: not a usable deployment ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-@dataclass(frozen=True)
-class ExtraChain:
-    """A chain indexed for the marketplace only (``RELAYER_INDEX_CHAINS``)."""
-
-    config: IndexChain
-    contracts: Contracts
-    deploy_block: int
-
-
-def _extra_chains(settings: Settings) -> list[ExtraChain]:
-    """The chains of ``RELAYER_INDEX_CHAINS`` with their deployments.
-
-    Raises:
-        ConfigError: a deployment file is unusable, or a chain is this daemon's own or repeated.
-    """
-    out: list[ExtraChain] = []
-    seen = {settings.chain_id}
-    for ic in settings.index_chains:
-        if ic.chain_id in seen:
-            raise ConfigError(
-                message=f"RELAYER_INDEX_CHAINS names chain {ic.chain_id} twice (or this daemon's own)"
-            )
-        seen.add(ic.chain_id)
-        contracts, block = load_deployment(ic.deployment_file, f"RELAYER_INDEX_CHAINS (chain {ic.chain_id})")
-        out.append(ExtraChain(ic, contracts, block))
-    return out
 
 
 @dataclass
@@ -123,7 +74,7 @@ class Runtime:
     node: ChainNode
     reads: ChainReads
     executor: ExecutorChain
-    follower_chain: BlockReader
+    blocks: BlockReader
     jobs: RelayJobs
     lane: ExecutorLane
     retirements: RetirementStore
@@ -188,7 +139,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     assert settings.executor_private_key is not None
     dsn = settings.database_url.get_secret_value()
     contracts, deploy_block = load_deployment(settings.deployment_file)
-    extra_chains = _extra_chains(settings)
+    extras = extra_chains(settings)
     signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
         node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
@@ -197,13 +148,13 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
         await _check_identity(db, settings.chain_id, genesis)
-        await _seed_catalogue(db, settings)
+        await seed_catalogue(CatalogueStore(db), settings)
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, extra_chains)
+        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, extras)
         if workers:  # only the workers read the other chains
-            for extra in extra_chains:
+            for extra in extras:
                 extra_node = ChainNode(extra.config.rpc_url, extra.config.chain_id, extra.contracts)
                 stack.push_async_callback(extra_node.close)
                 await _check_identity(db, extra.config.chain_id, await extra_node.check())
@@ -212,7 +163,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))
         if workers:
             start_workers(rt)
-        rt.tasks.append(asyncio.create_task(_supervised("gauges", _refresh_gauges(rt), rt), name="gauges"))
+        rt.tasks.append(asyncio.create_task(_supervised("gauges", _gauges(rt).run, rt), name="gauges"))
         yield rt
 
 
@@ -232,23 +183,6 @@ async def _check_identity(db: Database, chain_id: int, genesis: bytes) -> None:
                 "devnet `make devnet` makes one per chain)."
             )
         )
-
-
-async def _seed_catalogue(db: Database, settings: Settings) -> None:
-    """An empty catalogue gets the projects of RELAYER_PROJECTS_FILE (default: the packaged
-    648 real projects), so a fresh deployment's marketplace API is not empty; later changes
-    come from ``relayer catalogue load``. Concurrent starts are harmless (upserts).
-
-    Raises:
-        ConfigError: the projects file is unusable.
-    """
-    store = CatalogueStore(db)
-    if (await store.version())[0] > 0:
-        return
-    records = parse_catalogue(settings.projects())
-    for start in range(0, len(records), CATALOGUE_CHUNK):
-        await store.load_projects(records[start : start + CATALOGUE_CHUNK], int(time.time()))
-    log.info("catalogue seeded", extra={"projects": len(records)})
 
 
 def _wire(
@@ -312,7 +246,7 @@ def _wire(
         node=node,
         reads=reads,
         executor=executor,
-        follower_chain=BlockReader(node),
+        blocks=BlockReader(node),
         jobs=jobs,
         lane=ExecutorLane(db, settings.chain_id),
         retirements=retirements,
@@ -363,7 +297,7 @@ def start_workers(rt: Runtime) -> None:
         rt.tasks.append(asyncio.create_task(_supervised(name, broadcaster.run, rt), name=name))
     rt.lease = rt.leases[0]
     follower = ChainFollower(
-        rt.follower_chain,
+        rt.blocks,
         rt.reads,
         rt.jobs,
         rt.lane,
@@ -421,141 +355,42 @@ async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]]
         await sleep_or_stop(rt.stop, 1.0)
 
 
-GAUGE_INTERVAL_S: Final = 5.0
-"""How often the operator gauges are read again (database and chain heads)."""
+def _gauges(rt: Runtime) -> Gauges:
+    """This process's operator gauges (a worker's include the executor keys' balances)."""
+    return Gauges(
+        rt.db,
+        rt.jobs,
+        rt.metrics,
+        rt.node,
+        rt.reads,
+        rt.blocks,
+        rt.extra_nodes,
+        [s.address for s in rt.signers],
+        balances=bool(rt.leases),
+        gas_budget_class=rt.settings.gas_budget_class,
+    )
 
 
-def _refresh_gauges(rt: Runtime) -> Callable[[asyncio.Event], Awaitable[None]]:
-    async def run(stop: asyncio.Event) -> None:
-        """Every :data:`GAUGE_INTERVAL_S`: jobs by state and the oldest per open state, the
-        database pool, each executor lane's unmined nonces, each indexer's lag behind its
-        chain's head, and (in a worker) each executor key's balance and how many retirements
-        it covers. A failing source keeps its last values."""
-        while not stop.is_set():
-            for refresh in (_job_gauges, _lane_gauges, _indexer_gauges, _balance_gauges):
-                with contextlib.suppress(RelayerError):  # that upstream is down: keep the last values
-                    await refresh(rt)
-            pool = rt.db.pool
-            in_use = pool.get_size() - pool.get_idle_size()
-            rt.metrics.db_pool.labels("in_use").set(in_use)
-            rt.metrics.db_pool.labels("idle").set(pool.get_idle_size())
-            rt.metrics.db_pool.labels("max").set(pool.get_max_size())
-            await sleep_or_stop(stop, GAUGE_INTERVAL_S)
-
-    return run
-
-
-async def _job_gauges(rt: Runtime) -> None:
-    counts = await rt.jobs.count_by_state()
-    for state in JobState:
-        rt.metrics.jobs_by_state.labels(state.value).set(counts.get(state.value, 0))
-    oldest = await StatusQueries(rt.db).oldest_by_state()
-    for open_state in OPEN_STATES:
-        rt.metrics.oldest_job_age.labels(open_state).set(oldest.get(open_state, 0.0))
-
-
-async def _lane_gauges(rt: Runtime) -> None:
-    in_flight = await StatusQueries(rt.db).in_flight()
-    for index, signer in enumerate(rt.signers):
-        lag = in_flight.get((rt.settings.chain_id, signer.address.lower()), 0)
-        rt.metrics.nonce_lag.labels(str(index)).set(lag)
-
-
-async def _indexer_gauges(rt: Runtime) -> None:
-    heads = {rt.settings.chain_id: await rt.follower_chain.head()}
-    for extra in rt.extra_nodes:  # only a worker reaches the other chains
-        heads[extra.chain_id] = int(await extra.request("eth_blockNumber", []), 16)
-    for cursor in await StatusQueries(rt.db).cursors():
-        if cursor.chain_id in heads:
-            lag = max(0, heads[cursor.chain_id] - cursor.block_number)
-            rt.metrics.indexer_lag.labels(str(cursor.chain_id), cursor.name).set(lag)
-
-
-async def _balance_gauges(rt: Runtime) -> None:
-    if not rt.leases:  # the API replicas leave the executor's balance to the workers
-        return
-    gas_price = int(await rt.node.request("eth_gasPrice", []), 16)
-    per_retirement = max(1, rt.settings.gas_budget_class * gas_price)
-    for index, signer in enumerate(rt.signers):
-        balance = await rt.reads.eth_balance(signer.address)
-        rt.metrics.executor_balance_wei.labels(str(index)).set(balance)
-        rt.metrics.executor_covered.labels(str(index)).set(balance // per_retirement)
+def _readiness(rt: Runtime) -> Callable[[], Awaitable[bool]]:
+    """This process's readiness (:class:`Readiness`): in a worker, every executor key's
+    lease must be held."""
+    leased = [s.address for s in rt.signers] if rt.leases else []
+    return Readiness(rt.db, rt.jobs, rt.node, rt.tasks, leased)
 
 
 def make_web_app(rt: Runtime) -> web.Application:
     """The HTTP application over this runtime's services."""
-
-    checked = {"schema": False}
-
-    async def ready() -> bool:
-        """Ready when: no task has died; the database answers and its schema is at the
-        packaged head; the chain node answers this chain's id and the genesis the database
-        recorded; and, in a worker, every executor key's lease is held by some live process
-        (this one or another)."""
-        if any(task.done() for task in rt.tasks):
-            return False
-        ops = StatusQueries(rt.db)
-        try:
-            if not checked["schema"]:
-                checked["schema"] = await ops.at_head()
-                if not checked["schema"]:
-                    return False
-            await rt.jobs.count_by_state()
-            genesis = await rt.node.check()
-            if await ChainIdentity(rt.db).record(rt.settings.chain_id, genesis) != genesis:
-                return False
-            if rt.leases:
-                executors = [s.address for s in rt.signers]
-                if await ops.leases_held(rt.settings.chain_id, executors) != set(executors):
-                    return False
-        except (RelayerError, ConfigError):
-            return False
-        return True
-
     return build_app(
         rt.services,
         rt.metrics,
-        ready,
+        _readiness(rt),
         rt.settings.max_body_bytes,
         lambda app: add_routes(app, rt.marketplace),
         version_hosts(rt.settings),
-        x402_info(rt),
+        x402_info(rt.settings, rt.services.catalog),
         RateLimit(rt.settings.rate_limit, rt.settings.rate_limit_forwarded_for),
         rt.settings.request_timeout_s,
     )
-
-
-def x402_info(rt: Runtime) -> Callable[[web.Request, int], X402Info]:
-    """What the x402 self-description documents say of this daemon, per request: the major
-    its host serves and that host's base URL."""
-    settings, catalog = rt.settings, rt.services.catalog
-    hosts = settings.x402_hosts()
-    tokens = [
-        {"symbol": t.symbol, "address": t.address, "decimals": t.decimals, "scheme": t.scheme}
-        for t in catalog.tokens.values()
-    ]
-    pinned = {urlsplit(url).netloc.lower(): url for url in hosts.values()}
-
-    def info(request: web.Request, major: int) -> X402Info:
-        return X402Info(
-            api_version=LATEST_VERSION,
-            major=major,
-            base_url=pinned.get(request.host.lower(), hosts["latest"]),
-            versioned_hosts={"latest": hosts["latest"], "current": hosts["v1"], "v0": hosts["v0"]},
-            chain_id=catalog.chain_id,
-            settlement=catalog.contracts.settlement,
-            input_tokens=tokens,
-            security_contact=settings.security_contact,
-        )
-
-    return info
-
-
-def version_hosts(settings: Settings) -> dict[str, int]:
-    """``Host`` -> the API major it serves: the v1 host pins major 1, the v0 host serves the
-    previous major 0 (any other host, the latest)."""
-    hosts = settings.x402_hosts()
-    return {urlsplit(hosts["v1"]).netloc.lower(): 1, urlsplit(hosts["v0"]).netloc.lower(): 0}
 
 
 MAX_REQUEST_LINE: Final = 64 * 1024
@@ -577,7 +412,7 @@ def ops_web_app(rt: Runtime) -> web.Application:
     answers them (the same handlers and the same readiness)."""
     app = web.Application()
     app[METRICS] = rt.metrics
-    app[READY] = make_web_app(rt)[READY]  # the one readiness definition
+    app[READY] = _readiness(rt)  # the one readiness definition
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -664,116 +499,3 @@ async def _shut_down(rt: Runtime, runners: list[web.AppRunner], grace_s: float) 
     started = loop.time()
     await asyncio.gather(*(server.shutdown(grace_s) for server in servers))
     log.info("requests in flight finished", extra={"seconds": round(loop.time() - started, 3)})
-
-
-async def ledger_summary(settings: Settings) -> dict[str, Any]:
-    """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
-    (relay, noop) and outcome, mined transactions, wei paid, wei the successful relays'
-    allowances were worth, and how many paid more than they received; plus the totals.
-
-    Raises:
-        StoreUnavailable: the database failed.
-        ConfigError: the database refused the DSN.
-    """
-    assert settings.database_url is not None
-    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
-    try:
-        rows = await ExecutorLane(db, settings.chain_id).ledger()
-    finally:
-        await db.close()
-    paid = sum(r.paid_wei for r in rows)
-    received = sum(r.received_wei for r in rows)
-    return {
-        "chainId": settings.chain_id,
-        "rows": [
-            {
-                "kind": r.kind,
-                "outcome": "success" if r.succeeded else "reverted",
-                "transactions": r.transactions,
-                "paidWei": str(r.paid_wei),
-                "receivedWei": str(r.received_wei),
-                "atALoss": r.at_a_loss,
-            }
-            for r in rows
-        ],
-        "paidWei": str(paid),
-        "receivedWei": str(received),
-        "netWei": str(received - paid),
-    }
-
-
-CATALOGUE_CHUNK: Final = 500
-"""Projects written per database transaction by ``relayer catalogue load``."""
-
-
-def parse_catalogue(data: bytes) -> list[dict[str, Any]]:
-    """The project records of a ``carbon-projects.json``-shaped file, each checked strictly
-    (see :func:`relayer.domain.projects.parse_record`); unique keys.
-
-    Raises:
-        ConfigError: not a JSON array, or a record is malformed (naming its position and key).
-    """
-    from relayer.domain.projects import parse_record
-
-    try:
-        raw = json.loads(data)
-    except ValueError as exc:
-        raise ConfigError(message=f"the catalogue file is not JSON: {exc}") from None
-    if not isinstance(raw, list):
-        raise ConfigError(message="the catalogue file must hold a JSON array of project records")
-    seen: set[str] = set()
-    for position, record in enumerate(raw):
-        try:
-            key = parse_record(record).key
-        except ValueError as exc:
-            raise ConfigError(message=f"catalogue record {position}: {exc}") from None
-        if key in seen:
-            raise ConfigError(message=f"catalogue record {position}: key {key} appears twice")
-        seen.add(key)
-    return raw
-
-
-async def load_catalogue(
-    settings: Settings, records: list[dict[str, Any]], progress: Callable[[int], None]
-) -> int:
-    """Insert or update ``records`` in the catalogue, :data:`CATALOGUE_CHUNK` a transaction,
-    calling ``progress(n)`` after each chunk; returns how many rows changed.
-
-    Raises:
-        StoreUnavailable: the database failed (the chunks written so far stay).
-    """
-    assert settings.database_url is not None
-    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
-    try:
-        store = CatalogueStore(db)
-        loaded_at = int(time.time())
-        changed = 0
-        for start in range(0, len(records), CATALOGUE_CHUNK):
-            chunk = records[start : start + CATALOGUE_CHUNK]
-            changed += await store.load_projects(chunk, loaded_at)
-            progress(len(chunk))
-        return changed
-    finally:
-        await db.close()
-
-
-async def create_api_key(settings: Settings, name: str) -> str:
-    """A new marketplace API key (bearer token) named ``name``; only its hash is stored.
-
-    Raises:
-        StoreUnavailable: the database failed.
-    """
-    import hashlib
-    import secrets
-
-    from relayer.service.marketplace import API_KEY_PREFIX
-
-    assert settings.database_url is not None
-    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
-    try:
-        prefix = secrets.token_hex(6)
-        token = f"{API_KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
-        await Orders(db).add_key(hashlib.sha256(token.encode()).digest(), prefix, name[:100])
-        return token
-    finally:
-        await db.close()

@@ -22,6 +22,8 @@ class Metrics:
         self._http()
         self._workers()
         self._executor()
+        self._backlog()
+        self._solvency()
 
     def _relay(self) -> None:
         """Relay jobs: by state, their transitions and the time per stage."""
@@ -134,8 +136,7 @@ class Metrics:
         )
 
     def _executor(self) -> None:
-        """The executor lanes: broadcasts, replacements, no-ops, reorgs, balances and the
-        solvency ledger (wei paid, allowances received)."""
+        """The executor lanes: broadcasts, replacements, no-ops, reorgs."""
         self.broadcasts = Counter(
             "relayer_broadcasts_total",
             "Raw transactions sent, by the node's answer (sent, known, nonce_used, nonce_ahead, "
@@ -160,19 +161,10 @@ class Metrics:
             "Reorgs the follower undid (back to the common ancestor).",
             registry=self.registry,
         )
-        self.executor_balance_wei = Gauge(
-            "relayer_executor_balance_wei",
-            "Executor ETH balance, wei, by key (its position in the configured keys).",
-            ["key"],
-            registry=self.registry,
-        )
-        self.executor_covered = Gauge(
-            "relayer_executor_covered_retirements",
-            "How many more class retirements the key's balance pays gas for at the current gas "
-            "price (balance / (class gas budget x gas price)).",
-            ["key"],
-            registry=self.registry,
-        )
+
+    def _backlog(self) -> None:
+        """What is waiting: each lane's unmined nonces, each indexer's lag, the oldest job
+        in each open state."""
         self.nonce_lag = Gauge(
             "relayer_executor_nonce_lag",
             "Nonces of a key signed and sent but not yet mined (its lane's backlog).",
@@ -189,6 +181,23 @@ class Metrics:
             "relayer_relay_oldest_job_age_seconds",
             "Age of the oldest relay job in each open state (since its last change), seconds.",
             ["state"],
+            registry=self.registry,
+        )
+
+    def _solvency(self) -> None:
+        """The executor keys' money: balances, what they cover, drained keys, and the
+        solvency ledger (wei paid, allowances received)."""
+        self.executor_balance_wei = Gauge(
+            "relayer_executor_balance_wei",
+            "Executor ETH balance, wei, by key (its position in the configured keys).",
+            ["key"],
+            registry=self.registry,
+        )
+        self.executor_covered = Gauge(
+            "relayer_executor_covered_retirements",
+            "How many more class retirements the key's balance pays gas for at the current gas "
+            "price (balance / (class gas budget x gas price)).",
+            ["key"],
             registry=self.registry,
         )
         self.executor_drained = Gauge(

@@ -1,7 +1,7 @@
 """The operator's reports: ``relayer config check`` (the effective configuration with every
-secret redacted, and what would stop ``relayer all`` from starting) and ``relayer status``
+secret redacted, and what would stop ``relayer all`` from starting), ``relayer status``
 (jobs by state, executor lanes, balances and leases, indexer lag), as tables or one JSON
-object.
+object, and ``relayer ledger`` (the executor's solvency ledger, JSON).
 
 Policy: nothing here writes, locks or signs. A secret is never shown: the DSN without its
 password, RPC URLs without path and query (providers put API keys there), keys as their
@@ -21,30 +21,24 @@ import click
 from eth_account import Account
 from pydantic import SecretStr
 
-from relayer.app import _extra_chains, load_deployment, parse_catalogue
+from relayer.chain.deployment import extra_chains, load_deployment
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings, env_name
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.package_data import migrations_dir
+from relayer.service.catalogue_load import projects_file_records
+from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import redact
 from relayer.store.pool import Database
-from relayer.store.status import Cursor, Lane, LeaseRow, StateCount, StatusQueries
+from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries
 
 RPC_TIMEOUT_S: Final = 5.0
 """Longest a report waits for a chain node's answer, seconds."""
 _ZERO: Final = "0x" + "00" * 20
 NO_CONTRACTS: Final = Contracts(_ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO, _ZERO)
 """The reports read no contract: only chain id, head, nonces and balances."""
-OPEN_STATES: Final = frozenset(JobState) - {
-    JobState.INDEXED,
-    JobState.REJECTED,
-    JobState.REVERTED,
-    JobState.DROPPED,
-}
-"""The states in which the relay still owes a job work (the outcomes move only on a reorg or a
-retry): ``relayer status`` shows the age of the oldest job in each."""
 UNKNOWN: Final = "-"
 """How a table shows a figure that is not known (no RPC URL, the node did not answer)."""
 
@@ -163,31 +157,17 @@ def offline_problems(settings: Settings, required: Sequence[str]) -> list[str]:
         if not _http_url(ic.rpc_url):
             problems.append(f"RELAYER_INDEX_CHAINS (chain {ic.chain_id}): rpcUrl is not an http(s):// URL")
     deployment = settings.deployment_file
-    checks: list[Callable[[], object]] = [lambda: _extra_chains(settings)]  # their files; no chain twice
+    checks: list[Callable[[], object]] = [lambda: extra_chains(settings)]  # their files; no chain twice
     if deployment is not None:
         checks.append(lambda: load_deployment(deployment))
     if settings.projects_file is not None:
-        checks.append(lambda: _projects_file(settings))
+        checks.append(lambda: projects_file_records(settings))
     for check in checks:
         try:
             check()
         except ConfigError as exc:
             problems.append(exc.message)
     return problems
-
-
-def _projects_file(settings: Settings) -> list[dict[str, Any]]:
-    """RELAYER_PROJECTS_FILE's records, checked as the catalogue seeding reads them.
-
-    Raises:
-        ConfigError: the file cannot be read, or is not a catalogue (naming the record).
-    """
-    try:
-        return parse_catalogue(settings.projects())
-    except OSError as exc:
-        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {type(exc).__name__}") from None
-    except ConfigError as exc:
-        raise ConfigError(message=f"RELAYER_PROJECTS_FILE is not usable: {exc.message}") from None
 
 
 def _given(value: str | SecretStr | None) -> str | None:
@@ -501,6 +481,45 @@ def _executor_keys(
             seen.add((item.chain_id, item.executor.lower()))
             keys.append((item.chain_id, item.executor))
     return keys
+
+
+# --- ledger ---------------------------------------------------------------------------------
+
+
+async def ledger_summary(settings: Settings) -> dict[str, Any]:
+    """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
+    (relay, noop) and outcome, mined transactions, wei paid, wei the successful relays'
+    allowances were worth, and how many paid more than they received; plus the totals.
+
+    Raises:
+        StoreUnavailable: the database failed.
+        ConfigError: the database refused the DSN.
+    """
+    assert settings.database_url is not None
+    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    try:
+        rows = await ExecutorLane(db, settings.chain_id).ledger()
+    finally:
+        await db.close()
+    paid = sum(r.paid_wei for r in rows)
+    received = sum(r.received_wei for r in rows)
+    return {
+        "chainId": settings.chain_id,
+        "rows": [
+            {
+                "kind": r.kind,
+                "outcome": "success" if r.succeeded else "reverted",
+                "transactions": r.transactions,
+                "paidWei": str(r.paid_wei),
+                "receivedWei": str(r.received_wei),
+                "atALoss": r.at_a_loss,
+            }
+            for r in rows
+        ],
+        "paidWei": str(paid),
+        "receivedWei": str(received),
+        "netWei": str(received - paid),
+    }
 
 
 # --- rendering -------------------------------------------------------------------------------

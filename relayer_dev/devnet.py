@@ -138,23 +138,6 @@ def probe_chain_id(url: str, timeout_s: float = RPC_PROBE_TIMEOUT_S) -> int | No
     return int(result, 16) if isinstance(result, str) else None
 
 
-def probe_genesis_hash(url: str, timeout_s: float = RPC_PROBE_TIMEOUT_S) -> str:
-    """The 0x hash of block 0 at ``url`` (a chain's identity across resets).
-
-    Raises:
-        DevnetError: nothing usable answers.
-    """
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": ["0x0", False]}
-    ).encode()
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return str(json.loads(response.read())["result"]["hash"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DevnetError(f"no genesis block at {url}: {type(exc).__name__}") from None
-
-
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         return sock.connect_ex((HOST, port)) == 0

@@ -352,8 +352,6 @@ def openapi_document(server: str) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    one = {"description": "one object", "content": {JSON: {"schema": {"type": "object"}}}}
-    bearer: list[dict[str, list[str]]] = [{"apiKey": []}]
     gone = _errors(410)
     return {
         "openapi": "3.1.0",
@@ -370,88 +368,95 @@ def openapi_document(server: str) -> dict[str, Any]:
             },
         },
         "paths": {
-            "/categories": {"get": {"responses": {"200": _array("categories")}}},
-            "/carbonProjects": {
-                "get": {
-                    "parameters": _parameters(CarbonProjectsQuery),
-                    "responses": {"200": _array("projects"), **_errors(400)},
-                }
-            },
-            "/carbonProjects/{key}": {
-                "get": {
-                    "parameters": [
-                        {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
-                    ],
-                    "responses": {"200": one, **_errors(404)},
-                }
-            },
-            "/retirements": {
-                "get": {
-                    "parameters": _parameters(RetirementsQuery),
-                    "responses": {"200": _array("retirements"), **_errors(400)},
-                }
-            },
-            **{
-                f"/retirements/{{id}}{suffix}": {
-                    "get": {
-                        "parameters": [
-                            {
-                                "name": "id",
-                                "in": "path",
-                                "required": True,
-                                "schema": {
-                                    "type": "string",
-                                    "pattern": r"^[1-9][0-9]*-0x[0-9a-fA-F]{64}-[0-9]+$",
-                                },
-                            }
-                        ],
-                        "responses": {"200": one, **_errors(400, 404)},
-                    }
-                }
-                for suffix in ("", "/certificate", "/provenance")
-            },
-            "/prices": {
-                "get": {
-                    "parameters": _parameters(PricesQuery),
-                    "responses": {"200": _array("prices"), **_errors(400)},
-                }
-            },
-            "/quotes": {
-                "post": {
-                    "security": bearer,
-                    "requestBody": {
-                        "required": True,
-                        "content": {JSON: {"schema": {"$ref": "#/components/schemas/QuoteRequest"}}},
-                    },
-                    "responses": {"201": one, **_errors(400, 401, 404, 409, 422)},
-                }
-            },
-            "/orders": {
-                "post": {
-                    "security": bearer,
-                    "requestBody": {
-                        "required": True,
-                        "content": {JSON: {"schema": {"$ref": "#/components/schemas/OrderRequest"}}},
-                    },
-                    "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
-                }
-            },
-            "/orders/{id}": {
-                "get": {
-                    "security": bearer,
-                    "parameters": [
-                        {
-                            "name": "id",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string", "format": "uuid"},
-                        }
-                    ],
-                    "responses": {"200": one, **_errors(401, 404)},
-                }
-            },
+            **_catalogue_paths(),
+            **_order_paths(),
             "/products": {"get": {"deprecated": True, "responses": gone}},
             "/products/{id}": {"get": {"deprecated": True, "responses": gone}},
             "/products/{id}/stats": {"get": {"deprecated": True, "responses": gone}},
+        },
+    }
+
+
+def _one() -> dict[str, Any]:
+    return {"description": "one object", "content": {JSON: {"schema": {"type": "object"}}}}
+
+
+def _path_parameter(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _catalogue_paths() -> dict[str, Any]:
+    """The public reads: categories, carbon projects, retirements (with certificate and
+    provenance) and prices."""
+    one = _one()
+    retirement_id = _path_parameter(
+        "id", {"type": "string", "pattern": r"^[1-9][0-9]*-0x[0-9a-fA-F]{64}-[0-9]+$"}
+    )
+    return {
+        "/categories": {"get": {"responses": {"200": _array("categories")}}},
+        "/carbonProjects": {
+            "get": {
+                "parameters": _parameters(CarbonProjectsQuery),
+                "responses": {"200": _array("projects"), **_errors(400)},
+            }
+        },
+        "/carbonProjects/{key}": {
+            "get": {
+                "parameters": [_path_parameter("key", {"type": "string"})],
+                "responses": {"200": one, **_errors(404)},
+            }
+        },
+        "/retirements": {
+            "get": {
+                "parameters": _parameters(RetirementsQuery),
+                "responses": {"200": _array("retirements"), **_errors(400)},
+            }
+        },
+        **{
+            f"/retirements/{{id}}{suffix}": {
+                "get": {"parameters": [retirement_id], "responses": {"200": one, **_errors(400, 404)}}
+            }
+            for suffix in ("", "/certificate", "/provenance")
+        },
+        "/prices": {
+            "get": {
+                "parameters": _parameters(PricesQuery),
+                "responses": {"200": _array("prices"), **_errors(400)},
+            }
+        },
+    }
+
+
+def _order_paths() -> dict[str, Any]:
+    """The keyed writes and reads (bearer API key): quotes and orders."""
+    one = _one()
+    bearer: list[dict[str, list[str]]] = [{"apiKey": []}]
+    return {
+        "/quotes": {
+            "post": {
+                "security": bearer,
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/QuoteRequest"}}},
+                },
+                "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
+            }
+        },
+        "/orders": {
+            "post": {
+                "security": bearer,
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/OrderRequest"}}},
+                },
+                "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
+            }
+        },
+        "/orders/{id}": {
+            "get": {
+                "security": bearer,
+                "parameters": [_path_parameter("id", {"type": "string", "format": "uuid"})],
+                "responses": {"200": one, **_errors(401, 404)},
+            }
         },
     }

@@ -567,6 +567,29 @@ def openapi_document(info: X402Info) -> dict[str, Any]:
     defs: dict[str, Any] = model.pop("$defs", {})
     if info.major == 0:
         model["additionalProperties"] = True
+    parameters = {p["name"]: p for p in _query_parameters(model, defs)}
+    paths: dict[str, Any] = {"/api": _post_any_action()}
+    for action in ACTIONS:
+        paths[f"/api/{action}"] = _action_operations(action, list(parameters))
+    paths.update(_meta_paths())
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "x402 carbon retirement endpoint",
+            "version": served_version(info),
+            "description": f"Major {info.major}. Each action by GET with query parameters or by POST "
+            "to /api with `action`; both answer the same. Errors: {error, message, "
+            "x402FacilitatorVersion, ...context}; match on `error`.",
+        },
+        "servers": [{"url": _origin(info)}],
+        "components": {"schemas": _request_schemas(model, defs), "parameters": parameters},
+        "paths": paths,
+    }
+
+
+def _request_schemas(model: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The document's schemas: the error body, the request model (``ActionRequest``) with
+    its definitions, and per action the model with its ``action`` fixed."""
     schemas: dict[str, Any] = {"Error": ERROR_SCHEMA, **defs, "ActionRequest": model}
     for action in ACTIONS:
         schemas[_component(action)] = {
@@ -574,61 +597,74 @@ def openapi_document(info: X402Info) -> dict[str, Any]:
             "properties": {"action": {"const": action, "type": "string"}},
             "required": ["action"],
         }
-    parameters = {p["name"]: p for p in _query_parameters(model, defs)}
+    return schemas
+
+
+def _post_any_action() -> dict[str, Any]:
+    """``/api``: the action index by GET, and any action by POST (chosen by the body's
+    ``action``), with every action's errors."""
     every_code = tuple(dict.fromkeys(c for a in ACTIONS for c in allowed_codes(a)))
-    paths: dict[str, Any] = {
-        "/api": {
-            "get": {
-                "operationId": "index",
-                "summary": "the action index",
-                "responses": {"200": _ok("index")},
-            },
-            "post": {
-                "operationId": "post_action",
-                "summary": "any action, chosen by the body's `action`",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        JSON: {
-                            "schema": {
-                                "oneOf": [{"$ref": f"#/components/schemas/{_component(a)}"} for a in ACTIONS],
-                                "discriminator": {
-                                    "propertyName": "action",
-                                    "mapping": {a: f"#/components/schemas/{_component(a)}" for a in ACTIONS},
-                                },
-                            }
+    return {
+        "get": {
+            "operationId": "index",
+            "summary": "the action index",
+            "responses": {"200": _ok("index")},
+        },
+        "post": {
+            "operationId": "post_action",
+            "summary": "any action, chosen by the body's `action`",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    JSON: {
+                        "schema": {
+                            "oneOf": [{"$ref": f"#/components/schemas/{_component(a)}"} for a in ACTIONS],
+                            "discriminator": {
+                                "propertyName": "action",
+                                "mapping": {a: f"#/components/schemas/{_component(a)}" for a in ACTIONS},
+                            },
                         }
-                    },
-                },
-                "responses": {
-                    "200": _ok("the action's answer"),
-                    "202": _ok("actions/retire still on its way"),
-                    **_error_responses(every_code),
+                    }
                 },
             },
+            "responses": {
+                "200": _ok("the action's answer"),
+                "202": _ok("actions/retire still on its way"),
+                **_error_responses(every_code),
+            },
+        },
+    }
+
+
+def _action_operations(action: str, parameters: list[str]) -> dict[str, Any]:
+    """``/api/<action>``: by POST (the request model as body), and unless the action is
+    POST only, by GET with the query ``parameters`` (names of the document's parameters)."""
+    operations: dict[str, Any] = {
+        "post": {
+            "operationId": f"post_{_component(action)}",
+            "summary": PURPOSES[action],
+            "requestBody": {
+                "required": True,
+                "content": {JSON: {"schema": {"$ref": "#/components/schemas/ActionRequest"}}},
+            },
+            "responses": _action_responses(action),
         }
     }
-    for action in ACTIONS:
-        operations: dict[str, Any] = {
-            "post": {
-                "operationId": f"post_{_component(action)}",
-                "summary": PURPOSES[action],
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/ActionRequest"}}},
-                },
-                "responses": _action_responses(action),
-            }
+    if action not in POST_ONLY:
+        operations["get"] = {
+            "operationId": f"get_{_component(action)}",
+            "summary": PURPOSES[action],
+            "parameters": [{"$ref": f"#/components/parameters/{name}"} for name in parameters],
+            "responses": _action_responses(action),
         }
-        if action not in POST_ONLY:
-            operations["get"] = {
-                "operationId": f"get_{_component(action)}",
-                "summary": PURPOSES[action],
-                "parameters": [{"$ref": f"#/components/parameters/{name}"} for name in parameters],
-                "responses": _action_responses(action),
-            }
-        paths[f"/api/{action}"] = operations
+    return operations
+
+
+def _meta_paths() -> dict[str, Any]:
+    """The self-description routes: manifest, changelog, errors documents, this document,
+    security.txt and the guides."""
     meta_errors = _error_responses(_META_CODES)
+    paths: dict[str, Any] = {}
     for path, description in (
         (MANIFEST_PATH, "the discovery manifest"),
         (CHANGELOG_PATH, "the changelog"),
@@ -657,19 +693,7 @@ def openapi_document(info: X402Info) -> dict[str, Any]:
             },
         }
     }
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "x402 carbon retirement endpoint",
-            "version": served_version(info),
-            "description": f"Major {info.major}. Each action by GET with query parameters or by POST "
-            "to /api with `action`; both answer the same. Errors: {error, message, "
-            "x402FacilitatorVersion, ...context}; match on `error`.",
-        },
-        "servers": [{"url": _origin(info)}],
-        "components": {"schemas": schemas, "parameters": parameters},
-        "paths": paths,
-    }
+    return paths
 
 
 # ---------------------------------------------------------------------------- routes

@@ -5,7 +5,7 @@ token, credit amounts are credit units (1000 a tonne), times are unix seconds.""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Final
 
 from eth_utils.address import is_address, to_checksum_address
@@ -59,14 +59,6 @@ class Contracts:
             **{field: str(to_checksum_address(contracts[key])) for key, field in _DEPLOYMENT_KEYS.items()},
             eth_usd_feed=None if feed is None else str(to_checksum_address(feed)),
         )
-
-    def as_deployment(self) -> dict[str, str]:
-        """The deployment description's ``contracts`` object (inverse of :meth:`from_deployment`)."""
-        by_field = {f: k for k, f in _DEPLOYMENT_KEYS.items()}
-        out = {by_field[f.name]: getattr(self, f.name) for f in fields(self) if f.name in by_field}
-        if self.eth_usd_feed is not None:
-            out["ethUsdFeed"] = self.eth_usd_feed
-        return out
 
 
 @dataclass(frozen=True, slots=True)

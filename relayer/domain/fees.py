@@ -116,12 +116,6 @@ def with_slippage(total: int, slippage_bps: int) -> int:
     return ceil_div(total * (BPS + slippage_bps), BPS)
 
 
-def gas_cost_in_usdc(gas_limit: int, max_fee_per_gas_wei: int, eth_price_usdc: int) -> int:
-    """Worst-case executor spend ``gas_limit * maxFeePerGas`` (wei) in USDC atomic units,
-    rounded up. ``eth_price_usdc`` is the USDC atomic price of one ETH."""
-    return ceil_div(gas_limit * max_fee_per_gas_wei * eth_price_usdc, WEI_PER_ETH)
-
-
 def wei_in_usdc(wei: int, eth_price_usdc: int) -> int:
     """``wei`` in USDC atomic units at ``eth_price_usdc``, rounded up (against the payer)."""
     return ceil_div(wei * eth_price_usdc, WEI_PER_ETH)

@@ -411,16 +411,6 @@ def fold_listing(state: ListingState | None, event: ListingEvent) -> ListingStat
     return replace(stamped, active=False, left_to_sell=0)
 
 
-def fold_all(events: Sequence[ListingEvent]) -> dict[int, ListingState]:
-    """Every listing the events (in chain order) describe, by id."""
-    out: dict[int, ListingState] = {}
-    for event in events:
-        folded = fold_listing(out.get(event.listing_id), event)
-        if folded is not None:
-            out[event.listing_id] = folded
-    return out
-
-
 # ---------------------------------------------------------------------------- provenance
 
 

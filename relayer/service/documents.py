@@ -305,31 +305,9 @@ def _html_value(field: str, value: str, absent: str, *, tag: str = "span", user:
     return f"<{tag}{attrs}>{_e(value)}</{tag}>"
 
 
-def certificate_html(view: CertificateView) -> str:
-    """The certificate as a standalone HTML5 page (UTF-8 text; inline CSS, no scripts, no
-    network loads).
-
-    Each value is in one element with a stable ``data-field`` attribute: ``amount_tonnes``,
-    ``beneficiary_name``, ``beneficiary_address``, ``project`` (holding ``project_key`` and
-    ``project_name``), ``vintage``, ``registry``, ``timestamp`` (ISO 8601 UTC), ``chain``
-    (holding ``chain_name`` and ``chain_id``), ``retiring_name``, ``retiring_address``,
-    ``message``, ``transaction_hash``, ``retirement_id`` and ``verify_url``. An empty value
-    shows "not given" / "not in the catalogue" / "none" with ``data-absent="true"``.
-
-    Args:
-        view: the retirement; strings are cleaned and bounded by the module's text policy
-            (:data:`MAX_CHARS`), so the page is at most a few tens of kilobytes.
-
-    Returns:
-        The page as a ``str`` (encode as UTF-8; the page declares that charset).
-    """
-    f = _fields(view)
-    if f.verify_is_link:
-        url = _e(f.verify_url)
-        verify = f'<a data-field="verify_url" href="{url}" rel="nofollow noreferrer">{url}</a>'
-    else:
-        verify = _html_value("verify_url", f.verify_url, NOT_GIVEN, tag="code", user=False)
-    rows = [
+def _html_rows(f: _Fields) -> list[tuple[str, str]]:
+    """The certificate's labelled rows below the amount: (label, HTML of its value)."""
+    return [
         (
             "Beneficiary",
             _html_value("beneficiary_name", f.beneficiary_name, NOT_GIVEN)
@@ -369,7 +347,33 @@ def certificate_html(view: CertificateView) -> str:
         ),
         ("Retirement id", _html_value("retirement_id", f.retirement_id, NOT_GIVEN, tag="code", user=False)),
     ]
-    body_rows = "\n".join(f"<dt>{_e(label)}</dt>\n<dd>{value}</dd>" for label, value in rows)
+
+
+def certificate_html(view: CertificateView) -> str:
+    """The certificate as a standalone HTML5 page (UTF-8 text; inline CSS, no scripts, no
+    network loads).
+
+    Each value is in one element with a stable ``data-field`` attribute: ``amount_tonnes``,
+    ``beneficiary_name``, ``beneficiary_address``, ``project`` (holding ``project_key`` and
+    ``project_name``), ``vintage``, ``registry``, ``timestamp`` (ISO 8601 UTC), ``chain``
+    (holding ``chain_name`` and ``chain_id``), ``retiring_name``, ``retiring_address``,
+    ``message``, ``transaction_hash``, ``retirement_id`` and ``verify_url``. An empty value
+    shows "not given" / "not in the catalogue" / "none" with ``data-absent="true"``.
+
+    Args:
+        view: the retirement; strings are cleaned and bounded by the module's text policy
+            (:data:`MAX_CHARS`), so the page is at most a few tens of kilobytes.
+
+    Returns:
+        The page as a ``str`` (encode as UTF-8; the page declares that charset).
+    """
+    f = _fields(view)
+    if f.verify_is_link:
+        url = _e(f.verify_url)
+        verify = f'<a data-field="verify_url" href="{url}" rel="nofollow noreferrer">{url}</a>'
+    else:
+        verify = _html_value("verify_url", f.verify_url, NOT_GIVEN, tag="code", user=False)
+    body_rows = "\n".join(f"<dt>{_e(label)}</dt>\n<dd>{value}</dd>" for label, value in _html_rows(f))
     amount = _html_value("amount_tonnes", f.amount_tonnes, NOT_GIVEN)
     return f"""<!DOCTYPE html>
 <html lang="en">

@@ -21,6 +21,8 @@ SELECT state, count(*) AS jobs, extract(epoch FROM now() - min(created_at))::flo
 FROM relay_jobs GROUP BY state
 """
 OPEN_STATES: Final = ("accepted", "simulated", "signed", "submitted", "mined", "confirmed")
+"""The states in which the relay still owes a job work (the outcomes move only on a reorg or a
+retry): ``relayer status`` and the gauges show the age of the oldest job in each."""
 # Seconds since the oldest job of each open state last changed (how long it has been stuck).
 OLDEST_BY_STATE: Final = """
 SELECT state, extract(epoch FROM now() - min(updated_at))::float8 AS age FROM relay_jobs

@@ -116,7 +116,7 @@ async def market(
         confirmations=1,
         rate_limit="off",
     )
-    from relayer.app import create_api_key
+    from relayer.admin import create_api_key
 
     key = await create_api_key(settings, "tests")
     async with open_runtime(settings, workers=True) as rt:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from relayer.app import ledger_summary
+from relayer.ops import ledger_summary
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, sign, signed_request
 from tests.private import private_daemon

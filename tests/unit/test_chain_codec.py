@@ -115,7 +115,8 @@ def test_contracts_from_a_deployment() -> None:
     }
     contracts = Contracts.from_deployment(deployment)
     assert contracts.carbon_credits == OTHER
-    assert Contracts.from_deployment(contracts.as_deployment()) == contracts
+    assert contracts.eth_usd_feed is None
+    assert Contracts.from_deployment({**deployment, "ethUsdFeed": OTHER.lower()}).eth_usd_feed == OTHER
     with pytest.raises(ValueError, match="lacks"):
         Contracts.from_deployment({k: v for k, v in deployment.items() if k != "pool"})
     with pytest.raises(ValueError, match="malformed"):

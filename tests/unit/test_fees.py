@@ -19,7 +19,6 @@ from relayer.domain.fees import (
     class_cost_kvcm,
     eth_price_from_feed,
     gas_allowance,
-    gas_cost_in_usdc,
     listing_cost_usdc,
     max_fee_covered,
     pool_amount_in,
@@ -320,8 +319,8 @@ def test_with_slippage(total: int, bps: int, out: int) -> None:
         (1, 10**18 + 1, 1, 2),
     ],
 )
-def test_gas_cost_in_usdc(gas: int, fee: int, eth: int, usdc: int) -> None:
-    assert gas_cost_in_usdc(gas, fee, eth) == usdc
+def test_worst_case_gas_cost_in_usdc(gas: int, fee: int, eth: int, usdc: int) -> None:
+    assert wei_in_usdc(gas * fee, eth) == usdc
 
 
 def test_gas_allowance_usdc_and_kvcm() -> None:
@@ -351,7 +350,7 @@ def test_gas_allowance_covers_raw_cost() -> None:
     rng = random.Random(42)
     for _ in range(1000):
         gas, fee, eth, margin, reserves = _random_case(rng)
-        raw = gas_cost_in_usdc(gas, fee, eth)
+        raw = wei_in_usdc(gas * fee, eth)
         assert raw * 10**18 >= gas * fee * eth  # the raw cost itself never rounds down
         allowance_usdc = gas_allowance(gas, fee, eth, margin, True, reserves)
         assert allowance_usdc >= raw
@@ -367,9 +366,9 @@ def test_max_fee_covered_never_exceeds_allowance_usdc() -> None:
         gas, _fee, eth, _margin, reserves = _random_case(rng)
         allowance = rng.choice([0, 1, rng.randrange(1, 10**4), rng.randrange(1, 10**9)])
         cap = max_fee_covered(allowance, gas, eth, True, reserves)
-        assert gas_cost_in_usdc(gas, cap, eth) <= allowance
+        assert wei_in_usdc(gas * cap, eth) <= allowance
         # and it is the highest such fee: one wei more would overspend
-        assert gas_cost_in_usdc(gas, cap + 1, eth) > allowance
+        assert wei_in_usdc(gas * (cap + 1), eth) > allowance
 
 
 def test_max_fee_covered_never_exceeds_allowance_kvcm() -> None:
@@ -378,7 +377,7 @@ def test_max_fee_covered_never_exceeds_allowance_kvcm() -> None:
         gas, _fee, eth, _margin, reserves = _random_case(rng)
         allowance = rng.choice([0, 1, rng.randrange(1, 10**16), rng.randrange(1, 10**22)])
         cap = max_fee_covered(allowance, gas, eth, False, reserves)
-        spent_usdc = gas_cost_in_usdc(gas, cap, eth)
+        spent_usdc = wei_in_usdc(gas * cap, eth)
         # spent USDC, priced in kVCM at spot and rounded against the executor, fits the allowance
         assert usdc_to_kvcm_spot(spent_usdc, reserves) <= allowance
         assert spent_usdc * reserves.kvcm <= allowance * reserves.usdc

@@ -22,7 +22,6 @@ from relayer.domain.marketplace import (
     RetirementId,
     SourceId,
     Transfer,
-    fold_all,
     fold_listing,
     parse_retirement_id,
     parse_source_id,
@@ -144,7 +143,8 @@ def test_listing_fold_follows_created_updated_filled_cancelled() -> None:
     state = fold_listing(state, _event("cancelled", 4))
     assert state is not None and not state.active and state.updated_block == 4
     assert fold_listing(None, _event("filled", 5, amount=1, cost=1, buyer=SELLER)) is None  # unknown listing
-    assert fold_all([created, _event("cancelled", 2)])[1].active is False
+    cancelled = fold_listing(fold_listing(None, created), _event("cancelled", 2))
+    assert cancelled is not None and cancelled.active is False
 
 
 def _t(block: int, sender: str, receiver: str, amount: int) -> Transfer:
