@@ -13,7 +13,7 @@ from typing import Any
 
 from relayer.config import Settings
 from relayer.service.catalogue_load import load_projects
-from relayer.service.marketplace import API_KEY_PREFIX
+from relayer.service.market.keys import API_KEY_PREFIX
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.orders import Orders
 from relayer.store.pool import Database

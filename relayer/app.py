@@ -32,7 +32,8 @@ from relayer.service.catalog import Catalog
 from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
-from relayer.service.marketplace import IndexedChain, Marketplace
+from relayer.service.market.marketplace import Marketplace
+from relayer.service.market.snapshot import IndexedChain
 from relayer.service.outcome import Outcomes
 from relayer.service.prepare import Prepare
 from relayer.service.project_records import ProjectRecords

@@ -44,8 +44,10 @@ from relayer.domain.marketplace import (
     validated,
 )
 from relayer.service.documents import certificate_html, certificate_pdf
-from relayer.service.marketplace import Marketplace, recall, remember
-from relayer.service.marketplace import Page as ResultPage
+from relayer.service.market import projects
+from relayer.service.market.marketplace import Marketplace
+from relayer.service.market.projects import Page as ResultPage
+from relayer.service.market.snapshot import recall, remember
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,7 @@ def _paged(request: web.Request, page: ResultPage) -> web.Response:
 
 @guarded
 async def categories(request: web.Request) -> web.Response:
-    return _respond(_dump(Marketplace.categories()))
+    return _respond(_dump(projects.categories()))
 
 
 @guarded
@@ -125,12 +127,12 @@ async def carbon_projects(request: web.Request) -> web.Response:
     """The hot path: an answer rendered for this raw query string is sent as it is (only
     valid queries are kept); otherwise validate, select, render and keep it."""
     market = request.app[MARKETPLACE]
-    snap = await market.snapshot()
+    snap = await market.snapshots.snapshot()
     key = "list?" + request.query_string
     hit = recall(snap, key)
     if hit is None:
         q = validated(CarbonProjectsQuery, _query(request))
-        body, total = market.project_page_json(snap, q)
+        body, total = projects.project_page_json(snap, q)
         headers = {"X-Total-Count": str(total)}
         if q.offset + q.limit < total:
             following = {**request.query, "offset": str(q.offset + q.limit), "limit": str(q.limit)}
@@ -146,10 +148,10 @@ async def carbon_project(request: web.Request) -> web.Response:
     if request.query:
         validated(_NoQuery, _query(request))
     key = request.match_info["key"]
-    snap = await market.snapshot()
+    snap = await market.snapshots.snapshot()
     hit = recall(snap, "detail:" + key)
     if hit is None:
-        hit = ({}, _dump(market.project_detail(snap, key)))
+        hit = ({}, _dump(projects.project_detail(snap, key)))
         remember(snap, "detail:" + key, hit)
     return _respond(hit[1])
 
@@ -161,16 +163,16 @@ class _NoQuery(BaseModel):
 @guarded
 async def retirements(request: web.Request) -> web.Response:
     q = validated(RetirementsQuery, _query(request))
-    return _paged(request, await request.app[MARKETPLACE].retirement_page(q))
+    return _paged(request, await request.app[MARKETPLACE].retirements.retirement_page(q))
 
 
 @guarded
 async def retirement(request: web.Request) -> web.Response:
     if request.query:
         validated(_NoQuery, _query(request))
-    market = request.app[MARKETPLACE]
-    r = await market.retirement(parse_retirement_id(request.match_info["id"]))
-    return _respond(_dump(market.retirement_view(r)))
+    views = request.app[MARKETPLACE].retirements
+    r = await views.retirement(parse_retirement_id(request.match_info["id"]))
+    return _respond(_dump(views.retirement_view(r)))
 
 
 class _CertificateQuery(BaseModel):
@@ -187,14 +189,14 @@ async def retirement_part(request: web.Request) -> web.StreamResponse:
         if looks_like_address(first) or second.isdigit():
             raise REPLACED_RETIREMENT[""].error()
         raise Rejection("not_found", f"no route at {request.path[:200]}")
-    market = request.app[MARKETPLACE]
+    views = request.app[MARKETPLACE].retirements
     if looks_like_address(first):
         raise REPLACED_RETIREMENT[second].error()
     rid = parse_retirement_id(first)
     if second == "provenance":
         if request.query:
             validated(_NoQuery, _query(request))
-        return _respond(_dump(await market.provenance(rid)))
+        return _respond(_dump(await views.provenance(rid)))
     fmt = validated(_CertificateQuery, _query(request)).format
     if fmt is None:
         fmt = "html" if "text/html" in request.headers.get("Accept", "") else "pdf"
@@ -204,7 +206,7 @@ async def retirement_part(request: web.Request) -> web.StreamResponse:
             "format is html or pdf",
             fields=[{"field": "format", "problem": "html or pdf"}],
         )
-    view = await market.certificate(rid)
+    view = await views.certificate(rid)
     if fmt == "html":
         return web.Response(text=certificate_html(view), content_type="text/html", charset="utf-8")
     return web.Response(
@@ -231,37 +233,37 @@ async def prices(request: web.Request) -> web.Response:
         raise removed
     q = validated(PricesQuery, query)
     market = request.app[MARKETPLACE]
-    return _paged(request, market.prices(await market.snapshot(), q))
+    return _paged(request, projects.prices(await market.snapshots.snapshot(), q))
 
 
 @guarded
 async def quotes(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.authenticate(request.headers.get("Authorization"))
+    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
     body = await _body(request)
     removed = removed_parameters(body, REMOVED_QUOTE_FIELDS, "POST /quotes")
     if removed is not None:
         raise removed
     q = validated(QuoteRequest, body)
-    return _respond(_dump(await market.quote(key_id, q, int(time.time()))), 201)
+    return _respond(_dump(await market.desk.quote(key_id, q, int(time.time()))), 201)
 
 
 @guarded
 async def orders(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.authenticate(request.headers.get("Authorization"))
+    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
     body = await _body(request)
     if isinstance(body.get("asset_price_source_id"), str):
         parse_source_id(body["asset_price_source_id"])  # a non-listing source is a 400 before anything
     q = validated(OrderRequest, body)
-    return _respond(_dump(await market.place_order(key_id, q, int(time.time()))), 201)
+    return _respond(_dump(await market.desk.place(key_id, q, int(time.time()))), 201)
 
 
 @guarded
 async def order(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.authenticate(request.headers.get("Authorization"))
-    return _respond(_dump(await market.order(key_id, request.match_info["id"])))
+    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
+    return _respond(_dump(await market.desk.order(key_id, request.match_info["id"])))
 
 
 @guarded

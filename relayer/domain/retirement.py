@@ -9,6 +9,7 @@ salt"). Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -185,3 +186,27 @@ def permit_binds(deadline: int, nonce: bytes) -> bool:
 def permit_expiry(deadline: int) -> int:
     """Unix seconds after which a bound permit deadline is expired (its low 64 bits)."""
     return deadline & _EXPIRY_MASK
+
+
+_NO_ADDRESS: Final = "0x" + "0" * 40
+
+
+def retiring_address(payer: str, details: Mapping[str, Any]) -> str:
+    """Who retired an indexed retirement, as every view shows it: the ``retiringAddress`` of
+    its details when one is set (not the zero address), else the payer (the relay retires for
+    the payer, and requires the two to be equal)."""
+    named = details.get("retiringAddress")
+    return named if isinstance(named, str) and named and named != _NO_ADDRESS else payer
+
+
+def retirement_links(public_base_url: str, retirement_id: str) -> dict[str, str]:
+    """The links of a retirement, the same on every surface: ``viewRetirementUrl`` the page a
+    person reads (the HTML certificate), ``certificateUrl`` the PDF certificate,
+    ``provenanceUrl`` its provenance records (``retirement_id`` is
+    ``{chainId}-{txHash}-{retirementIndex}``)."""
+    base = f"{public_base_url}/retirements/{retirement_id}"
+    return {
+        "viewRetirementUrl": f"{base}/certificate?format=html",
+        "certificateUrl": f"{base}/certificate",
+        "provenanceUrl": f"{base}/provenance",
+    }

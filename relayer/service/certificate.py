@@ -8,6 +8,7 @@ from typing import Any
 
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.errors import Rejection
+from relayer.domain.retirement import retirement_links, retiring_address
 from relayer.domain.schemas import ActionRequest, require
 from relayer.service.catalog import Catalog
 from relayer.store.retirements import IndexedRetirement, RetirementStore
@@ -30,11 +31,12 @@ class Certificates:
         """One retirement's certificate entry (amount in tonnes, timestamp unix seconds)."""
         rid = f"{r.chain_id}-0x{r.tx_hash.hex()}-{r.retirement_index}"
         d = r.details
+        links = retirement_links(self.public_base_url, rid)
         return {
             "retirementId": rid,
             "retirementIndex": r.retirement_index,
-            "certificateUrl": f"{self.public_base_url}/retirements/{rid}/certificate",
-            "viewRetirementUrl": f"{self.public_base_url}/retirements/{rid}",
+            "certificateUrl": links["certificateUrl"],
+            "viewRetirementUrl": links["viewRetirementUrl"],
             "amountInTonnes": format_tonnes(r.amount_units),
             "beneficiaryAddress": r.beneficiary,
             "beneficiaryName": d.get("beneficiaryString", ""),
@@ -43,7 +45,7 @@ class Certificates:
             "projectId": r.project_id,
             "creditId": f"{r.project_id}-{r.vintage}",
             "registry": r.registry,
-            "retiringAddress": r.payer,
+            "retiringAddress": retiring_address(r.payer, d),
             "timestamp": r.block_timestamp,
             "transactionHash": "0x" + r.tx_hash.hex(),
             "blockNumber": r.block_number,

@@ -22,7 +22,8 @@ import pytest
 from aiohttp import web
 from eth_account import Account
 
-from relayer.app import Runtime, create_api_key, open_runtime, web_runner
+from relayer.admin import create_api_key
+from relayer.app import Runtime, open_runtime, web_runner
 from relayer.service.market.orders import ORDER_GRACE_S, order_salt
 from relayer.store.pool import Database
 from relayer_dev.deploy import UPDATED_LISTING_ID

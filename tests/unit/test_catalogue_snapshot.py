@@ -11,7 +11,8 @@ import pytest
 
 from relayer.chain.types import Contracts
 from relayer.domain.errors import Unavailable
-from relayer.service.marketplace import REFRESH_S, STALE_LIMIT_S, IndexedChain, Marketplace
+from relayer.service.market.snapshot import REFRESH_S, STALE_LIMIT_S, CatalogueSnapshots, IndexedChain
+from relayer.service.project_records import ProjectRecords
 
 ADDRESS = "0x" + "11" * 20
 RECORD = {
@@ -68,30 +69,19 @@ class FakeStore:
         return {}
 
 
-class FakeCatalog:
-    chain_id = 84532
-
-
-async def _rebuilt(market: Marketplace) -> None:
+async def _rebuilt(market: CatalogueSnapshots) -> None:
     """Wait for the background rebuild, if one runs (its failure is logged, not raised)."""
     task = market._refreshing
     if task is not None:
         await asyncio.wait([task])
 
 
-def _market(store: FakeStore, clock: list[float]) -> Marketplace:
+def _market(store: FakeStore, clock: list[float]) -> CatalogueSnapshots:
     contracts = Contracts(*([ADDRESS] * 7))
-    return Marketplace(
+    return CatalogueSnapshots(
         cast(Any, store),
-        cast(Any, None),
-        cast(Any, None),
-        cast(Any, FakeCatalog()),
-        cast(Any, None),
-        cast(Any, None),
+        ProjectRecords(cast(Any, store)),
         [IndexedChain(84532, contracts)],
-        "http://x",
-        300,
-        None,
         clock=lambda: clock[0],
     )
 

@@ -11,19 +11,13 @@ from typing import Final
 ROOT: Final = Path(__file__).resolve().parents[2] / "relayer"
 MAX_FUNCTION_LINES: Final = 80
 
-# Exempt while the lead splits relayer/service/marketplace.py into relayer/service/market/*:
-# remove this entry (and the set) once that file is gone.
-EXEMPT: Final = frozenset({"service/marketplace.py"})
-
 
 def long_functions(root: Path) -> list[str]:
     """Every function or method under ``root`` longer than :data:`MAX_FUNCTION_LINES`, as
-    ``path:line name (n lines)``, skipping the files in :data:`EXEMPT`."""
+    ``path:line name (n lines)``."""
     found: list[str] = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        if relative in EXEMPT:
-            continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None
@@ -35,8 +29,3 @@ def long_functions(root: Path) -> list[str]:
 
 def test_no_function_is_longer_than_80_lines() -> None:
     assert long_functions(ROOT) == []
-
-
-def test_the_exemptions_still_exist() -> None:
-    """An exemption for a file that is gone is stale: remove it."""
-    assert [name for name in EXEMPT if not (ROOT / name).is_file()] == []

@@ -48,6 +48,7 @@ from relayer.domain.marketplace import (
     quantity_units,
     usdc,
 )
+from relayer.domain.retirement import retirement_links
 from relayer.domain.schemas import Details
 from relayer.domain.states import JobState
 from relayer.service.catalog import Catalog
@@ -431,7 +432,7 @@ class OrderDesk:
             if found:
                 index = found[0].retirement_index
                 rid = str(RetirementId(found[0].chain_id, o.tx_hash, index))
-                view = f"{self.public_base_url}/retirements/{rid}/certificate?format=html"
+                view = retirement_links(self.public_base_url, rid)["viewRetirementUrl"]
         return {
             "id": str(o.id),
             "status": status,

@@ -1,0 +1,66 @@
+"""The marketplace catalogue API's services (spec: marketplace-api.md, release v18), one a
+job: the catalogue snapshot (:mod:`.snapshot`), project and price views (:mod:`.projects`),
+retirement views (:mod:`.retirements`), API keys (:mod:`.keys`), and quotes and orders
+(:mod:`.orders`). :class:`Marketplace` only wires them over the shared store and relay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from relayer.chain.signer import TreasurySigner
+from relayer.service.catalog import Catalog
+from relayer.service.market.keys import ApiKeys
+from relayer.service.market.orders import OrderDesk
+from relayer.service.market.retirements import RetirementViews
+from relayer.service.market.snapshot import CatalogueSnapshots, IndexedChain
+from relayer.service.prepare import Prepare
+from relayer.service.project_records import ProjectRecords
+from relayer.service.relay import Relay
+from relayer.store.catalogue import CatalogueStore
+from relayer.store.orders import Orders
+from relayer.store.retirements import RetirementStore
+
+
+class Marketplace:
+    """The catalogue API's services.
+
+    Attributes:
+        snapshots: the catalogue snapshot (projects, live figures, listings).
+        retirements: retirements, provenance and certificates.
+        keys: bearer API keys.
+        desk: quotes, orders and the order keeper's step.
+        public_base_url: where callers reach this daemon (no trailing slash).
+    """
+
+    def __init__(
+        self,
+        store: CatalogueStore,
+        retirements: RetirementStore,
+        orders: Orders,
+        catalog: Catalog,
+        prepare: Prepare,
+        relay: Relay,
+        chains: Sequence[IndexedChain],
+        public_base_url: str,
+        quote_lifetime_s: int,
+        treasury: TreasurySigner | None,
+        clock: Callable[[], float] = time.time,
+        project_records: ProjectRecords | None = None,
+    ) -> None:
+        self.public_base_url = public_base_url
+        self.snapshots = CatalogueSnapshots(store, project_records or ProjectRecords(store), chains, clock)
+        self.retirements = RetirementViews(retirements, store, self.snapshots, public_base_url)
+        self.keys = ApiKeys(orders)
+        self.desk = OrderDesk(
+            store,
+            orders,
+            retirements,
+            catalog,
+            prepare,
+            relay,
+            treasury,
+            quote_lifetime_s,
+            public_base_url,
+            clock,
+        )
