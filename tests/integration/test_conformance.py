@@ -747,7 +747,7 @@ async def test_a_listing_refusal_answers_one_status_on_both_surfaces(conf: Confo
     """The same code has one status on the x402 endpoint and on the marketplace API (issue
     17: listing_expired and insufficient_listing_supply were 409, below_min_fill 400 there):
     the registry's, in each surface's own body."""
-    from relayer.app import create_api_key
+    from relayer.admin import create_api_key
 
     key = await create_api_key(conf.daemon.runtime.settings, "conformance")
     session, base = conf.daemon.session, conf.daemon.base_url
