@@ -125,7 +125,7 @@ async def signed_requests(rt: Any, payers: list[str], now: int) -> list[dict[str
 async def call_data(rt: Any, body: dict[str, Any], now: int) -> bytes:
     """The settlement call the daemon would send for ``body`` (verified by its own code)."""
     request = parse_request(body)
-    resolved = await resolve(rt.services.catalog, request, now)
+    resolved = await resolve(rt.services.supply, request, now)
     relay = rt.services.relay
     terms = resolved.terms(relay.chain_id, relay.settlement, int(request.gasAllowance or 0))
     verified = verify_authorization(request, terms, now)

@@ -28,7 +28,6 @@ from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.config import ConfigError, Settings
 from relayer.metrics import Metrics
-from relayer.service.catalog import Catalog
 from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
 from relayer.service.gas import GasPricer
@@ -40,6 +39,7 @@ from relayer.service.project_records import ProjectRecords
 from relayer.service.readiness import Readiness
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
+from relayer.service.supply import Supply
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
@@ -201,11 +201,11 @@ def _wire(
     jobs, retirements = RelayJobs(db), RetirementStore(db)
     catalogue = CatalogueStore(db)
     project_records = ProjectRecords(catalogue)  # discover's project filters and the marketplace
-    catalog = Catalog(reads, settings, project_records)
+    supply = Supply(reads, settings, project_records)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
-    certificates = Certificates(retirements, catalog, settings.public_base_url)
+    certificates = Certificates(retirements, supply, settings.public_base_url)
     outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch)
-    prepare = Prepare(catalog, reads, gas, settings)
+    prepare = Prepare(supply, reads, gas, settings)
     simulator = Simulator(
         executor,
         gas,
@@ -217,7 +217,7 @@ def _wire(
         settings.chain_id,
     )
     relay = Relay(
-        catalog,
+        supply,
         prepare,
         simulator,
         jobs,
@@ -230,7 +230,7 @@ def _wire(
         catalogue,
         retirements,
         Orders(db),
-        catalog,
+        supply,
         prepare,
         relay,
         [IndexedChain(settings.chain_id, node.contracts)]
@@ -255,7 +255,7 @@ def _wire(
         metrics=Metrics(),
         signer=signer,
         signers=signers,
-        services=AppServices(catalog, prepare, relay, certificates),
+        services=AppServices(supply, prepare, relay, certificates),
         simulator=simulator,
         deploy_block=deploy_block,
         catalogue=catalogue,
@@ -388,7 +388,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.settings.max_body_bytes,
         lambda app: add_routes(app, rt.marketplace),
         version_hosts(rt.settings),
-        x402_info(rt.settings, rt.services.catalog),
+        x402_info(rt.settings, rt.services.supply),
         RateLimit(rt.settings.rate_limit, rt.settings.rate_limit_forwarded_for),
         rt.settings.request_timeout_s,
     )

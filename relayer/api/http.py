@@ -25,10 +25,10 @@ from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
-from relayer.service.catalog import Catalog
 from relayer.service.certificate import Certificates
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
+from relayer.service.supply import Supply
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _REQUEST_IDS: Final = (f"{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count(1
 class AppServices:
     """The services the routes call."""
 
-    catalog: Catalog
+    supply: Supply
     prepare: Prepare
     relay: Relay
     certificates: Certificates
@@ -264,9 +264,9 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
 async def _run(services: AppServices, action: str, req: ActionRequest) -> web.Response:
     now = int(time.time())
     if action == "discover":
-        return _json(await services.catalog.discover(req, now))
+        return _json(await services.supply.discover(req, now))
     if action == "quote":
-        return _json(services.catalog.quote_body(await services.catalog.resolve(req, now)))
+        return _json(services.supply.quote_body(await services.supply.resolve(req, now)))
     if action == "prepare-auth":
         return _json(await services.prepare.prepare_auth(req, now))
     if action == "prepare/retire":
@@ -308,14 +308,14 @@ async def post_action(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
-    catalog = request.app[SERVICES].catalog
+    supply = request.app[SERVICES].supply
     return _json(
         {
             "name": "x402 carbon retirement endpoint",
             "apiVersion": API_VERSION,
             "x402FacilitatorVersion": 2,
-            "chainId": catalog.chain_id,
-            "settlement": catalog.contracts.settlement,
+            "chainId": supply.chain_id,
+            "settlement": supply.contracts.settlement,
             "actions": [
                 {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
                 for a in ACTIONS

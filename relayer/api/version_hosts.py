@@ -11,7 +11,7 @@ from aiohttp import web
 
 from relayer.api.x402_meta import LATEST_VERSION, X402Info
 from relayer.config import Settings
-from relayer.service.catalog import Catalog
+from relayer.service.supply import Supply
 
 
 def version_hosts(settings: Settings) -> dict[str, int]:
@@ -21,13 +21,13 @@ def version_hosts(settings: Settings) -> dict[str, int]:
     return {urlsplit(hosts["v1"]).netloc.lower(): 1, urlsplit(hosts["v0"]).netloc.lower(): 0}
 
 
-def x402_info(settings: Settings, catalog: Catalog) -> Callable[[web.Request, int], X402Info]:
+def x402_info(settings: Settings, supply: Supply) -> Callable[[web.Request, int], X402Info]:
     """What the x402 self-description documents say of this daemon, per request: the major
     its host serves and that host's base URL."""
     hosts = settings.x402_hosts()
     tokens = [
         {"symbol": t.symbol, "address": t.address, "decimals": t.decimals, "scheme": t.scheme}
-        for t in catalog.tokens.values()
+        for t in supply.tokens.values()
     ]
     pinned = {urlsplit(url).netloc.lower(): url for url in hosts.values()}
 
@@ -37,8 +37,8 @@ def x402_info(settings: Settings, catalog: Catalog) -> Callable[[web.Request, in
             major=major,
             base_url=pinned.get(request.host.lower(), hosts["latest"]),
             versioned_hosts={"latest": hosts["latest"], "current": hosts["v1"], "v0": hosts["v0"]},
-            chain_id=catalog.chain_id,
-            settlement=catalog.contracts.settlement,
+            chain_id=supply.chain_id,
+            settlement=supply.contracts.settlement,
             input_tokens=tokens,
             security_contact=settings.security_contact,
         )

@@ -135,7 +135,7 @@ def _settled(entry: Any) -> SettledLog:
         fee=int(fee),
         retirement_cost=int(cost),
         refunded=int(refunded),
-        authorization_nonce=bytes(nonce),
+        bound_nonce=bytes(nonce),
         retirement=calls.retirement_from_tuple(retirement),
     )
 

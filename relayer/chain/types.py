@@ -154,5 +154,5 @@ class SettledLog:
     fee: int
     retirement_cost: int
     refunded: int
-    authorization_nonce: bytes
+    bound_nonce: bytes
     retirement: Retirement

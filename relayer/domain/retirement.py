@@ -155,7 +155,7 @@ class Retirement:
         )
 
 
-def authorization_nonce(retirement: Retirement, salt: bytes) -> bytes:
+def bind_nonce(retirement: Retirement, salt: bytes) -> bytes:
     """The EIP-3009 nonce bound to ``retirement``: keccak256(abi.encode(hash, salt)).
 
     Args:

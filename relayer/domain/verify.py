@@ -23,7 +23,7 @@ from eth_utils.crypto import keccak
 
 from relayer.domain import eip712
 from relayer.domain.errors import Rejection
-from relayer.domain.retirement import Retirement, authorization_nonce, permit_binds, permit_expiry
+from relayer.domain.retirement import Retirement, bind_nonce, permit_binds, permit_expiry
 from relayer.domain.schemas import ActionRequest
 
 Scheme = Literal["eip3009", "eip2612"]
@@ -215,7 +215,7 @@ def verify_signed(
         return Rejection(
             "invalid_auth_payload", "authorization expired or about to expire", validBefore=str(expires_at)
         )
-    bound = authorization_nonce(retirement, auth.salt)
+    bound = bind_nonce(retirement, auth.salt)
     unbound = _check_binding(auth, bound, usdc, terms.summary)
     if unbound is not None:
         return unbound

@@ -10,7 +10,7 @@ from relayer.domain.amounts import format_tonnes
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import retirement_links, retiring_address
 from relayer.domain.schemas import ActionRequest, require
-from relayer.service.catalog import Catalog
+from relayer.service.supply import Supply
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
 
@@ -21,10 +21,10 @@ class Certificates:
         public_base_url: where callers reach this daemon (no trailing slash).
     """
 
-    def __init__(self, retirements: RetirementStore, catalog: Catalog, public_base_url: str) -> None:
+    def __init__(self, retirements: RetirementStore, supply: Supply, public_base_url: str) -> None:
         self.retirements = retirements
-        self.catalog = catalog
-        self.chain_id = catalog.chain_id
+        self.supply = supply
+        self.chain_id = supply.chain_id
         self.public_base_url = public_base_url
 
     def entry(self, r: IndexedRetirement) -> dict[str, Any]:
@@ -59,7 +59,7 @@ class Certificates:
                 retirement_not_found (not indexed, or not yet: poll again).
             Unavailable: the database failed.
         """
-        self.catalog.check_chain_field(request.chainId)
+        self.supply.check_chain_field(request.chainId)
         require(request, "txHash")
         assert request.txHash is not None
         found = await self.retirements.by_transaction(

@@ -21,7 +21,7 @@ from relayer.chain.reads import ChainReads
 from relayer.config import Settings
 from relayer.domain import fees
 from relayer.domain.errors import Rejection
-from relayer.service.catalog import Route
+from relayer.service.supply import Route
 
 log = logging.getLogger(__name__)
 

@@ -146,7 +146,7 @@ class Outcomes:
     async def _reverted(self, job: Job, remaining: float) -> RetireOutcome | None:
         """Anyone may submit a bound authorization; if another transaction settled it first,
         the payer's retirement exists: answer with that, never "re-sign"."""
-        elsewhere = await self.retirements.by_authorization(job.chain_id, job.auth_key)
+        elsewhere = await self.retirements.by_bound_nonce(job.chain_id, job.bound_nonce)
         if elsewhere:
             return self._body(job, "settled", elsewhere[0].tx_hash, elsewhere)
         if remaining > 0 and await self._consumed_elsewhere(job):
@@ -159,7 +159,7 @@ class Outcomes:
         if job.scheme != "eip3009":
             return False
         try:
-            return await self.reads.authorization_used(job.payer, job.auth_key)
+            return await self.reads.authorization_used(job.payer, job.bound_nonce)
         except ChainUnavailable:
             return False
 

@@ -16,11 +16,11 @@ from relayer.config import Settings
 from relayer.domain import chains
 from relayer.domain.amounts import format_tonnes, format_units
 from relayer.domain.eip712 import Signature
-from relayer.domain.retirement import authorization_nonce, permit_deadline
+from relayer.domain.retirement import bind_nonce, permit_deadline
 from relayer.domain.schemas import ActionRequest, Details
 from relayer.domain.verify import SignedAuthorization, Terms, typed_data
-from relayer.service.catalog import Catalog
 from relayer.service.gas import GasPricer
+from relayer.service.supply import Supply
 from relayer.service.terms import Resolved, resolve
 
 
@@ -47,12 +47,12 @@ class PreparedAuthorization:
 class Prepare:
     """prepare-auth and prepare/retire."""
 
-    def __init__(self, catalog: Catalog, reads: ChainReads, gas: GasPricer, settings: Settings) -> None:
-        self.catalog = catalog
+    def __init__(self, supply: Supply, reads: ChainReads, gas: GasPricer, settings: Settings) -> None:
+        self.supply = supply
         self.reads = reads
         self.gas = gas
         self.settings = settings
-        self.chain_id = catalog.chain_id
+        self.chain_id = supply.chain_id
         self.settlement = reads.contracts.settlement
 
     async def prepare_auth(self, request: ActionRequest, now: int) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class Prepare:
                 schema_validation.
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
-        resolved = await resolve(self.catalog, request, now)
+        resolved = await resolve(self.supply, request, now)
         prepared = await self.authorization(resolved, now)
         route, terms, bound = resolved.route, prepared.terms, prepared.bound_nonce
         usdc = route.token.key == "usdc"
@@ -81,7 +81,7 @@ class Prepare:
             "gasAllowanceFormatted": format_units(allowance, route.token.decimals),
             "gasAllowanceParts": prepared.gas_parts,
             "validBefore": prepared.valid_before,
-            "quote": self.catalog.quote_body(route),
+            "quote": self.supply.quote_body(route),
             "typedData": prepared.typed_data,
             "actionsRetireRequest": self._actions_request(
                 request,
@@ -128,7 +128,7 @@ class Prepare:
         )
         valid_before = now + lifetime
         salt = os.urandom(32) if salt is None else salt
-        bound = authorization_nonce(terms.retirement, salt)
+        bound = bind_nonce(terms.retirement, salt)
         deadline = valid_before if usdc else permit_deadline(bound, valid_before)
         nonce: bytes | int = bound if usdc else permit_nonce
         return PreparedAuthorization(
@@ -214,7 +214,7 @@ class Prepare:
         if details is None or not (details.beneficiaryAddress or details.beneficiaryIsPayer):
             details = (details or Details()).model_copy(update={"beneficiaryIsPayer": True})
             request = request.model_copy(update={"details": details})
-        resolved = await resolve(self.catalog, request, now)
+        resolved = await resolve(self.supply, request, now)
         route = resolved.route
         max_input = route.suggested_max_input
         approve = calls.approve(route.token.contract, self.settlement, max_input)
@@ -229,7 +229,7 @@ class Prepare:
                 {"step": "approve", "to": route.token.address, "data": "0x" + approve.hex(), **step},
                 {"step": "prepareRetire", "to": self.settlement, "data": "0x" + retire.hex(), **step},
             ],
-            "quote": self.catalog.quote_body(route),
+            "quote": self.supply.quote_body(route),
             "approvalRequired": True,
             "approvalInstructions": {
                 "token": route.token.address,

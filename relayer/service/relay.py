@@ -24,10 +24,10 @@ from relayer.domain.verify import (
     request_hash,
     verify_signed,
 )
-from relayer.service.catalog import Catalog
 from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
 from relayer.service.simulate import Simulator
+from relayer.service.supply import Supply
 from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import (
     Job,
@@ -47,7 +47,7 @@ class Relay:
 
     def __init__(
         self,
-        catalog: Catalog,
+        supply: Supply,
         prepare: Prepare,
         simulator: Simulator,
         jobs: RelayJobs,
@@ -57,13 +57,13 @@ class Relay:
     ) -> None:
         self.min_executor_balance_wei = min_executor_balance_wei
         self.executors = executors or [simulator.executor_address]
-        self.catalog = catalog
+        self.supply = supply
         self.prepare = prepare
         self.simulator = simulator
         self.jobs = jobs
         self.outcomes = outcomes
-        self.chain_id = catalog.chain_id
-        self.settlement = catalog.contracts.settlement
+        self.chain_id = supply.chain_id
+        self.settlement = supply.contracts.settlement
 
     async def retire(self, request: ActionRequest, now: int) -> RetireOutcome:
         """Relay a signed retirement and wait for its outcome (see :meth:`accept`).
@@ -91,7 +91,7 @@ class Relay:
             Unavailable: the chain node or the database failed (nothing was signed).
         """
         try:
-            token = self.catalog.token(request.inputToken)
+            token = self.supply.token(request.inputToken)
         except Rejection:
             raise Rejection("invalid_input_token", inputToken=request.inputToken) from None
         if request.authPayload is None:
@@ -104,7 +104,7 @@ class Relay:
         if existing is not None:
             return existing
         await self._executor_funded()
-        resolved = await resolve(self.catalog, request, now)
+        resolved = await resolve(self.supply, request, now)
         return await self._take(resolved, shaped, key, now)
 
     async def accept_authorization(
@@ -167,7 +167,7 @@ class Relay:
         """
         if not self.min_executor_balance_wei:
             return
-        balances = await asyncio.gather(*(self.catalog.chain.eth_balance(e) for e in self.executors))
+        balances = await asyncio.gather(*(self.supply.chain.eth_balance(e) for e in self.executors))
         if max(balances) < self.min_executor_balance_wei:
             log.warning("every executor balance is below the floor: new work refused")
             raise Rejection(
@@ -188,9 +188,9 @@ class Relay:
             Unavailable: the chain node failed.
         """
         token, payer = verified.retirement.input_token, verified.payer
-        read = await self.catalog.chain.balance(token, payer)
+        read = await self.supply.chain.balance(token, payer)
         if read.amount < verified.value:  # the cached head may predate the payer's funding
-            read = await self.catalog.chain.balance(token, payer, fresh=True)
+            read = await self.supply.chain.balance(token, payer, fresh=True)
         if read.amount < verified.value:
             raise _overdrawn(verified, read.amount)
         return PayerBalance(read.amount, read.block_number)
@@ -206,7 +206,7 @@ class Relay:
         its other jobs in flight; (job, whether this caller drives it)."""
         new = NewJob(
             chain_id=self.chain_id,
-            auth_key=verified.bound_nonce,
+            bound_nonce=verified.bound_nonce,
             permit_key=verified.permit_key,
             salt=verified.salt,
             scheme=verified.scheme,
@@ -281,7 +281,7 @@ def _mismatch(message: str, job: Job, received: str | None, summary: Mapping[str
     return Rejection(
         "params_mismatch",
         message,
-        expectedNonce="0x" + job.auth_key.hex(),
+        expectedNonce="0x" + job.bound_nonce.hex(),
         receivedNonce=received,
         submitted=dict(summary),
     )

@@ -12,7 +12,7 @@ from relayer.domain.attribution import retirement_details
 from relayer.domain.retirement import Retirement, RetirementDetails
 from relayer.domain.schemas import ActionRequest, Details, require
 from relayer.domain.verify import Terms
-from relayer.service.catalog import Catalog, Route
+from relayer.service.supply import Route, Supply
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class Resolved:
         )
 
 
-async def resolve(catalog: Catalog, request: ActionRequest, now: int) -> Resolved:
+async def resolve(supply: Supply, request: ActionRequest, now: int) -> Resolved:
     """Resolve, price and attribute the retirement ``request`` describes.
 
     Raises:
@@ -77,7 +77,7 @@ async def resolve(catalog: Catalog, request: ActionRequest, now: int) -> Resolve
     """
     require(request, "from")
     assert request.from_ is not None
-    return attribute(await catalog.resolve(request, now), request.from_, request.details)
+    return attribute(await supply.resolve(request, now), request.from_, request.details)
 
 
 def attribute(route: Route, payer: str, details: Details | None) -> Resolved:

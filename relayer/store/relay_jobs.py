@@ -43,11 +43,11 @@ FIXED_TRANSITIONS: Final = (
 
 # Record an accepted request as a new job; nothing when its authorization key exists.
 INSERT_JOB: Final = """
-INSERT INTO relay_jobs (chain_id, auth_key, salt, scheme, payer, input_token, auth_value,
+INSERT INTO relay_jobs (chain_id, bound_nonce, salt, scheme, payer, input_token, auth_value,
                         gas_allowance, request_hash, settlement, call_data, summary, permit_key,
                         auth_expires_at, quote_total, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, 'accepted')
-ON CONFLICT (chain_id, auth_key) DO NOTHING
+ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
 # Spend a salt for a job; nothing (NULL) when another job spent it first.
@@ -61,7 +61,7 @@ JOB_BY_SALT: Final = """
 SELECT j.* FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id WHERE s.chain_id = $1 AND s.salt = $2
 """
 # The job of an authorization key.
-JOB_BY_AUTH_KEY: Final = "SELECT * FROM relay_jobs WHERE chain_id = $1 AND auth_key = $2"
+JOB_BY_BOUND_NONCE: Final = "SELECT * FROM relay_jobs WHERE chain_id = $1 AND bound_nonce = $2"
 # Serialise the reservations of one payer's token until the transaction ends ($1 chain id,
 # $2 payer, $3 token).
 LOCK_PAYER: Final = """
@@ -73,7 +73,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('payer:' || $1::integer || ':' || 
 # block (the balance does not show it spent yet). $5 is the new job's own authorization key.
 RESERVED_BY_PAYER: Final = """
 SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
-WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND auth_key <> $5
+WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
   AND ((state IN ('accepted', 'simulated', 'signed', 'submitted')
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
@@ -203,7 +203,7 @@ class NewJob:
     unix seconds (``auth_expires_at`` at most 2**63 - 1)."""
 
     chain_id: int
-    auth_key: bytes
+    bound_nonce: bytes
     permit_key: bytes | None
     salt: bytes
     scheme: str
@@ -226,7 +226,7 @@ class Job:
     id: int
     chain_id: int
     state: JobState
-    auth_key: bytes
+    bound_nonce: bytes
     salt: bytes
     scheme: str
     payer: str
@@ -258,7 +258,7 @@ class Job:
             id=row["id"],
             chain_id=row["chain_id"],
             state=JobState(row["state"]),
-            auth_key=bytes(row["auth_key"]),
+            bound_nonce=bytes(row["bound_nonce"]),
             salt=bytes(row["salt"]),
             scheme=row["scheme"],
             payer=row["payer"],
@@ -369,7 +369,7 @@ class RelayJobs:
                         assert other is not None
                         raise SaltReused(Job.from_row(other))
                     return Job.from_row(row), True
-                existing = await conn.fetchrow(JOB_BY_AUTH_KEY, new.chain_id, new.auth_key)
+                existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
                 assert existing is not None
                 reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash)
                 return Job.from_row(reopened or existing), reopened is not None
@@ -388,7 +388,7 @@ class RelayJobs:
                 new.payer,
                 new.input_token,
                 balance.block_number,
-                new.auth_key,
+                new.bound_nonce,
             )
         )
         if reserved + new.auth_value > balance.amount:
@@ -512,7 +512,7 @@ class RelayJobs:
 def _job_args(new: NewJob) -> tuple[Any, ...]:
     return (
         new.chain_id,
-        new.auth_key,
+        new.bound_nonce,
         new.salt,
         new.scheme,
         new.payer,

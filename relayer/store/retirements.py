@@ -41,14 +41,14 @@ class IndexedRetirement:
     project_id: str
     vintage: int
     registry: str
-    authorization_nonce: bytes
+    bound_nonce: bytes
     details: dict[str, Any]
 
 
 _COLUMNS = (
     "chain_id, tx_hash, retirement_index, block_number, block_hash, log_index, block_timestamp, payer, "
     "beneficiary, input_token, value, fee, retirement_cost, refunded, gas_allowance, source, source_id, "
-    "credit_token, token_id, amount_units, project_id, vintage, registry, authorization_nonce, details"
+    "credit_token, token_id, amount_units, project_id, vintage, registry, bound_nonce, details"
 )
 
 # The indexer cursor named $2.
@@ -68,7 +68,7 @@ WHERE indexer_cursor.block_number <= EXCLUDED.block_number
 """
 # Retirements settled with authorization nonce $2, in whatever transaction.
 BY_AUTHORIZATION: Final = f"""
-SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND authorization_nonce = $2
+SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND bound_nonce = $2
 ORDER BY block_number, retirement_index
 """
 # Retirements of one transaction (one index when $3 is not NULL), by index.
@@ -119,7 +119,7 @@ def retirement_args(r: IndexedRetirement) -> tuple[Any, ...]:
         r.project_id,
         r.vintage,
         r.registry,
-        r.authorization_nonce,
+        r.bound_nonce,
         json.dumps(r.details),
     )
 
@@ -139,7 +139,7 @@ def _from_row(row: asyncpg.Record) -> IndexedRetirement:
         values[key] = int(values[key])
     values["tx_hash"] = bytes(values["tx_hash"])
     values["block_hash"] = bytes(values["block_hash"])
-    values["authorization_nonce"] = bytes(values["authorization_nonce"])
+    values["bound_nonce"] = bytes(values["bound_nonce"])
     values["details"] = json.loads(values["details"])
     return IndexedRetirement(**values)
 
@@ -176,7 +176,7 @@ class RetirementStore:
                 )
             await conn.execute(ADVANCE_CURSOR, chain_id, name, block_number, block_hash)
 
-    async def by_authorization(self, chain_id: int, nonce: bytes) -> list[IndexedRetirement]:
+    async def by_bound_nonce(self, chain_id: int, nonce: bytes) -> list[IndexedRetirement]:
         """Retirements settled with this authorization nonce, in whatever transaction."""
         rows = await self.db.fetch(BY_AUTHORIZATION, chain_id, nonce)
         return [_from_row(r) for r in rows]

@@ -70,6 +70,6 @@ def retirement_row(chain_id: int, entry: SettledLog, timestamp: int, credit: Cre
         project_id=credit.project_id,
         vintage=credit.vintage,
         registry=credit.registry,
-        authorization_nonce=entry.authorization_nonce,
+        bound_nonce=entry.bound_nonce,
         details=r.details.as_record(),
     )

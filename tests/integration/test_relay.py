@@ -12,7 +12,7 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
-from relayer.domain.retirement import Retirement, RetirementDetails, authorization_nonce
+from relayer.domain.retirement import Retirement, RetirementDetails, bind_nonce
 from tests.chain_helpers import chain_hash_retirement, eth_balance, token_balance, transact_as_deployer
 from tests.conftest import Daemon
 
@@ -188,7 +188,7 @@ async def test_python_nonce_binding_matches_the_settlement_contract(daemon: Daem
     )
     r = Retirement(1, 7, node.contracts.carbon_credits, 3, 12_345, node.contracts.usdc, 999, details)
     salt = bytes(range(32))
-    assert await chain_hash_retirement(node, r, salt) == authorization_nonce(r, salt)
+    assert await chain_hash_retirement(node, r, salt) == bind_nonce(r, salt)
 
 
 async def test_signature_from_another_key_is_invalid_auth_payload(daemon: Daemon) -> None:
@@ -395,7 +395,7 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
     def job(salt: bytes) -> NewJob:
         return NewJob(
             chain_id=84532,
-            auth_key=b"k" + salt,
+            bound_nonce=b"k" + salt,
             permit_key=b"permit-key-1",
             salt=salt,
             scheme="eip2612",
@@ -434,7 +434,7 @@ async def test_authorization_about_to_expire_is_never_signed(daemon: Daemon) -> 
     salt = b"\x07" * 32
     new = NewJob(
         chain_id=99,  # a chain no broadcaster serves, so only this test claims it
-        auth_key=b"expiring" + salt,
+        bound_nonce=b"expiring" + salt,
         permit_key=None,
         salt=salt,
         scheme="eip3009",

@@ -279,7 +279,7 @@ async def _epoch_is(db: Database, epoch: int) -> bool:
 def _orphan(salt: bytes) -> NewJob:
     return NewJob(
         chain_id=98,
-        auth_key=b"orphan" + salt,
+        bound_nonce=b"orphan" + salt,
         permit_key=None,
         salt=salt,
         scheme="eip3009",

@@ -29,7 +29,7 @@ async def _changed(notifications: Any, job_id: int, timeout_s: float) -> None:
 def _job(salt: bytes) -> NewJob:
     return NewJob(
         chain_id=98,  # a chain no worker serves, so only this test moves these jobs
-        auth_key=b"notify" + salt,
+        bound_nonce=b"notify" + salt,
         permit_key=None,
         salt=salt,
         scheme="eip3009",

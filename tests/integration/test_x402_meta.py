@@ -32,17 +32,17 @@ TREE = ("pyproject.toml", "README.md", "relayer", "contracts_abi", "migrations",
 
 def _info(daemon: Daemon) -> X402Info:
     """This daemon's x402 description, from its runtime (what ``info_of`` gives)."""
-    catalog = daemon.runtime.services.catalog
+    supply = daemon.runtime.services.supply
     return X402Info(
         api_version=http.API_VERSION,
         major=1,
         base_url=daemon.api,
         versioned_hosts={"latest": daemon.api, "current": daemon.api, "v0": daemon.api},
-        chain_id=catalog.chain_id,
-        settlement=catalog.contracts.settlement,
+        chain_id=supply.chain_id,
+        settlement=supply.contracts.settlement,
         input_tokens=[
             {"symbol": t.symbol, "address": t.address, "decimals": t.decimals, "scheme": t.scheme}
-            for t in catalog.tokens.values()
+            for t in supply.tokens.values()
         ],
         security_contact="mailto:security@example.invalid",
     )
@@ -140,7 +140,7 @@ async def test_the_daemon_serves_the_meta_routes_by_host(daemon: Daemon) -> None
         assert r.status == 200
         latest = await r.json()
     assert latest["apiVersion"] == LATEST_VERSION and latest["major"] == 1
-    assert latest["settlement"] == daemon.runtime.services.catalog.contracts.settlement
+    assert latest["settlement"] == daemon.runtime.services.supply.contracts.settlement
     hosts = daemon.runtime.settings.x402_hosts()
     v0_host = urlsplit(hosts["v0"]).netloc
     async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json", headers={"Host": v0_host}) as r:

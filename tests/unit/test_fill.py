@@ -57,8 +57,8 @@ def test_each_refusal_in_its_order(
 def test_each_surface_names_every_reason() -> None:
     """The x402 surface uses its spec's codes (cancelled is listing_not_found, sold out is
     insufficient_listing_supply); the marketplace the reason's own code."""
-    from relayer.service.catalog import x402_fill_refusal
     from relayer.service.market.orders import marketplace_fill_refusal
+    from relayer.service.supply import x402_fill_refusal
 
     x402 = {
         Unfillable.CANCELLED: "listing_not_found",

@@ -23,7 +23,7 @@ from relayer.domain.retirement import (
     SOURCE_LISTING,
     Retirement,
     RetirementDetails,
-    authorization_nonce,
+    bind_nonce,
 )
 
 SETTLEMENT_SOL = Path(__file__).resolve().parents[2] / "contracts" / "src" / "RetirementSettlement.sol"
@@ -203,7 +203,7 @@ def test_change_lists_cover_every_field() -> None:
 def test_struct_hash_changes_with_each_retirement_field(field: str, value: Any) -> None:
     changed = dataclasses.replace(RETIREMENT, **{field: value})
     assert changed.struct_hash() != RETIREMENT.struct_hash()
-    assert authorization_nonce(changed, SALT) != authorization_nonce(RETIREMENT, SALT)
+    assert bind_nonce(changed, SALT) != bind_nonce(RETIREMENT, SALT)
 
 
 @pytest.mark.parametrize(("field", "value"), sorted(DETAILS_CHANGES.items()))
@@ -212,7 +212,7 @@ def test_struct_hash_changes_with_each_details_field(field: str, value: str) -> 
     changed = dataclasses.replace(RETIREMENT, details=details)
     assert details.struct_hash() != DETAILS.struct_hash()
     assert changed.struct_hash() != RETIREMENT.struct_hash()
-    assert authorization_nonce(changed, SALT) != authorization_nonce(RETIREMENT, SALT)
+    assert bind_nonce(changed, SALT) != bind_nonce(RETIREMENT, SALT)
 
 
 def test_all_single_field_changes_give_distinct_hashes() -> None:
@@ -240,11 +240,11 @@ def test_address_case_does_not_change_the_hash() -> None:
 
 
 def test_authorization_nonce_binds_salt_and_retirement() -> None:
-    nonce = authorization_nonce(RETIREMENT, SALT)
+    nonce = bind_nonce(RETIREMENT, SALT)
     assert len(nonce) == 32
-    assert nonce == authorization_nonce(RETIREMENT, bytes(SALT))
-    assert authorization_nonce(RETIREMENT, bytes(32)) != nonce
-    assert authorization_nonce(RETIREMENT, SALT[:-1] + b"\xac") != nonce
+    assert nonce == bind_nonce(RETIREMENT, bytes(SALT))
+    assert bind_nonce(RETIREMENT, bytes(32)) != nonce
+    assert bind_nonce(RETIREMENT, SALT[:-1] + b"\xac") != nonce
     # keccak256(abi.encode(hashRetirement(r), salt)): two 32-byte words, no packing
     assert nonce == keccak(RETIREMENT.struct_hash() + SALT)
     assert nonce != RETIREMENT.struct_hash()

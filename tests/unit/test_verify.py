@@ -20,7 +20,7 @@ from relayer.domain.retirement import (
     SOURCE_CARBON_CLASS,
     Retirement,
     RetirementDetails,
-    authorization_nonce,
+    bind_nonce,
     permit_deadline,
 )
 from relayer.domain.schemas import parse_request
@@ -62,7 +62,7 @@ def _body(
 ) -> dict[str, Any]:
     """A signed actions/retire body for ``_terms(scheme)``, as prepare-auth + a wallet make it."""
     terms = _terms(scheme)
-    bound = authorization_nonce(terms.retirement, SALT)
+    bound = bind_nonce(terms.retirement, SALT)
     valid_before = over.pop("valid_before", NOW + 3600)
     if scheme == "eip3009":
         nonce: str = "0x" + bound.hex()
@@ -125,7 +125,7 @@ def test_a_wallet_signed_request_verifies(scheme: str) -> None:
     body = _body(scheme)
     result = _verify(body, scheme)
     assert isinstance(result, VerifiedAuthorization), result
-    bound = authorization_nonce(_terms(scheme).retirement, SALT)
+    bound = bind_nonce(_terms(scheme).retirement, SALT)
     assert result.payer == PAYER and result.scheme == scheme
     assert result.value == TOTAL + ALLOWANCE and result.gas_allowance == ALLOWANCE
     assert result.bound_nonce == bound and result.salt == SALT
@@ -267,7 +267,7 @@ def test_a_usdc_authorization_not_valid_yet_is_left_to_the_simulation() -> None:
     """It becomes valid later: the simulation reverts it as a retryable contract_revert
     rather than the verifier refusing it for good (and the clocks of two hosts may differ)."""
     terms = _terms()
-    bound = authorization_nonce(terms.retirement, SALT)
+    bound = bind_nonce(terms.retirement, SALT)
     typed = typed_data(terms, PAYER, TOTAL + ALLOWANCE, NOW + 60, NOW + 3600, bound)
     body = _body()
     body["authPayload"]["validAfter"] = str(NOW + 60)

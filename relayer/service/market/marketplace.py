@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from relayer.chain.signer import TreasurySigner
-from relayer.service.catalog import Catalog
 from relayer.service.market.keys import ApiKeys
 from relayer.service.market.orders import OrderDesk
 from relayer.service.market.retirements import RetirementViews
@@ -17,6 +16,7 @@ from relayer.service.market.snapshot import CatalogueSnapshots, IndexedChain
 from relayer.service.prepare import Prepare
 from relayer.service.project_records import ProjectRecords
 from relayer.service.relay import Relay
+from relayer.service.supply import Supply
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.orders import Orders
 from relayer.store.retirements import RetirementStore
@@ -38,7 +38,7 @@ class Marketplace:
         store: CatalogueStore,
         retirements: RetirementStore,
         orders: Orders,
-        catalog: Catalog,
+        supply: Supply,
         prepare: Prepare,
         relay: Relay,
         chains: Sequence[IndexedChain],
@@ -56,7 +56,7 @@ class Marketplace:
             store,
             orders,
             retirements,
-            catalog,
+            supply,
             prepare,
             relay,
             treasury,

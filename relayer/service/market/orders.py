@@ -51,9 +51,9 @@ from relayer.domain.marketplace import (
 from relayer.domain.retirement import retirement_links
 from relayer.domain.schemas import Details
 from relayer.domain.states import JobState
-from relayer.service.catalog import Catalog
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
+from relayer.service.supply import Supply
 from relayer.service.terms import Resolved, attribute
 from relayer.store.catalogue import CatalogueStore, ChainListing
 from relayer.store.orders import Order, Orders, Quote, QuoteSpent
@@ -136,7 +136,7 @@ class OrderDesk:
         store: CatalogueStore,
         orders: Orders,
         retirements: RetirementStore,
-        catalog: Catalog,
+        supply: Supply,
         prepare: Prepare,
         relay: Relay,
         treasury: TreasurySigner | None,
@@ -147,14 +147,14 @@ class OrderDesk:
         self.store = store
         self.orders = orders
         self.retirements = retirements
-        self.catalog = catalog
+        self.supply = supply
         self.prepare = prepare
         self.relay = relay
         self.treasury = treasury
         self.quote_lifetime_s = quote_lifetime_s
         self.public_base_url = public_base_url
         self.clock = clock
-        self.chain_id = catalog.chain_id
+        self.chain_id = supply.chain_id
 
     # ------------------------------------------------------------------ quotes
 
@@ -204,11 +204,11 @@ class OrderDesk:
     async def _fillable(self, cl: ChainListing, units: int, now: int) -> fees.Quote:
         """The indexed listing checked by the one fill rule for ``units``; its fee quote."""
         s = cl.state
-        credit = await self.catalog.chain.credit(s.token_id) if s.active else None
+        credit = await self.supply.chain.credit(s.token_id) if s.active else None
         refusal = check_fill(s, units, now, whole_tonnes_only=credit is not None and credit.whole_tonnes_only)
         if refusal is not None:
             raise marketplace_fill_refusal(refusal, s.listing_id, cl.chain_id)
-        return fees.quote_listing(s.unit_price, units, await self.catalog.chain.fee_schedule())
+        return fees.quote_listing(s.unit_price, units, await self.supply.chain.fee_schedule())
 
     # ------------------------------------------------------------------ orders
 
@@ -289,8 +289,8 @@ class OrderDesk:
         def refuse(refusal: FillRefusal, listing_id: int, credit: CreditInfo | None) -> Exception:
             return marketplace_fill_refusal(refusal, listing_id, q.chain_id)
 
-        route = await self.catalog.listing_route(
-            q.listing_id, q.quantity_units, self.catalog.token("USDC"), now, refuse
+        route = await self.supply.listing_route(
+            q.listing_id, q.quantity_units, self.supply.token("USDC"), now, refuse
         )
         if route.listing is None or route.listing.unit_price != q.unit_price:
             price = q.unit_price if route.listing is None else route.listing.unit_price
@@ -321,7 +321,7 @@ class OrderDesk:
             Unavailable: the node failed.
         """
         token = resolved.route.token.address
-        held = await self.catalog.chain.balance(token, treasury.address)
+        held = await self.supply.chain.balance(token, treasury.address)
         if held.amount < resolved.route.quote.total:
             log.warning("the treasury cannot pay for an order: refused before its quote was consumed")
             raise Rejection(

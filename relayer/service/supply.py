@@ -74,7 +74,7 @@ class Route:
     suggested_max_input: int
 
 
-class Catalog:
+class Supply:
     """Discovery, resolution and quoting against live chain state; the project filters
     (country, category, methodology) read the catalogue's project records."""
 
