@@ -116,16 +116,20 @@ def marketplace_fill_refusal(refusal: FillRefusal, listing_id: int, chain_id: in
     return bad_request("amount_not_whole_tonnes", "this registry's credits retire in whole tonnes only")
 
 
-def failure_record(error: RelayerError, q: Quote) -> dict[str, Any]:
-    """How a FAILED order shows why: the reason's code and message, and what to do next (the
-    quote was spent by this order: a new quote is the way to try again)."""
-    return {
-        "code": error.code,
-        "message": error.message,
-        "next": "this order's quote is spent; ask for a new one: POST /quotes "
+def next_step(q: Quote) -> str:
+    """What to do after an order failed: its quote is spent, so a new quote is the way to try
+    again (the body of that ``POST /quotes``)."""
+    return (
+        "this order's quote is spent; ask for a new one: POST /quotes "
         f'{{"asset_price_source_id": "{SourceId(q.chain_id, q.listing_id)}", '
-        f'"quantity_tonnes": "{format_tonnes(q.quantity_units)}"}}',
-    }
+        f'"quantity_tonnes": "{format_tonnes(q.quantity_units)}"}}'
+    )
+
+
+def failure_record(error: RelayerError, q: Quote) -> dict[str, Any]:
+    """How a FAILED order shows why: the reason's ``code`` and ``message``, and ``next``
+    (:func:`next_step`)."""
+    return {"code": error.code, "message": error.message, "next": next_step(q)}
 
 
 class OrderDesk:
@@ -360,6 +364,8 @@ class OrderDesk:
         else:
             await self.orders.set_job(order_id, job.id, int(self.clock()))
             return
+        if await self._link_existing_job(order_id):  # a concurrent attempt reserved its salt first
+            return
         log.warning("order failed", extra={"order": str(order_id), "code": failure.code})
         await self.orders.set_error(order_id, failure_record(failure, q), int(self.clock()))
 
@@ -374,7 +380,7 @@ class OrderDesk:
         now = int(self.clock())
         pending = await self.orders.pending(now - ORDER_GRACE_S, RESUME_BATCH)
         for o in pending:
-            if await self._link_existing_job(o):
+            if await self._link_existing_job(o.id):
                 continue
             try:
                 consumption = o.consumption_metadata
@@ -394,17 +400,17 @@ class OrderDesk:
             await self.orders.set_error(o.id, failure_record(failure, o.quote), int(self.clock()))
         return len(pending)
 
-    async def _link_existing_job(self, o: Order) -> bool:
-        """Link the relay job an earlier attempt made (the process died before recording it),
-        found by the order's salt; whether there was one. A rejected job is not linked: the
-        next attempt re-opens it with the same salt."""
-        job = await self.relay.jobs.find_by_salt(self.chain_id, order_salt(o.id))
-        if job is None or job.state is JobState.REJECTED or job.request_hash != order_request_key(o.id):
+    async def _link_existing_job(self, order_id: uuid.UUID) -> bool:
+        """Link the relay job another attempt made (a process that died before recording it,
+        or a concurrent attempt), found by the order's salt; whether there was one. A rejected
+        job is not linked: the next attempt re-opens it with the same salt."""
+        job = await self.relay.jobs.find_by_salt(self.chain_id, order_salt(order_id))
+        if job is None or job.state is JobState.REJECTED or job.request_hash != order_request_key(order_id):
             return False
         log.info(
-            "order linked to the relay job an earlier attempt made", extra={"order": str(o.id), "job": job.id}
+            "order linked to the relay job of another attempt", extra={"order": str(order_id), "job": job.id}
         )
-        await self.orders.set_job(o.id, job.id, int(self.clock()))
+        await self.orders.set_job(order_id, job.id, int(self.clock()))
         return True
 
     async def order(self, key_id: int, order_id: str) -> dict[str, Any]:
@@ -423,7 +429,7 @@ class OrderDesk:
         error = o.error
         if error is None and status == "FAILED" and o.job_error is not None:
             error = {k: o.job_error[k] for k in ("code", "message") if k in o.job_error}
-            error["next"] = failure_record(RelayerError(), o.quote)["next"]
+            error["next"] = next_step(o.quote)
         tx = None if o.tx_hash is None else "0x" + o.tx_hash.hex()
         index = None
         view = None
