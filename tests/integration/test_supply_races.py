@@ -21,11 +21,13 @@ from web3 import Web3
 from relayer.admin import create_api_key
 from relayer.chain.abi import abi
 from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS
+from relayer.domain.states import JobState
+from relayer.store.relay_jobs import Job
 from relayer_dev.deploy import TREASURY_KEY
 from tests.chain_helpers import transact_as, transact_as_deployer
-from tests.conftest import Daemon
+from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
-from tests.private import private_daemon
+from tests.private import daemon_settings, private_chain, private_daemon, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -181,3 +183,52 @@ async def test_concurrent_orders_against_a_listing_with_little_left_none_revert(
     print(f"\norder race: {dict(finals)} refused {dict(refused)}; reverted {reverted}, paid {wei} wei")
     assert (finals, refused) == (Counter({"COMPLETED": 2, "insufficient_listing_supply": ORDERS - 2}), {})
     assert (reverted, wei) == (0, 0)
+
+
+def _fill_directly(chain: dict[str, Any], listing: int, tonnes: int) -> None:
+    """The deployer fills ``tonnes`` of ``listing`` on the marketplace itself (not relayed)."""
+    deployer, market = chain["deployer"]["address"], chain["contracts"]["marketplace"]
+    _as_deployer(chain, "usdc", "UsdcEip3009", "mint", deployer, 1_000 * 10**USDC_DECIMALS)
+    _as_deployer(chain, "usdc", "UsdcEip3009", "approve", market, 1_000 * 10**USDC_DECIMALS)
+    _as_deployer(
+        chain, "marketplace", "Marketplace", "fill", listing, tonnes * UNITS_PER_TONNE, 10**9, deployer
+    )
+
+
+async def test_a_signing_batch_counts_its_earlier_jobs_against_supply_taken_meanwhile(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Two 1 t fills of a 2 t listing are accepted; then 1 t is sold elsewhere before they are
+    signed: the batch signs the older only (the newer waits behind it); when the rest is sold
+    too, both are refused with the listing's code before anything is signed."""
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        settings = daemon_settings(info, dsn, free_port(), settle_wait_s=0.5)
+        async with serving(settings, info, workers=False) as d:  # nothing signs but the test
+            listing = _list(d.chain, 2)
+            ids = []
+            for payer in _funded_payers(d.chain, 2):
+                ch = await challenge(d, payer, inputToken="USDC", listingId=listing, amount="1")
+                body = signed_request(ch, payer["privateKey"])
+                status, answer = await d.post(body)
+                assert status < 300, answer
+                salt = bytes.fromhex(body["salt"][2:])
+                found = await d.runtime.db.fetchval("SELECT id FROM relay_jobs WHERE salt = $1", salt)
+                ids.append(int(found))
+            relay = d.runtime.services.relay
+            simulator, jobs = relay.simulator, relay.jobs
+
+            async def batch() -> list[Job]:
+                found = [await jobs.get(i) for i in ids]
+                return [j for j in found if j is not None]
+
+            assert [j.state for j in await batch()] == [JobState.SIMULATED] * 2
+            _fill_directly(d.chain, listing, 1)
+            assert await simulator.recheck(await batch(), simulator.executor_address) == ids[:1]
+            assert [j.state for j in await batch()] == [JobState.SIMULATED] * 2  # the newer waits
+
+            _fill_directly(d.chain, listing, 1)
+            assert await simulator.recheck(await batch(), simulator.executor_address) == []
+            refused = await batch()
+            assert [j.state for j in refused] == [JobState.REJECTED] * 2
+            assert [j.error and j.error["code"] for j in refused] == ["insufficient_listing_supply"] * 2
+            assert all(j.tx_hash is None for j in refused)
