@@ -102,6 +102,10 @@ async def _reverts(d: Daemon) -> tuple[int, int]:
     return int(row["n"]), int(row["wei"])
 
 
+def _since(before: tuple[int, int], now: tuple[int, int]) -> tuple[int, int]:
+    return now[0] - before[0], now[1] - before[1]
+
+
 async def _race(d: Daemon, payers: list[dict[str, str]], **fields: Any) -> Counter[str]:
     """Each payer signs the same retirement ``fields``; all post at once; the outcomes."""
     bodies = []
@@ -123,8 +127,9 @@ async def test_twenty_payers_racing_for_a_two_tonne_listing_two_settle_none_reve
     d = racing
     listing = _list(d.chain, 2)
     payers = _funded_payers(d.chain, RACERS)
+    before = await _reverts(d)
     outcomes = await _race(d, payers, listingId=listing, amount="1")
-    reverted, wei = await _reverts(d)
+    reverted, wei = _since(before, await _reverts(d))
     print(f"\nlisting race: {dict(outcomes)}; reverted {reverted}, executor paid {wei} wei for reverts")
     assert outcomes == Counter({"settled": 2, "insufficient_listing_supply": RACERS - 2}), outcomes
     assert (reverted, wei) == (0, 0)
@@ -135,8 +140,9 @@ async def test_payers_racing_for_a_small_class_none_revert(racing: Daemon) -> No
     d = racing
     _small_class(d.chain, "RACE", 2)
     payers = _funded_payers(d.chain, 8)
+    before = await _reverts(d)
     outcomes = await _race(d, payers, carbonClass="RACE", amount="1")
-    reverted, wei = await _reverts(d)
+    reverted, wei = _since(before, await _reverts(d))
     print(f"\nclass race: {dict(outcomes)}; reverted {reverted}, executor paid {wei} wei for reverts")
     assert outcomes == Counter({"settled": 2, "insufficient_liquidity": 6}), outcomes
     assert (reverted, wei) == (0, 0)
@@ -164,6 +170,7 @@ async def test_concurrent_orders_against_a_listing_with_little_left_none_revert(
             await asyncio.sleep(0.2)
 
     quotes = [await quote() for _ in range(ORDERS)]
+    before = await _reverts(d)
     placed = await asyncio.gather(
         *(post("/orders", {"quote_uuid": q["uuid"], "beneficiary_name": "Racer"}) for q in quotes)
     )
@@ -179,7 +186,7 @@ async def test_concurrent_orders_against_a_listing_with_little_left_none_revert(
                 break
             await asyncio.sleep(0.2)
         finals[order["status"] if order["status"] != "FAILED" else order["error"]["code"]] += 1
-    reverted, wei = await _reverts(d)
+    reverted, wei = _since(before, await _reverts(d))
     print(f"\norder race: {dict(finals)} refused {dict(refused)}; reverted {reverted}, paid {wei} wei")
     assert (finals, refused) == (Counter({"COMPLETED": 2, "insufficient_listing_supply": ORDERS - 2}), {})
     assert (reverted, wei) == (0, 0)
