@@ -83,11 +83,14 @@ class ChainReads:
             self._credits[token_id] = cached
         return cached
 
-    async def classes(self) -> list[ClassInfo]:
-        """All carbon classes with their credits' liquidity (cached per head)."""
+    async def classes(self, *, block: int | None = None) -> list[ClassInfo]:
+        """All carbon classes with their credits' liquidity (cached per head; at ``block``
+        when given, cached per head and block)."""
 
         async def load() -> list[ClassInfo]:
-            infos, token_ids, available = await self.node.call(self.contracts.carbon_classes, _ALL_CLASSES)
+            infos, token_ids, available = await self.node.call(
+                self.contracts.carbon_classes, _ALL_CLASSES, block=block
+            )
             return [
                 ClassInfo(
                     class_id=i + 1,
@@ -100,21 +103,25 @@ class ChainReads:
                 for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
             ]
 
-        return await self.node.cached("classes", load)
+        return await self.node.cached("classes" if block is None else f"classes@{block}", load)
 
-    async def listing(self, listing_id: int) -> ListingInfo | None:
-        """A listing, or None when no listing has this id (cached per head)."""
+    async def listing(self, listing_id: int, *, block: int | None = None) -> ListingInfo | None:
+        """A listing, or None when no listing has this id (cached per head; at ``block`` when
+        given, cached per head and block)."""
 
         async def load() -> ListingInfo | None:
             try:
-                (raw,) = await self.node.call(self.contracts.marketplace, _GET_LISTING, listing_id)
+                (raw,) = await self.node.call(
+                    self.contracts.marketplace, _GET_LISTING, listing_id, block=block
+                )
             except ChainRevert as exc:
                 if exc.error_name == "ListingNotFound":
                     return None
                 raise
             return _listing(listing_id, raw)
 
-        return await self.node.cached(f"listing:{listing_id}", load)
+        key = f"listing:{listing_id}" if block is None else f"listing:{listing_id}@{block}"
+        return await self.node.cached(key, load)
 
     async def listings(self) -> list[ListingInfo]:
         """All listings (cached per head)."""

@@ -53,27 +53,46 @@ class FillRefusal:
     expiration: int
 
 
-def check_fill(listing: Fillable, units: int, now: int, *, whole_tonnes_only: bool) -> FillRefusal | None:
+def check_fill(
+    listing: Fillable, units: int, now: int, *, whole_tonnes_only: bool, reserved: int = 0
+) -> FillRefusal | None:
     """Whether ``units`` credit units of ``listing`` can be filled at ``now``: None when they
     can, else the first failing check: cancelled (inactive), expired (``expiration <= now``),
     sold out (nothing left), more than is left, below the listing's minimum fill (unless the
-    fill takes all that is left), a fraction of a tonne of a whole-tonne registry's credit."""
-    reason = _first_failure(listing, units, now, whole_tonnes_only)
+    fill takes all that is left), a fraction of a tonne of a whole-tonne registry's credit.
+
+    ``reserved`` (credit units) is what fills in flight, not yet shown in ``listing``, take
+    before this one: what is left is ``left_to_sell - reserved`` (at least 0), and the
+    refusal's ``left_to_sell`` says so. A listing that has supply but whose supply fills in
+    flight take is refused as more than is left, never as sold out (the listing's own state)."""
+    left = max(0, listing.left_to_sell - reserved)
+    reason = _first_failure(listing, units, now, whole_tonnes_only, left)
     if reason is None:
         return None
-    return FillRefusal(reason, listing.left_to_sell, listing.min_fill, listing.expiration)
+    return FillRefusal(reason, left, listing.min_fill, listing.expiration)
 
 
-def _first_failure(listing: Fillable, units: int, now: int, whole_tonnes_only: bool) -> Unfillable | None:
+def check_liquidity(available: int, units: int, *, reserved: int = 0) -> int | None:
+    """Whether ``units`` credit units of a carbon class's credit holding ``available`` can be
+    redeemed beside ``reserved`` units that redemptions in flight (not yet shown in
+    ``available``) take first: None when they can, else what is left for it (credit units,
+    at least 0; the surface answers ``insufficient_liquidity``)."""
+    left = max(0, available - reserved)
+    return None if units <= left else left
+
+
+def _first_failure(
+    listing: Fillable, units: int, now: int, whole_tonnes_only: bool, left: int
+) -> Unfillable | None:
     if not listing.active:
         return Unfillable.CANCELLED
     if listing.expiration <= now:
         return Unfillable.EXPIRED
     if listing.left_to_sell == 0:
         return Unfillable.SOLD_OUT
-    if units > listing.left_to_sell:
+    if units > left:
         return Unfillable.INSUFFICIENT_SUPPLY
-    if units < listing.min_fill and units != listing.left_to_sell:
+    if units < listing.min_fill and units != left:
         return Unfillable.BELOW_MIN_FILL
     if whole_tonnes_only and units % UNITS_PER_TONNE:
         return Unfillable.NOT_WHOLE_TONNES

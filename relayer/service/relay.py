@@ -14,7 +14,9 @@ from typing import Any
 
 from relayer.chain import calls
 from relayer.chain.errors import ChainRevert
+from relayer.domain.amounts import format_tonnes
 from relayer.domain.errors import Rejection
+from relayer.domain.fill import check_fill, check_liquidity
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
@@ -27,7 +29,7 @@ from relayer.domain.verify import (
 from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
 from relayer.service.simulate import Simulator
-from relayer.service.supply import Supply
+from relayer.service.supply import FillRefuser, Supply, x402_fill_refusal
 from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import (
     Job,
@@ -37,6 +39,8 @@ from relayer.store.relay_jobs import (
     PermitInUse,
     RelayJobs,
     SaltReused,
+    SupplyCheck,
+    SupplyTake,
 )
 
 log = logging.getLogger(__name__)
@@ -85,7 +89,9 @@ class Relay:
                 invalid_auth_payload, insufficient_authorized_value, params_mismatch,
                 contract_revert (also when the payer's balance, less its other jobs in flight,
                 does not cover the signed value: ``ERC20InsufficientBalance``),
-                transaction_reverted, gas_limit_exceeds_cap.
+                insufficient_listing_supply, below_min_fill (a listing's supply less what the
+                jobs in flight take), insufficient_liquidity (a class credit's liquidity less
+                what the jobs in flight take), transaction_reverted, gas_limit_exceeds_cap.
             Rejection: payment_unavailable when the executor's ETH balance is below
                 ``min_executor_balance_wei``.
             Unavailable: the chain node or the database failed (nothing was signed).
@@ -108,13 +114,20 @@ class Relay:
         return await self._take(resolved, shaped, key, now)
 
     async def accept_authorization(
-        self, resolved: Resolved, authorization: SignedAuthorization, request_key: bytes, now: int
+        self,
+        resolved: Resolved,
+        authorization: SignedAuthorization,
+        request_key: bytes,
+        now: int,
+        refuse: FillRefuser | None = None,
     ) -> Job:
         """The typed entry into the relay, for callers that resolved the retirement
         themselves (marketplace orders; the standard x402 path): the same checks, salt
-        reservation, solvency rule, simulation and job as :meth:`accept`, without wire JSON.
-        ``request_key`` (32 bytes) names the request: the same salt and key answer the same
-        job (a retried order never makes a second one).
+        reservation, solvency rule, supply reservation, simulation and job as :meth:`accept`,
+        without wire JSON. ``request_key`` (32 bytes) names the request: the same salt and
+        key answer the same job (a retried order never makes a second one). A listing fill
+        that the supply left beside the jobs in flight cannot meet raises what ``refuse``
+        makes of it (default: the x402 codes).
 
         Raises:
             Rejection, ChainRevert, Unavailable: as :meth:`accept`.
@@ -124,19 +137,26 @@ class Relay:
         if existing is not None:
             return existing
         await self._executor_funded()
-        return await self._take(resolved, authorization, request_key, now)
+        return await self._take(resolved, authorization, request_key, now, refuse)
 
     async def _take(
-        self, resolved: Resolved, authorization: SignedAuthorization, request_key: bytes, now: int
+        self,
+        resolved: Resolved,
+        authorization: SignedAuthorization,
+        request_key: bytes,
+        now: int,
+        refuse: FillRefuser | None = None,
     ) -> Job:
         """Verify ``authorization`` against the terms of ``resolved``, check the payer can pay,
-        reserve the salt and simulate: the job (the broadcaster signs and sends it)."""
+        reserve the salt, the payer's funds and the supply, and simulate: the job (the
+        broadcaster signs and sends it)."""
         terms = resolved.terms(self.chain_id, self.settlement, authorization.gas_allowance)
         verified = verify_signed(authorization, terms, now, request_key)
         if isinstance(verified, Rejection):
             raise verified
         balance = await self._affordable(verified)
-        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance)
+        supply = await self._supply_check(resolved, now, refuse or x402_fill_refusal)
+        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
         if owned:
             await self.simulator.simulate(job)
         return job
@@ -195,15 +215,58 @@ class Relay:
             raise _overdrawn(verified, read.amount)
         return PayerBalance(read.amount, read.block_number)
 
+    async def _supply_check(self, resolved: Resolved, now: int, refuse: FillRefuser) -> SupplyCheck | None:
+        """How the route's supply is checked when its job is reserved: the listing (by the one
+        fill rule) or the class credit's liquidity, read at the head block (one ``eth_call``,
+        shared per block), less what the jobs in flight of that supply take. None when the
+        read finds no such listing or class credit (the simulation refuses it).
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        route = resolved.route
+        block = await self.supply.chain.node.head()
+        if route.carbon_class is None:
+            listing = await self.supply.chain.listing(route.source_id, block=block)
+            if listing is None:
+                return None
+            whole = route.credit.whole_tonnes_only
+
+            def fill(reserved: int) -> None:
+                refusal = check_fill(listing, route.units, now, whole_tonnes_only=whole, reserved=reserved)
+                if refusal is not None:
+                    raise refuse(refusal, route.source_id, route.credit)
+
+            return SupplyCheck(block, fill)
+        held = [
+            available
+            for c in await self.supply.chain.classes(block=block)
+            if c.class_id == route.source_id
+            for token_id, available in c.credits
+            if token_id == route.credit.token_id
+        ]
+        if not held:
+            return None
+
+        def redeem(reserved: int) -> None:
+            left = check_liquidity(held[0], route.units, reserved=reserved)
+            if left is not None:
+                raise Rejection("insufficient_liquidity", available=format_tonnes(left))
+
+        return SupplyCheck(block, redeem)
+
     async def _reserve(
         self,
         verified: VerifiedAuthorization,
         summary: Mapping[str, Any],
         quote_total: int,
         balance: PayerBalance,
+        supply: SupplyCheck | None = None,
     ) -> tuple[Job, bool]:
         """Record the job and spend the salt, within what the payer's balance covers beside
-        its other jobs in flight; (job, whether this caller drives it)."""
+        its other jobs in flight, and what its supply holds beside the jobs in flight of that
+        supply; (job, whether this caller drives it)."""
+        r = verified.retirement
         new = NewJob(
             chain_id=self.chain_id,
             bound_nonce=verified.bound_nonce,
@@ -220,9 +283,10 @@ class Relay:
             call_data=_call_data(verified),
             summary=dict(summary),
             quote_total=quote_total,
+            supply=SupplyTake(r.source, r.source_id, r.token_id, r.amount),
         )
         try:
-            job, owned = await self.jobs.reserve(new, balance)
+            job, owned = await self.jobs.reserve(new, balance, supply)
         except PayerOverdrawn as exc:
             raise _overdrawn(verified, max(0, exc.balance - exc.reserved)) from None
         except PermitInUse:

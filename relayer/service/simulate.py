@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -17,16 +18,29 @@ from relayer.chain.calls import SETTLEMENT
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads
-from relayer.domain.errors import RelayerError, Unavailable
+from relayer.chain.types import ListingInfo
+from relayer.domain.amounts import format_tonnes
+from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.fill import Unfillable, check_fill, check_liquidity
+from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPricer
-from relayer.store.relay_jobs import Job, RelayJobs
+from relayer.service.supply import x402_fill_refusal
+from relayer.store.relay_jobs import Job, RelayJobs, SupplyAhead, SupplyTake
 
 log = logging.getLogger(__name__)
 
 ORPHAN_AFTER_S: Final = 10.0
 """A job in ``accepted`` this long has lost its owner (simulating takes a few RPC calls)."""
 ORPHAN_BATCH: Final = 20
+SUPPLY_REASONS: Final = frozenset(
+    {Unfillable.SOLD_OUT, Unfillable.INSUFFICIENT_SUPPLY, Unfillable.BELOW_MIN_FILL}
+)
+"""The fill rule's refusals a signing batch makes itself, with the listing's codes; a cancelled or
+expired listing is left to the batch's own execution (``contract_revert``)."""
+
+SupplyKey = tuple[int, int, int]
+"""(source, class or listing id, credit token id) of a job's supply."""
 
 
 class Simulator:
@@ -95,6 +109,12 @@ class Simulator:
         - Each payer's jobs must fit, together and beside its jobs already signed, in its
           balance now (a payer who moved funds away after acceptance): the ones that do not
           are rejected with the token's ``ERC20InsufficientBalance``.
+        - Each job's fill must fit in its listing's ``leftToSell`` or its class credit's
+          liquidity now, beside the jobs of that supply mined since, signed already, or older
+          (this batch's earlier jobs among them). One the supply cannot meet even beside the
+          mined ones alone is rejected with the fill rule's code (insufficient_listing_supply,
+          below_min_fill, insufficient_liquidity); one that fits only if a job ahead of it
+          fails waits for a later batch.
         - Each job is executed again as ``sender`` at its gas limit (``eth_call``, the
           whole batch in one JSON-RPC batch); one that fails is simulated again
           (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
@@ -108,7 +128,13 @@ class Simulator:
         Raises:
             Unavailable: the database failed.
         """
-        fits = await self._fits(batch)
+        try:
+            block = await self.reads.latest_block()
+        except Unavailable:
+            log.warning("re-check failed; the batch waits for the next one")
+            return []
+        fits = await self._fits(batch, block)
+        fits = await self._supply_fits([job for job in batch if job.id in fits], block)
         checked = [job for job in batch if job.id in fits]
         try:
             succeed = await self.executor.calls_succeed(
@@ -143,7 +169,7 @@ class Simulator:
                 good.append(job.id)
         return good
 
-    async def _fits(self, batch: Sequence[Job]) -> set[int]:
+    async def _fits(self, batch: Sequence[Job], block: int) -> set[int]:
         """The jobs of ``batch`` whose payers can pay them, oldest first, beside what their
         signed jobs will take; the others are rejected. A payer with one job in the batch
         and none signed needs no balance read: its own simulation, next, reverts as the
@@ -153,10 +179,6 @@ class Simulator:
         payers: dict[tuple[str, str], list[Job]] = {}
         for job in sorted(batch, key=lambda j: j.id):
             payers.setdefault((job.payer, job.input_token), []).append(job)
-        try:
-            block = await self.reads.latest_block()
-        except Unavailable:
-            return fits  # all checked again with the next batch
         committed = await self.jobs.committed(self.chain_id, list(payers), block)
         shared = [key for key, jobs in payers.items() if len(jobs) > 1 or committed.get(key, 0)]
         balances = await asyncio.gather(
@@ -185,6 +207,60 @@ class Simulator:
                 spent += job.auth_value
                 fits.add(job.id)
         return fits
+
+    async def _supply_fits(self, jobs: Sequence[Job], block: int) -> set[int]:
+        """The jobs of ``jobs`` whose fills their supply meets as read at ``block``, oldest
+        first, beside what other jobs take before them (see :meth:`recheck`); the ones it
+        cannot meet are rejected, the ones that must wait are left out (one database round
+        trip, one ``eth_call`` per listing and one for the classes, at one block)."""
+        fits = {job.id for job in jobs if job.supply is None}
+        held = sorted((job for job in jobs if job.supply is not None), key=lambda j: j.id)
+        if not held:
+            return fits
+        try:
+            ahead = await self.jobs.supply_ahead([job.id for job in held], block)
+            figures = await self._supply_figures([job.supply for job in held if job.supply], block)
+        except Unavailable:
+            log.warning("supply re-check failed; its jobs wait for the next batch")
+            return fits
+        released: dict[SupplyKey, int] = {}  # what this batch's earlier rejected jobs gave back
+        now = int(time.time())
+        for job in held:
+            assert job.supply is not None
+            key = _key(job.supply)
+            behind = ahead.get(job.id, SupplyAhead(0, 0))
+            verdict = _supply_verdict(
+                job.supply, figures.get(key), behind.mined_after, behind.ahead - released.get(key, 0), now
+            )
+            if verdict is True:
+                fits.add(job.id)
+            elif verdict is False:
+                log.info("waits for the jobs ahead of it on its supply", extra={"job_id": job.id})
+            else:
+                log.warning("refused before signing: its supply is taken", extra={"job_id": job.id})
+                await self.jobs.move(job.id, JobState.REJECTED, error=verdict)
+                released[key] = released.get(key, 0) + job.supply.units
+        return fits
+
+    async def _supply_figures(
+        self, takes: Sequence[SupplyTake], block: int
+    ) -> dict[SupplyKey, ListingInfo | int | None]:
+        """Each supply's figure at ``block``: its listing (None: no such listing), or its class
+        credit's liquidity in credit units (absent: no such class credit).
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        listing_ids = sorted({t.source_id for t in takes if t.source == SOURCE_LISTING})
+        listings = await asyncio.gather(*(self.reads.listing(i, block=block) for i in listing_ids))
+        figures: dict[SupplyKey, ListingInfo | int | None] = {
+            _key(t): listings[listing_ids.index(t.source_id)] for t in takes if t.source == SOURCE_LISTING
+        }
+        if any(t.source != SOURCE_LISTING for t in takes):
+            for c in await self.reads.classes(block=block):
+                for token_id, available in c.credits:
+                    figures[(SOURCE_CARBON_CLASS, c.class_id, token_id)] = available
+        return figures
 
     async def _still_good(self, job: Job, sender: str, succeeds: bool) -> bool:
         """Whether ``job`` may be signed now: it ``succeeds`` at its gas limit (its
@@ -254,6 +330,33 @@ class Simulator:
             except RelayerError:
                 pass  # stored with the job
         return len(orphans)
+
+
+def _key(take: SupplyTake) -> SupplyKey:
+    return (take.source, take.source_id, take.token_id)
+
+
+def _supply_verdict(
+    take: SupplyTake, figure: ListingInfo | int | None, mined_after: int, ahead: int, now: int
+) -> bool | RelayerError:
+    """Whether a fill of ``take`` may be signed beside what other jobs take from its supply
+    first (credit units: ``mined_after`` by jobs mined after the figure's block, ``ahead`` by
+    jobs in flight ahead of it): True, sign it; False, it waits (it fits only if a job ahead
+    fails); a refusal, reject it (it does not fit even beside the mined ones). A supply the
+    read did not find, or a cancelled or expired listing, is left to the batch's execution."""
+    if figure is None:
+        return True
+    if isinstance(figure, int):
+        left = check_liquidity(figure, take.units, reserved=mined_after)
+        if left is not None:
+            return Rejection("insufficient_liquidity", available=format_tonnes(left))
+        return check_liquidity(figure, take.units, reserved=mined_after + ahead) is None
+    definite = check_fill(figure, take.units, now, whole_tonnes_only=False, reserved=mined_after)
+    if definite is not None:
+        return (
+            x402_fill_refusal(definite, take.source_id, None) if definite.reason in SUPPLY_REASONS else True
+        )
+    return check_fill(figure, take.units, now, whole_tonnes_only=False, reserved=mined_after + ahead) is None
 
 
 def _function(job: Job) -> str:

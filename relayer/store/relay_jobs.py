@@ -10,7 +10,7 @@ context}`` records, never as HTTP.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,8 +45,10 @@ FIXED_TRANSITIONS: Final = (
 INSERT_JOB: Final = """
 INSERT INTO relay_jobs (chain_id, bound_nonce, salt, scheme, payer, input_token, auth_value,
                         gas_allowance, request_hash, settlement, call_data, summary, permit_key,
-                        auth_expires_at, quote_total, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, 'accepted')
+                        auth_expires_at, quote_total, supply_source, supply_id, supply_token_id,
+                        supply_units, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17, $18, $19,
+        'accepted')
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
@@ -87,6 +89,45 @@ WHERE chain_id = $1 AND payer = ANY($2::text[])
   AND ((state IN ('signed', 'submitted') AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $3))
 GROUP BY payer, input_token
+"""
+# Serialise the reservations of one supply until the transaction ends ($1 chain id, $2 source,
+# $3 class or listing id, $4 credit token id); always taken after the payer's lock.
+LOCK_SUPPLY: Final = """
+SELECT pg_advisory_xact_lock(
+    hashtextextended('supply:' || $1::integer || ':' || $2::integer || ':' || ($3::numeric)::text || ':'
+                     || ($4::numeric)::text, 0))
+"""
+# What the other jobs of a supply ($2 source, $3 id, $4 token id) may still take from it as
+# read at block $5 (credit units): every job not yet mined whose authorization has not expired,
+# and every job mined after that block (the figure does not show it taken yet). $6 is the new
+# job's own bound nonce.
+RESERVED_SUPPLY: Final = """
+SELECT coalesce(sum(supply_units), 0) FROM relay_jobs
+WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_id = $4 AND bound_nonce <> $6
+  AND ((state IN ('accepted', 'simulated', 'signed', 'submitted')
+        AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
+       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $5))
+"""
+# For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
+# read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,
+# the jobs signed or sent and not yet mined, and the older ones not yet signed (they are
+# signed first). Jobs whose authorization expired are not counted.
+SUPPLY_AHEAD: Final = """
+SELECT b.id,
+       coalesce(sum(o.supply_units) FILTER (WHERE o.state IN ('mined', 'confirmed', 'indexed')), 0)
+           AS mined_after,
+       coalesce(sum(o.supply_units)
+                FILTER (WHERE o.state IN ('accepted', 'simulated', 'signed', 'submitted')), 0) AS ahead
+FROM relay_jobs b
+LEFT JOIN relay_jobs o
+  ON o.chain_id = b.chain_id AND o.supply_source = b.supply_source AND o.supply_id = b.supply_id
+ AND o.supply_token_id = b.supply_token_id AND o.id <> b.id
+ AND ((o.state IN ('signed', 'submitted') AND o.auth_expires_at > extract(epoch FROM now())::bigint - 60)
+      OR (o.state IN ('accepted', 'simulated') AND o.id < b.id
+          AND o.auth_expires_at > extract(epoch FROM now())::bigint - 60)
+      OR (o.state IN ('mined', 'confirmed', 'indexed') AND o.block_number > $2))
+WHERE b.id = ANY($1::bigint[]) AND b.supply_units IS NOT NULL
+GROUP BY b.id
 """
 # Re-plan simulated job $1 with the gas and fees of a fresh simulation (still simulated only).
 REPLAN: Final = """
@@ -198,6 +239,39 @@ RETURNING *
 
 
 @dataclass(frozen=True, slots=True)
+class SupplyTake:
+    """The supply a job's fill takes: ``source`` (0 carbon class, 1 listing, as the
+    retirement's), the class or listing id ``source_id``, the credit's ``token_id``, and
+    ``units`` credit units (1000 a tonne)."""
+
+    source: int
+    source_id: int
+    token_id: int
+    units: int
+
+
+@dataclass(frozen=True, slots=True)
+class SupplyCheck:
+    """How a new job's supply is checked when it is reserved: the supply figure was read at
+    ``block_number``; ``check`` is given what the other jobs of that supply may still take
+    from it (credit units, see :data:`RESERVED_SUPPLY`) and raises the refusal when the job
+    does not fit beside them."""
+
+    block_number: int
+    check: Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SupplyAhead:
+    """What other jobs take from a batch job's supply before it, as read at a block (credit
+    units): ``mined_after`` by jobs mined after that block, ``ahead`` by jobs in flight
+    signed already or older (see :data:`SUPPLY_AHEAD`)."""
+
+    mined_after: int
+    ahead: int
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """What ``reserve`` records for an accepted request. Money in atomic units, times in
     unix seconds (``auth_expires_at`` at most 2**63 - 1)."""
@@ -217,6 +291,7 @@ class NewJob:
     call_data: bytes
     summary: dict[str, Any]
     quote_total: int
+    supply: SupplyTake | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +323,7 @@ class Job:
     timestamps: dict[str, float | None]
     allowance_wei: int | None = None
     auth_value: int = 0
+    supply: SupplyTake | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -280,6 +356,7 @@ class Job:
             timestamps={col: (None if row[col] is None else row[col].timestamp()) for col in STAMPS},
             allowance_wei=opt_int(row["allowance_wei"]),
             auth_value=int(row["auth_value"]),
+            supply=_supply_of(row),
         )
 
 
@@ -342,12 +419,18 @@ class RelayJobs:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def reserve(self, new: NewJob, balance: PayerBalance | None = None) -> tuple[Job, bool]:
+    async def reserve(
+        self, new: NewJob, balance: PayerBalance | None = None, supply: SupplyCheck | None = None
+    ) -> tuple[Job, bool]:
         """Record the job and spend its salt, or find the job the identical request made.
         With ``balance``, the payer's reservations of its token are serialised and the job
         is recorded only if that balance, less what the payer's other jobs may still take
         (see :data:`RESERVED_BY_PAYER`), covers its value: concurrent authorizations of one
-        payer never promise the executor more than the payer holds.
+        payer never promise the executor more than the payer holds. With ``supply`` (and
+        ``new.supply``), the reservations of that listing or class credit are serialised too
+        (after the payer's) and ``supply.check`` is given what the other jobs of that supply
+        may still take (see :data:`RESERVED_SUPPLY`): concurrent fills never promise more
+        than the supply holds.
 
         Returns:
             (job, owned): ``owned`` is True when this caller must drive the job (it was
@@ -357,11 +440,14 @@ class RelayJobs:
             SaltReused: the salt belongs to a different authorization.
             PermitInUse: another live job holds the same permit nonce.
             PayerOverdrawn: the balance does not cover it (nothing was recorded).
+            RelayerError: what ``supply.check`` raised (nothing was recorded).
         """
         try:
             async with self.db.transaction() as conn:
                 if balance is not None:
                     await self._check_balance(conn, new, balance)
+                if supply is not None and new.supply is not None:
+                    await self._check_supply(conn, new, new.supply, supply)
                 row = await conn.fetchrow(INSERT_JOB, *_job_args(new))
                 if row is not None:
                     if await conn.fetchval(INSERT_SALT, new.chain_id, new.salt, row["id"]) is None:
@@ -393,6 +479,23 @@ class RelayJobs:
         )
         if reserved + new.auth_value > balance.amount:
             raise PayerOverdrawn(balance.amount, reserved)
+
+    @staticmethod
+    async def _check_supply(conn: Any, new: NewJob, take: SupplyTake, supply: SupplyCheck) -> None:
+        key = (take.source, take.source_id, take.token_id)
+        await conn.execute(LOCK_SUPPLY, new.chain_id, *key)
+        reserved = await conn.fetchval(
+            RESERVED_SUPPLY, new.chain_id, *key, supply.block_number, new.bound_nonce
+        )
+        supply.check(int(reserved))
+
+    async def supply_ahead(self, job_ids: Sequence[int], block_number: int) -> dict[int, SupplyAhead]:
+        """For each of ``job_ids`` that takes supply, what other jobs take from its supply
+        before it, as read at ``block_number`` (see :data:`SUPPLY_AHEAD`). One round trip."""
+        if not job_ids:
+            return {}
+        rows = await self.db.fetch(SUPPLY_AHEAD, list(job_ids), block_number)
+        return {int(r["id"]): SupplyAhead(int(r["mined_after"]), int(r["ahead"])) for r in rows}
 
     async def find_by_salt(self, chain_id: int, salt: bytes) -> Job | None:
         """The job that spent ``salt``, if any."""
@@ -526,4 +629,18 @@ def _job_args(new: NewJob) -> tuple[Any, ...]:
         new.permit_key,
         new.auth_expires_at,
         new.quote_total,
+        *(
+            (None, None, None, None)
+            if new.supply is None
+            else (new.supply.source, new.supply.source_id, new.supply.token_id, new.supply.units)
+        ),
     )
+
+
+def _supply_of(row: asyncpg.Record) -> SupplyTake | None:
+    """The supply a job row takes (None for a row recorded before migration 0012)."""
+    units = row.get("supply_units")
+    if units is None:
+        return None
+    source, source_id, token_id = row["supply_source"], row["supply_id"], row["supply_token_id"]
+    return SupplyTake(int(source), int(source_id), int(token_id), int(units))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from relayer.domain.fill import Unfillable, check_fill
+from relayer.domain.fill import Unfillable, check_fill, check_liquidity
 
 NOW = 1_800_000_000
 
@@ -84,3 +84,43 @@ def _failing(reason: Unfillable) -> Listing:
         Unfillable.BELOW_MIN_FILL: replace(L, min_fill=2_000),
         Unfillable.NOT_WHOLE_TONNES: L,
     }[reason]
+
+
+@pytest.mark.parametrize(
+    ("listing", "units", "reserved", "reason", "left"),
+    [
+        (L, 1_000, 4_000, None, None),  # fits beside the fills in flight
+        (L, 1_000, 4_001, Unfillable.INSUFFICIENT_SUPPLY, 999),
+        (L, 1_000, 5_000, Unfillable.INSUFFICIENT_SUPPLY, 0),  # taken in flight, not sold out
+        (L, 1_000, 9_000, Unfillable.INSUFFICIENT_SUPPLY, 0),
+        (replace(L, left_to_sell=0), 1_000, 0, Unfillable.SOLD_OUT, 0),  # the listing's own state
+        (L, 500, 4_500, None, None),  # below the minimum but takes all that fills in flight leave
+        (L, 500, 4_000, Unfillable.BELOW_MIN_FILL, 1_000),
+        (replace(L, active=False), 1_000, 9_000, Unfillable.CANCELLED, 0),
+    ],
+)
+def test_fills_in_flight_are_taken_first(
+    listing: Listing, units: int, reserved: int, reason: Unfillable | None, left: int | None
+) -> None:
+    """Supply in flight (issue 18): what fills in flight take is not there for this one."""
+    refusal = check_fill(listing, units, NOW, whole_tonnes_only=False, reserved=reserved)
+    assert (None if refusal is None else (refusal.reason, refusal.left_to_sell)) == (
+        None if reason is None else (reason, left)
+    )
+
+
+@pytest.mark.parametrize(
+    ("available", "units", "reserved", "left"),
+    [
+        (2_000, 1_000, 1_000, None),
+        (2_000, 1_000, 0, None),
+        (2_000, 1_000, 1_001, 999),
+        (2_000, 1_000, 2_000, 0),
+        (2_000, 1_000, 5_000, 0),
+        (0, 1_000, 0, 0),
+    ],
+)
+def test_class_liquidity_beside_redemptions_in_flight(
+    available: int, units: int, reserved: int, left: int | None
+) -> None:
+    assert check_liquidity(available, units, reserved=reserved) == left

@@ -349,7 +349,11 @@ class OrderDesk:
             prepared = await self.prepare.authorization(resolved, now, order_salt(order_id))
             signature = parse_signature(treasury.sign_digest(typed_data_digest(prepared.typed_data)))
             job = await self.relay.accept_authorization(
-                resolved, self.prepare.signed(prepared, signature), order_request_key(order_id), now
+                resolved,
+                self.prepare.signed(prepared, signature),
+                order_request_key(order_id),
+                now,
+                self._refuse,
             )
         except Unavailable as outage:
             if int(self.clock()) - recorded_at < ORDER_RETRY_WINDOW_S:
@@ -368,6 +372,10 @@ class OrderDesk:
             return
         log.warning("order failed", extra={"order": str(order_id), "code": failure.code})
         await self.orders.set_error(order_id, failure_record(failure, q), int(self.clock()))
+
+    def _refuse(self, refusal: FillRefusal, listing_id: int, credit: CreditInfo | None) -> Exception:
+        """The marketplace's refusal of a fill the relay refused (the supply in flight)."""
+        return marketplace_fill_refusal(refusal, listing_id, self.chain_id)
 
     async def resume(self) -> int:
         """The order keeper's step: attempt again each order recorded more than
