@@ -316,6 +316,18 @@ def start_workers(rt: Runtime) -> None:
         guard,
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
+    _start_indexers(rt, guard)
+    sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
+    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
+    order_keeper = OrderKeeper(rt.marketplace.desk)
+    rt.tasks.append(
+        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
+    )
+
+
+def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
+    """Start the catalogue indexer of this chain (behind ``guard``) and of each extra
+    chain (behind a guard of its own), supervised."""
     indexers = [
         CatalogueIndexer(
             CatalogueChain(rt.node, settlement=False),
@@ -346,12 +358,6 @@ def start_workers(rt: Runtime) -> None:
     for indexer in indexers:
         name = f"catalogue-{indexer.chain_id}"
         rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
-    sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
-    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
-    order_keeper = OrderKeeper(rt.marketplace.desk)
-    rt.tasks.append(
-        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
-    )
 
 
 async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:
