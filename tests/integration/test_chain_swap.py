@@ -2,7 +2,8 @@
 reset (a new genesis, the same chain id and contract addresses) while the workers run. No
 worker takes it for a deep reorg: nothing settled is rewound, no retirement deleted, no no-op
 signed, nothing sent; the chain identity metric and one log line say why; when the recorded
-chain is back, work resumes and a new retirement settles."""
+chain is back, work resumes and a new retirement settles. And a nonce gap larger than the
+lane's in-flight window halts the lane (no no-ops) until it closes."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eth_account import Account
 
+from relayer.domain.lane import IN_FLIGHT_WINDOW
 from relayer_dev import devnet
 from relayer_dev.deploy import deploy_and_seed
 from tests.conftest import PROJECTS, Daemon, free_port
-from tests.integration.test_lane import _signed
-from tests.private import Anvil, daemon_settings, private_chain, serving
+from tests.integration.test_lane import _job, _signed
+from tests.private import Anvil, daemon_settings, private_chain, private_daemon, serving
 from tests.processes import RpcProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -144,3 +147,64 @@ async def _swap_and_back(
     assert (
         int(first.rpc("eth_getTransactionCount", info["executor"]["address"], "latest"), 16) == OLD_NONCE + 4
     )
+
+
+def _fill_from_outside(anvil: Anvil, key: str, count: int) -> None:
+    """Mine ``count`` zero-value self-transfers from the executor key at nonces 0.. (not
+    journaled: as if the lane's missing transactions had come from elsewhere)."""
+    account = Account.from_key(key)
+    for nonce in range(count):
+        tx = {
+            "to": account.address,
+            "value": 0,
+            "gas": 21_000,
+            "maxFeePerGas": 10**10,
+            "maxPriorityFeePerGas": 10**9,
+            "nonce": nonce,
+            "chainId": 84532,
+            "type": 2,
+        }
+        signed = account.sign_transaction(tx)
+        anvil.rpc("eth_sendRawTransaction", "0x" + bytes(signed.raw_transaction).hex())
+
+
+async def test_a_nonce_gap_beyond_the_in_flight_window_halts_the_lane_until_it_closes(
+    tmp_path: Path, admin_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    gap = IN_FLIGHT_WINDOW + 8
+    fast = {"resend_after_s": 1.0, "replace_after_s": 1.0, "hole_after_s": 1.0}
+    async with private_daemon(tmp_path, admin_database_url, **fast) as (d, anvil):
+        executor = d.chain["executor"]["address"]
+        bump = (
+            "UPDATE executor_nonces SET next_nonce = next_nonce + $2 WHERE executor = $1 RETURNING next_nonce"
+        )
+        deadline = time.monotonic() + 10
+        while await d.runtime.db.fetchval(bump, executor, gap) is None:  # not reconciled yet
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        with caplog.at_level(logging.INFO):
+            body = await _signed(d, 0)
+            answer = asyncio.create_task(d.post(body))
+            deadline = time.monotonic() + 15
+            while d.runtime.metrics.nonce_gap.labels("0")._value.get() != 1:
+                assert time.monotonic() < deadline, "the lane did not halt"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.0)  # a few upkeeps more: still no no-op
+            noops = int(
+                await d.runtime.db.fetchval("SELECT count(*) FROM relay_transactions WHERE kind = 'noop'")
+            )
+            why = [r for r in caplog.records if r.getMessage().startswith("nonce gap: the lane halts")]
+            print(
+                f"\nnonce gap of {gap} (window {IN_FLIGHT_WINDOW}): "
+                f"no-ops signed {noops}, log lines {len(why)}"
+            )
+            assert noops == 0 and len(why) == 1 and getattr(why[0], "gap", None) == gap
+            assert d.runtime.metrics.halted_steps.labels("broadcaster", "nonce_gap")._value.get() > 0
+            _fill_from_outside(anvil, d.chain["executor"]["privateKey"], gap)  # the gap closes
+            deadline = time.monotonic() + 30
+            while (await _job(d, body))["state"] != "indexed":  # the lane resumed: it settles
+                assert time.monotonic() < deadline, "the lane did not resume"
+                anvil.mine()
+                await asyncio.sleep(0.5)
+            await answer
+        assert d.runtime.metrics.nonce_gap.labels("0")._value.get() == 0
