@@ -52,6 +52,7 @@ from relayer.store.retirements import RetirementStore
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
+from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.follower import ChainFollower
 from relayer.workers.gauges import Gauges
 from relayer.workers.lane_keeper import LaneKeeper
@@ -266,8 +267,10 @@ def _wire(
 
 def start_workers(rt: Runtime) -> None:
     """Start one broadcaster per executor key (each behind its own lease, with its own nonce
-    lane), the chain follower and the sweeper of orphaned jobs, supervised."""
+    lane), the chain follower and the sweeper of orphaned jobs, supervised. The workers of
+    each chain share one chain guard (its identity as a running check)."""
     board = LaneBoard()
+    guard = ChainGuard(rt.node, ChainIdentity(rt.db), rt.metrics)
     for index, signer in enumerate(rt.signers):
         lease = ExecutorLease(rt.dsn, rt.settings.chain_id, signer.address)
         rt.leases.append(lease)
@@ -279,6 +282,8 @@ def start_workers(rt: Runtime) -> None:
             rt.metrics,
             rt.settings.lane_policy(),
             rt.node.contracts.usdc,
+            index,
+            guard,
         )
         broadcaster = Broadcaster(
             rt.executor,
@@ -293,6 +298,7 @@ def start_workers(rt: Runtime) -> None:
             rt.reads.eth_balance,
             rt.settings.min_executor_balance_wei,
             index,
+            guard,
         )
         name = "broadcaster" if index == 0 else f"broadcaster-{index}"
         rt.tasks.append(asyncio.create_task(_supervised(name, broadcaster.run, rt), name=name))
@@ -307,8 +313,21 @@ def start_workers(rt: Runtime) -> None:
         rt.settings.depth(),
         rt.deploy_block,
         rt.settings.block_poll_interval_s,
+        guard,
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
+    _start_indexers(rt, guard)
+    sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
+    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
+    order_keeper = OrderKeeper(rt.marketplace.desk)
+    rt.tasks.append(
+        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
+    )
+
+
+def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
+    """Start the catalogue indexer of this chain (behind ``guard``) and of each extra
+    chain (behind a guard of its own), supervised."""
     indexers = [
         CatalogueIndexer(
             CatalogueChain(rt.node, settlement=False),
@@ -319,6 +338,7 @@ def start_workers(rt: Runtime) -> None:
             rt.deploy_block,
             rt.settings.block_poll_interval_s,
             retirements=False,  # the chain follower indexes this chain's retirements
+            guard=guard,
         )
     ]
     for extra, extra_node in zip(rt.extra_chains, rt.extra_nodes, strict=True):
@@ -332,17 +352,12 @@ def start_workers(rt: Runtime) -> None:
                 extra.deploy_block,
                 rt.settings.block_poll_interval_s,
                 retirements=True,
+                guard=ChainGuard(extra_node, ChainIdentity(rt.db), rt.metrics),
             )
         )
     for indexer in indexers:
         name = f"catalogue-{indexer.chain_id}"
         rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
-    sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
-    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
-    order_keeper = OrderKeeper(rt.marketplace.desk)
-    rt.tasks.append(
-        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
-    )
 
 
 async def _supervised(name: str, run: Callable[[asyncio.Event], Awaitable[None]], rt: Runtime) -> None:

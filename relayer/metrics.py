@@ -24,6 +24,7 @@ class Metrics:
         self._executor()
         self._backlog()
         self._solvency()
+        self._incidents()
 
     def _relay(self) -> None:
         """Relay jobs: by state, their transitions and the time per stage."""
@@ -221,6 +222,39 @@ class Metrics:
         self.noop_cost_wei = Counter(
             "relayer_executor_noop_cost_wei_total",
             "What mined no-ops cost the executor (gas used times effective gas price), wei.",
+            registry=self.registry,
+        )
+
+    def _incidents(self) -> None:
+        """Incidents that halt work (:mod:`relayer.domain.incidents`): the chain identity,
+        deep reorgs, nonce gaps, and the worker steps they halted."""
+        self.chain_identity_mismatch = Gauge(
+            "relayer_chain_identity_mismatch",
+            "1 while the chain node answers another chain id or genesis block than the one the "
+            "database belongs to (the follower, indexers and lanes of that chain halt).",
+            ["chain_id"],
+            registry=self.registry,
+        )
+        self.deep_reorg = Gauge(
+            "relayer_deep_reorg",
+            "1 while a worker halts on a reorg deeper than the confirmation window, below the "
+            "finalized block or past its memory (nothing is rewound), by chain and worker "
+            "(follower, catalogue).",
+            ["chain_id", "worker"],
+            registry=self.registry,
+        )
+        self.nonce_gap = Gauge(
+            "relayer_executor_nonce_gap",
+            "1 while a key's lane halts on a nonce gap larger than its in-flight window (no "
+            "no-ops are signed), by key.",
+            ["key"],
+            registry=self.registry,
+        )
+        self.halted_steps = Counter(
+            "relayer_halted_steps_total",
+            "Worker steps halted by an incident, by worker (follower, catalogue, broadcaster) and "
+            "kind (chain_identity, deep_reorg, nonce_gap).",
+            ["worker", "kind"],
             registry=self.registry,
         )
 

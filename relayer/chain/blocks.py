@@ -50,6 +50,15 @@ class BlockReader:
         self.node.observe_head(header.number)
         return header
 
+    async def finalized(self) -> int | None:
+        """The node's finalized block number; None when the node keeps no finalized tag (it
+        answers an error or null for it). Raises ``ChainUnavailable`` when the node fails."""
+        answer = (await self.node.batch([("eth_getBlockByNumber", ["finalized", False])]))[0]
+        block = answer.get("result")
+        if "error" in answer or block is None:
+            return None
+        return _parsed(lambda b: _int(b["number"]), block)
+
     async def block_hash(self, number: int) -> bytes:
         """The hash of block ``number`` on the node's chain now (32 bytes)."""
         return _parsed(lambda b: _bytes(b["hash"], 32), await self._block(hex(number)))

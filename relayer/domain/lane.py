@@ -11,7 +11,9 @@ chain's mined nonce, the fee market and the clock, what keeps the lane moving.
   the executor pays for that no-op.
 - Nonces between the mined one and the lane's that no transaction holds (a hole, which would
   stall every later transaction) are filled with no-ops once the lane has not moved for
-  ``hole_after_s``.
+  ``hole_after_s``; unless there are more of them than the lane's in-flight window
+  (``in_flight_window``): such a gap is no hole but an incident (the chain is not the one the
+  lane signed for, or lost its history), and the plan is :class:`Halt`, nothing else.
 
 Amounts are wei per gas; times unix seconds (``signed_at``, ``broadcast_at``) or durations in
 seconds. No I/O: the broadcaster executes the actions.
@@ -26,6 +28,9 @@ from relayer.domain.fees import bumped, replacement_fees
 
 MAX_HOLE_SCAN: Final = 100
 """At most this many nonces above the mined one are filled in one plan."""
+IN_FLIGHT_WINDOW: Final = 32
+"""The most nonces a lane leaves unheld under its live transactions in ordinary work (one
+signing batch): a larger gap is an incident, never filled with no-ops."""
 UNLIMITED: Final = 2**256 - 1
 
 
@@ -61,6 +66,7 @@ class LanePolicy:
     hole_after_s: float = 10.0
     noop_before_expiry_s: float = 30.0
     unsent_after_s: float = 2.0
+    in_flight_window: int = IN_FLIGHT_WINDOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,26 @@ class FillNonce:
     replaces: LaneTx | None = None
 
 
-Action = Resend | Replace | FillNonce
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """The lane halts (an incident): ``gap`` nonces from ``mined_nonce`` up to the lane's
+    newest live one (``top``) are held by no transaction, more than the in-flight window."""
+
+    mined_nonce: int
+    top: int
+    gap: int
+
+
+Action = Resend | Replace | FillNonce | Halt
+
+
+def nonce_gap(txs: list[LaneTx], mined_nonce: int) -> int:
+    """How many nonces from ``mined_nonce`` up to the newest live transaction no live
+    transaction holds (0 for an empty lane)."""
+    held = {t.nonce for t in txs if t.nonce >= mined_nonce}
+    if not held:
+        return 0
+    return max(held) - mined_nonce + 1 - len(held)
 
 
 def plan(
@@ -121,8 +146,16 @@ def plan(
         stalled_for_s: how long ``mined_nonce`` has not moved while the lane had work.
         policy: the lane's patience.
         refused: hashes the node refused for their fee (replace them now).
+
+    Returns:
+        The actions in nonce order; or ``[Halt]`` alone when the lane has not moved for
+        ``hole_after_s`` and its nonce gap (:func:`nonce_gap`) exceeds
+        ``policy.in_flight_window``.
     """
     live = sorted((t for t in txs if t.nonce >= mined_nonce), key=lambda t: t.nonce)
+    gap = nonce_gap(live, mined_nonce)
+    if gap > policy.in_flight_window and stalled_for_s >= policy.hole_after_s:
+        return [Halt(mined_nonce, live[-1].nonce, gap)]
     actions: list[Action] = [*_holes(live, mined_nonce, market, stalled_for_s, policy)]
     for tx in live:
         action = _upkeep(tx, market, now, policy, tx.tx_hash in refused)
@@ -173,4 +206,6 @@ def _upkeep(tx: LaneTx, market: Market, now: float, policy: LanePolicy, refused:
 
 
 def _nonce(action: Action) -> int:
+    if isinstance(action, Halt):
+        return action.mined_nonce
     return action.nonce if isinstance(action, FillNonce) else action.tx.nonce

@@ -1,6 +1,7 @@
 """Reorgs as pure decisions: when a block counts as confirmed, the bounded memory of the
-canonical chain a worker keeps (block number -> hash), and the walk back from a changed chain
-to the common ancestor, including what happens when no ancestor is left in memory."""
+canonical chain a worker keeps (block number -> hash), the walk back from a changed chain
+to the common ancestor, including what happens when no ancestor is left in memory, and which
+reorgs are followed and which are incidents (:func:`reorg_incident`)."""
 
 from __future__ import annotations
 
@@ -103,11 +104,15 @@ class Ancestor:
 
     ``block_hash`` is the remembered hash of ``number`` (None when not remembered);
     ``within_memory`` is False when no remembered block is still on the node's chain and
-    ``number`` is the deep-reorg fallback of :func:`beyond_memory`."""
+    ``number`` is the deep-reorg fallback of :func:`beyond_memory`; ``lost`` is the oldest
+    remembered block known gone from the node's chain (None when not known): with gaps in
+    memory the reorg took at least the blocks from ``lost`` up, at most those above
+    ``number``."""
 
     number: int
     block_hash: bytes | None
     within_memory: bool
+    lost: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +140,15 @@ def walk_back(
         node: block number -> the node's hash now, for the numbers asked so far.
         floor: the block before the first the index covers (its start block - 1).
     """
+    lost = min((n for n in remembered if n > head), default=None)
     for number in sorted((n for n in remembered if n <= head), reverse=True):
         if number not in node:
             return Ask(number)
         if node[number] == remembered[number]:
-            return Ancestor(number, remembered[number], True)
+            return Ancestor(number, remembered[number], True, lost)
+        lost = number
     fallback = beyond_memory(remembered, floor)
-    return Ancestor(fallback, remembered.get(fallback), False)
+    return Ancestor(fallback, remembered.get(fallback), False, lost)
 
 
 def beyond_memory(remembered: Mapping[int, bytes], floor: int, unseen_from: int | None = None) -> int:
@@ -164,3 +171,27 @@ def beyond_memory(remembered: Mapping[int, bytes], floor: int, unseen_from: int 
     if unseen_from is not None:
         return max(floor, unseen_from - KEEP_HASHES)
     return min(remembered, default=floor + 1) - 1
+
+
+def reorg_incident(ancestor: Ancestor, seen_head: int, window: int, finalized: int | None) -> str | None:
+    """Whether undoing the blocks above ``ancestor`` is a reorg to follow (None) or an
+    incident (why, one line): the rewind would reach deeper than the confirmation window
+    (``seen_head - ancestor.number > window``, or from ``ancestor.lost`` when memory has
+    gaps: blocks buried under the window, reported settled, would be undone), below the
+    node's ``finalized`` block, or past what the worker remembers (no remembered block is
+    still on the chain).
+
+    Args:
+        ancestor: where the walk back ended.
+        seen_head: the newest block the worker saw on the chain it followed (its old head).
+        window: the confirmation depth (blocks), at least 1.
+        finalized: the node's finalized block number, None when it reports none.
+    """
+    depth = seen_head - (ancestor.number if ancestor.lost is None else ancestor.lost - 1)
+    if not ancestor.within_memory:
+        return f"no remembered block is on the node's chain (a reorg of more than {depth} blocks)"
+    if depth > max(window, 1):
+        return f"a reorg of {depth} blocks, deeper than the confirmation window of {max(window, 1)}"
+    if finalized is not None and ancestor.number < finalized:
+        return f"a reorg below the finalized block {finalized} (common ancestor {ancestor.number})"
+    return None

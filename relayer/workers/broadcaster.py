@@ -2,6 +2,8 @@
 simulates each signing batch again (what reverts now is refused, never signed), signs the
 rest (raw bytes committed before broadcast) and sends them; its lane keeper
 re-sends, replaces with bumped fees and fills nonces (:mod:`relayer.workers.lane_keeper`).
+Each step and the lane's start ask the chain guard first: while the node answers another chain
+(or a deep reorg incident is open) nothing is signed, sent, re-sent or reconciled.
 After taking the lease it re-sends the same bytes of every live transaction. A job only ever
 gets a second transaction as a same-nonce replacement with the same call, or a no-op."""
 
@@ -16,6 +18,7 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection, Unavailable
+from relayer.domain.incidents import Incident
 from relayer.metrics import Metrics
 from relayer.service.simulate import Simulator
 from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
@@ -23,6 +26,7 @@ from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.relay_jobs import Job
 from relayer.workers import OutageLog, sleep_or_stop
+from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.lane_keeper import LaneKeeper
 
 log = logging.getLogger(__name__)
@@ -96,8 +100,10 @@ class Broadcaster:
         balance: Callable[[str], Awaitable[int]] | None = None,
         min_balance_wei: int = 0,
         key_index: int = 0,
+        guard: ChainGuard | None = None,
     ) -> None:
         self.chain = chain
+        self.guard = guard
         self.simulator = simulator
         self.board = board or LaneBoard()
         self._balance = balance
@@ -128,7 +134,13 @@ class Broadcaster:
     async def start_lane(self) -> None:
         """Check that the settlement accepts this key as an executor (a key it does not
         takes no work: every transaction it sent would revert), reconcile the nonce lane
-        with the chain and re-send every live transaction."""
+        with the chain and re-send every live transaction.
+
+        Raises:
+            Incident: the node answers another chain (nothing is reconciled or re-sent).
+        """
+        if self.guard is not None:
+            await self.guard.check("broadcaster", now=True, lanes=True)
         self._registered = await self.chain.is_executor(self.signer.address)
         if not self._registered:
             log.error(
@@ -149,8 +161,12 @@ class Broadcaster:
 
         Raises:
             LeaseLost: another process took the key (nothing more is signed or sent).
+            Incident: the node answers another chain, or a deep reorg halted the follower
+                (nothing is signed or sent).
         """
         epoch = self._epoch()
+        if self.guard is not None:
+            await self.guard.check("broadcaster", lanes=True)
         signed: list[SignedTx] = []
         failed: Unavailable | None = None
         try:
@@ -181,6 +197,8 @@ class Broadcaster:
             Unavailable: the chain node or the database failed.
         """
         address = self.signer.address
+        if self.keeper.halted is not None:
+            return 0  # a nonce gap halts the lane: no new work on top of it
         drained = not self._registered
         if not drained and self._balance is not None and self.min_balance_wei:
             balance = await self._balance(address)
@@ -257,6 +275,9 @@ class Broadcaster:
             try:
                 await self.start_lane()
                 break
+            except Incident:
+                await sleep_or_stop(stop, IDLE_WAIT_S)  # the guard logged why
+                continue
             except Exception as exc:
                 self.metrics.rpc_errors.labels("broadcaster").inc()
                 log.warning("executor lane not ready; retrying", extra={"reason": type(exc).__name__})
@@ -275,6 +296,8 @@ class Broadcaster:
                 log.warning("executor lease lost; signing stopped", extra={"reason": exc.message})
                 await self.lease.release()
                 return
+            except Incident:
+                pass  # logged once when it began, counted per step
             except Unavailable as exc:
                 if isinstance(exc, ChainUnavailable):
                     self.metrics.rpc_errors.labels("broadcaster").inc()

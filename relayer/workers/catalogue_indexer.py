@@ -5,7 +5,13 @@ still on the chain (else walks back to the common ancestor exactly as the chain 
 deleted, the touched listings folded again), and indexes the next confirmed range: credit
 registrations, listing events (listings folded from them), credit transfers and — on chains
 where this daemon does not relay, so no chain follower indexes them — ``RetirementSettled``
-events."""
+events.
+
+Like the chain follower it indexes only the chain its database belongs to (the chain guard,
+:class:`~relayer.workers.chain_guard.ChainGuard`, asked each step) and follows only reorgs
+within its confirmation window: a deeper one, one below the node's finalized block or past
+its memory halts it (``relayer_deep_reorg``, one log line) and undoes nothing until the node's
+chain holds the indexed blocks again."""
 
 from __future__ import annotations
 
@@ -16,13 +22,15 @@ from typing import Final
 from relayer.chain.catalogue import CatalogueChain, CatalogueLogs
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
-from relayer.chain.types import SettledLog
+from relayer.chain.types import BlockHeader, SettledLog
 from relayer.domain.errors import Unavailable
+from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
 from relayer.metrics import Metrics
 from relayer.store.catalogue import CatalogueStore, IndexBatch
 from relayer.store.retirements import IndexedRetirement
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
+from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.reorg import ReorgWatch
 
 log = logging.getLogger(__name__)
@@ -46,8 +54,10 @@ class CatalogueIndexer:
         poll_interval_s: float,
         *,
         retirements: bool,
+        guard: ChainGuard | None = None,
     ) -> None:
         self.chain = chain
+        self.guard = guard
         self.chain_id = chain.node.chain_id
         self.reads = reads
         self.store = store
@@ -63,6 +73,8 @@ class CatalogueIndexer:
         """Undo a reorg of what was indexed, else index the next confirmed range, if any;
         whether there may be more to catch up."""
         head = await self.chain.blocks.head_block()
+        if self.guard is not None:
+            await self.guard.check("catalogue", now=head.number < (self.watch.seen_head or 0))
         cursor = await self.store.cursor(self.chain_id, CURSOR)
         done = self.start_block - 1 if cursor is None else cursor[0]
         if not self._resumed:
@@ -74,8 +86,12 @@ class CatalogueIndexer:
         else:
             self.watch.rewound(done)  # the chain follower may have undone blocks of this chain
             if await self.watch.reorged(head):
-                await self._rewind(await self.watch.ancestor(head.number), f"head {head.number}")
+                await self._reorg(head)
                 return True
+            if self.watch.incident is not None:
+                log.warning("deep reorg: the chain holds the indexed blocks again; indexing resumes")
+                self.watch.incident = None
+                self.metrics.deep_reorg.labels(str(self.chain_id), "catalogue").set(0)
         if not is_confirmed(done + 1, head.number, self.confirmations):
             return False
         safe = confirmed_through(head.number, self.confirmations)
@@ -99,6 +115,31 @@ class CatalogueIndexer:
         self.watch.memory.remember(to_block, to_hash)
         self.metrics.catalogue_block.labels(str(self.chain_id)).set(to_block)
         return to_block < safe
+
+    async def _reorg(self, head: BlockHeader) -> None:
+        """Undo the reorg under ``head`` when it is within the confirmation window; else halt.
+
+        Raises:
+            Incident: the node answers another chain, or the reorg is deeper than the window,
+                below the finalized block or past memory.
+        """
+        if self.guard is not None:
+            await self.guard.check("catalogue", now=True)
+        if self.watch.incident is None:
+            to = await self.watch.ancestor(head.number)
+            why = self.watch.judge(to, self.confirmations, await self.chain.blocks.finalized())
+            if why is None:
+                await self._rewind(to, f"head {head.number}")
+                return
+            self.watch.incident = why
+            self.metrics.deep_reorg.labels(str(self.chain_id), "catalogue").set(1)
+            log.error(
+                "deep reorg: the catalogue indexer halts and undoes nothing until the node's chain "
+                "holds the indexed blocks again",
+                extra={"chain_id": self.chain_id, "head": head.number, "ancestor": to.number, "reason": why},
+            )
+        self.metrics.halted_steps.labels("catalogue", "deep_reorg").inc()
+        raise Incident("deep_reorg", self.watch.incident, chain_id=self.chain_id)
 
     async def _rewind(self, to: Ancestor, where: str) -> None:
         """Undo what the blocks above the common ancestor ``to`` held (rows deleted, touched
@@ -136,6 +177,8 @@ class CatalogueIndexer:
             try:
                 more = await self.step()
                 outage.recovered()
+            except Incident:
+                pass  # logged once when it began, counted per step
             except Unavailable as exc:
                 if isinstance(exc, ChainUnavailable):
                     self.metrics.rpc_errors.labels("catalogue").inc()

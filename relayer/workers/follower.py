@@ -4,7 +4,14 @@ to the common ancestor (the walk back it shares with the catalogue indexer,
 :class:`~relayer.workers.reorg.ReorgWatch`); (1) reads the receipts of new blocks once per block and moves the
 jobs they settle to mined or reverted; (2) confirms jobs buried under the configured depth;
 and (3) indexes RetirementSettled events of confirmed blocks into Postgres (cursor = block
-number and hash) and marks their jobs indexed (settled)."""
+number and hash) and marks their jobs indexed (settled).
+
+It follows only the chain its database belongs to and only reorgs within the confirmation
+window: each step asks the chain guard first (:class:`~relayer.workers.chain_guard.ChainGuard`,
+at once on a head below one seen or a reorg), and a reorg deeper than the window, below the
+node's finalized block or past its memory halts it (an incident: one log line, the
+``relayer_deep_reorg`` gauge, the lanes halted) instead of rewinding settled history, until
+the node's chain holds the remembered blocks again."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, SettledLog
 from relayer.domain.errors import Unavailable
+from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
@@ -25,6 +33,7 @@ from relayer.store.executor_lane import ExecutorLane, PendingTx
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
+from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.reorg import ReorgWatch
 
 log = logging.getLogger(__name__)
@@ -48,8 +57,10 @@ class ChainFollower:
         confirmations: int,
         start_block: int,
         poll_interval_s: float,
+        guard: ChainGuard | None = None,
     ) -> None:
         self.chain = chain
+        self.guard = guard
         self.chain_id = chain.node.chain_id
         self.reads = reads
         self.jobs = jobs
@@ -68,10 +79,14 @@ class ChainFollower:
         bounded). Costs one ``eth_getBlockByNumber`` and nothing else while the head stands
         still and nothing is left to catch up."""
         head = await self.chain.head_block()
+        if self.guard is not None:
+            await self.guard.check("follower", now=head.number < (self.watch.seen_head or 0))
         if self._indexed is None or self._scanned is None:
             await self._resume(head)
         elif await self.watch.reorged(head):
-            await self._rewind(await self.watch.ancestor(head.number), f"head {head.number}")
+            await self._reorg(head)
+        elif self.watch.incident is not None:
+            self._resolved()
         elif head.number == self._scanned and not is_confirmed(
             self._indexed + 1, head.number, self.confirmations
         ):
@@ -93,6 +108,42 @@ class ChainFollower:
             log.info("confirmed", extra={"job_id": job.id})
         if safe > indexed:
             await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
+
+    async def _reorg(self, head: BlockHeader) -> None:
+        """Follow the reorg under ``head`` (rewind to the common ancestor) when it is within
+        the confirmation window; else halt.
+
+        Raises:
+            Incident: the node answers another chain (the guard, asked at once), or the reorg
+                is deeper than the window, below the finalized block or past memory.
+        """
+        if self.guard is not None:
+            await self.guard.check("follower", now=True)
+        if self.watch.incident is None:
+            to = await self.watch.ancestor(head.number)
+            why = self.watch.judge(to, self.confirmations, await self.chain.finalized())
+            if why is None:
+                await self._rewind(to, f"head {head.number}")
+                return
+            self.watch.incident = why
+            self.metrics.deep_reorg.labels(str(self.chain_id), "follower").set(1)
+            if self.guard is not None:
+                self.guard.open("follower", why)
+            log.error(
+                "deep reorg: the follower halts and rewinds nothing (the lanes halt too) until the "
+                "node's chain holds the remembered blocks again",
+                extra={"chain_id": self.chain_id, "head": head.number, "ancestor": to.number, "reason": why},
+            )
+        self.metrics.halted_steps.labels("follower", "deep_reorg").inc()
+        raise Incident("deep_reorg", self.watch.incident, chain_id=self.chain_id)
+
+    def _resolved(self) -> None:
+        """The node's chain holds the remembered blocks again: the deep reorg incident ends."""
+        log.warning("deep reorg: the node's chain holds the remembered blocks again; the follower resumes")
+        self.watch.incident = None
+        self.metrics.deep_reorg.labels(str(self.chain_id), "follower").set(0)
+        if self.guard is not None:
+            self.guard.close("follower")
 
     async def _resume(self, head: BlockHeader) -> None:
         """Start from the index cursor; if the chain no longer holds the cursor's block (a
@@ -203,6 +254,8 @@ class ChainFollower:
             try:
                 await self.step()
                 outage.recovered()
+            except Incident:
+                pass  # logged once when it began, counted per step
             except Unavailable as exc:
                 if isinstance(exc, ChainUnavailable):
                     self.metrics.rpc_errors.labels("follower").inc()

@@ -3,7 +3,12 @@ journaled bytes and handles each refusal of the node in its own way; and about o
 it reads the chain's mined nonce and the fee market, asks :func:`relayer.domain.lane.plan`
 what to do, and does it: re-send the same bytes, replace at the same nonce with bumped fees
 within the job's allowance, or sign a no-op for a hole or for a job whose authorization is
-about to expire. Every replacement and no-op is journaled (lease-fenced) before it is sent."""
+about to expire. Every replacement and no-op is journaled (lease-fenced) before it is sent.
+
+A nonce gap larger than the lane's in-flight window is no hole to fill but an incident: the
+lane halts (:attr:`LaneKeeper.halted`: no re-send, replacement, no-op or new work; one log
+line, ``relayer_executor_nonce_gap``) until the gap closes. A mined nonce that went back asks
+the chain guard at once whether the node still serves the lane's chain."""
 
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ from relayer.chain.errors import ChainUnavailable, SendOutcome
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection
-from relayer.domain.lane import FillNonce, LanePolicy, LaneTx, Market, Replace, Resend, plan
+from relayer.domain.lane import FillNonce, Halt, LanePolicy, LaneTx, Market, Replace, Resend, plan
 from relayer.metrics import Metrics
 from relayer.service.gas import GasPricer
 from relayer.store.executor_lane import ExecutorLane, LiveTx, SignedTx
+from relayer.workers.chain_guard import ChainGuard
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,13 @@ class LaneKeeper:
         metrics: Metrics,
         policy: LanePolicy,
         usdc: str,
+        key_index: int = 0,
+        guard: ChainGuard | None = None,
     ) -> None:
         self.chain = chain
+        self.key = str(key_index)
+        self.guard = guard
+        self.halted: Halt | None = None  # the nonce gap the lane halts on
         self.gas = gas
         self.lane = lane
         self.signer = signer
@@ -118,8 +129,11 @@ class LaneKeeper:
         live = await self.lane.live(self.signer.address)
         if not live:
             self._stalled_since = time.monotonic()
+            self._gap_closed()
             return
         mined = await self.chain.mined_nonce(self.signer.address)
+        if self.guard is not None and self._mined is not None and mined < self._mined:
+            await self.guard.check("broadcaster", now=True)  # the nonce went back: which chain?
         if mined != self._mined:
             self._mined, self._stalled_since = mined, time.monotonic()
         price = await self.gas.price()
@@ -128,7 +142,14 @@ class LaneKeeper:
         lane_txs = [await self._view(t) for t in live]
         stalled_for = time.monotonic() - self._stalled_since
         refused, self._refused = frozenset(self._refused), set()
-        for action in plan(lane_txs, mined, market, time.time(), stalled_for, self.policy, refused):
+        actions = plan(lane_txs, mined, market, time.time(), stalled_for, self.policy, refused)
+        if actions and isinstance(actions[0], Halt):
+            self._gap_opened(actions[0])
+            return
+        self._gap_closed()
+        for action in actions:
+            if isinstance(action, Halt):
+                continue
             if isinstance(action, Resend):
                 await self.send([views[action.tx.tx_hash].signed()])
             elif isinstance(action, Replace):
@@ -137,6 +158,30 @@ class LaneKeeper:
                 await self._fill(
                     epoch, action, None if action.replaces is None else views[action.replaces.tx_hash]
                 )
+
+    def _gap_opened(self, halt: Halt) -> None:
+        """The lane halts on a nonce gap (logged when it begins, counted each upkeep)."""
+        self.metrics.halted_steps.labels("broadcaster", "nonce_gap").inc()
+        if self.halted is None:
+            self.metrics.nonce_gap.labels(self.key).set(1)
+            log.error(
+                "nonce gap: the lane halts (no no-op, re-send or new work) until the chain's "
+                "mined nonce reaches its transactions again",
+                extra={
+                    "executor": self.signer.address,
+                    "mined_nonce": halt.mined_nonce,
+                    "top": halt.top,
+                    "gap": halt.gap,
+                    "window": self.policy.in_flight_window,
+                },
+            )
+        self.halted = halt
+
+    def _gap_closed(self) -> None:
+        if self.halted is not None:
+            self.halted = None
+            self.metrics.nonce_gap.labels(self.key).set(0)
+            log.warning("nonce gap closed: the lane resumes", extra={"executor": self.signer.address})
 
     async def _view(self, tx: LiveTx) -> LaneTx:
         ceiling = None

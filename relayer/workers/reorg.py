@@ -9,7 +9,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from relayer.chain.types import BlockHeader
-from relayer.domain.reorg import KEEP_HASHES, Ancestor, BlockMemory, beyond_memory, head_reorged, walk_back
+from relayer.domain.reorg import (
+    KEEP_HASHES,
+    Ancestor,
+    BlockMemory,
+    beyond_memory,
+    head_reorged,
+    reorg_incident,
+    walk_back,
+)
 
 
 class BlockHashes(Protocol):
@@ -24,7 +32,9 @@ class ReorgWatch:
     """One worker's watch for reorgs on one chain.
 
     ``floor`` is the block before the first the worker's index covers (its start block - 1);
-    ``memory`` holds the blocks the worker read (block number -> hash), at most ``limit``.
+    ``memory`` holds the blocks the worker read (block number -> hash), at most ``limit``;
+    ``seen_head`` is the newest head seen on the remembered chain; ``incident`` says why the
+    worker halts on a reorg it must not follow (None while it follows the chain).
     Every method raises ``ChainUnavailable`` when the node fails.
     """
 
@@ -32,6 +42,8 @@ class ReorgWatch:
         self.blocks = blocks
         self.floor = floor
         self.memory = BlockMemory(limit)
+        self.seen_head: int | None = None
+        self.incident: str | None = None
 
     async def resume(self, cursor: tuple[int, bytes | None] | None, head: int) -> Ancestor | None:
         """At start, from an index cursor (block number, hash) read from the store: None when
@@ -49,10 +61,18 @@ class ReorgWatch:
         """Whether the chain ``head`` is on is not the one remembered (at most one
         ``eth_getBlockByNumber``, when the head alone cannot tell)."""
         verdict = head_reorged(self.memory, head.number, head.hash, head.parent_hash)
-        if verdict is not None:
-            return verdict
-        below = self.memory.newest_below(head.number)
-        return below is not None and await self.blocks.block_hash(below) != self.memory.get(below)
+        if verdict is None:
+            below = self.memory.newest_below(head.number)
+            verdict = below is not None and await self.blocks.block_hash(below) != self.memory.get(below)
+        if not verdict:
+            self.seen_head = max(head.number, self.seen_head or head.number)
+        return verdict
+
+    def judge(self, to: Ancestor, window: int, finalized: int | None) -> str | None:
+        """Whether the rewind to ``to`` is an incident (why) or a reorg to follow (None), by
+        :func:`~relayer.domain.reorg.reorg_incident` from the newest block seen."""
+        seen = max(self.seen_head or to.number, self.memory.newest() or to.number)
+        return reorg_incident(to, seen, window, finalized)
 
     async def ancestor(self, head: int) -> Ancestor:
         """The common ancestor of the remembered chain and the node's (whose head is block
@@ -70,3 +90,5 @@ class ReorgWatch:
     def rewound(self, ancestor: int) -> None:
         """The blocks above ``ancestor`` were undone: forget them."""
         self.memory.forget_above(ancestor)
+        if self.seen_head is not None and self.seen_head > ancestor:
+            self.seen_head = ancestor

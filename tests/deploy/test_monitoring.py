@@ -51,6 +51,10 @@ METRICS: Final = frozenset(
         "relayer_reorgs_total",
         "relayer_broadcasts_total",
         "relayer_db_pool_connections",
+        "relayer_chain_identity_mismatch",
+        "relayer_deep_reorg",
+        "relayer_executor_nonce_gap",
+        "relayer_halted_steps_total",
     }
 )
 """The operator metrics the rules and the dashboard may query (README, Metrics)."""
@@ -69,6 +73,9 @@ ALERTS: Final = frozenset(
         "NonceLag",
         "WorkerRestarting",
         "RelayerDown",
+        "ChainIdentityMismatch",
+        "DeepReorg",
+        "NonceGap",
     }
 )
 METRIC_NAME: Final = re.compile(r"\brelayer_[a-z0-9_]+")  # x402: digits too
@@ -158,7 +165,7 @@ def check_labels(where: str, expr: str, legend: str = "") -> None:
 
 
 def test_promtool_check_rules() -> None:
-    assert "SUCCESS: 10 rules found" in run_promtool("check", "rules", RULES.name)
+    assert "SUCCESS: 13 rules found" in run_promtool("check", "rules", RULES.name)
 
 
 def test_promtool_test_rules() -> None:

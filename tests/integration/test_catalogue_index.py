@@ -16,6 +16,7 @@ from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import Contracts
+from relayer.domain.incidents import Incident
 from relayer.domain.marketplace import ZERO_ADDRESS, CreditRegistration, ListingEvent, Transfer
 from relayer.metrics import Metrics
 from relayer.store import reorg
@@ -113,7 +114,7 @@ def _hash(anvil: Anvil, number: int) -> bytes:
     return bytes.fromhex(anvil.rpc("eth_getBlockByNumber", hex(number), False)["hash"][2:])
 
 
-async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took(
+async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took_and_halts_on_a_deep_one(
     tmp_path: Path, admin_database_url: str, db_of: Any
 ) -> None:
     async with private_chain(tmp_path, admin_database_url) as (info, dsn):
@@ -143,18 +144,16 @@ async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took(
             token_id = info["listings"][0]["tokenId"]
             kept = _list_one_tonne(info, token_id)
             await indexed_all()
-            kept_block = int(anvil.rpc("eth_blockNumber"), 16)
-            kept_hash = _hash(anvil, kept_block)
-            anvil.mine()  # an empty block between: the reorg takes it and the next listing's
             lost = _list_one_tonne(info, token_id)  # minted in one block, listed in the next
             await indexed_all()
             head = int(anvil.rpc("eth_blockNumber"), 16)
+            kept_block, kept_hash = head - 1, _hash(anvil, head - 1)  # the mint's block
             assert await store.listing(chain_id, lost) is not None
             assert await store.cursor(chain_id, "catalogue") == (head, _hash(anvil, head))
 
-            anvil.rpc("anvil_reorg", head - kept_block, [])  # the blocks above `kept` are replaced
+            anvil.rpc("anvil_reorg", 1, [])  # within the window: the listing's block is replaced
             assert await indexer.step()  # the walk back and the undo
-            # Exactly the lost blocks are undone: back to the common ancestor, not 128 blocks.
+            # Exactly the lost block is undone: back to the common ancestor, not 128 blocks.
             assert await store.cursor(chain_id, "catalogue") == (kept_block, kept_hash)
             assert await store.listing(chain_id, lost) is None
             assert await store.listing(chain_id, kept) is not None
@@ -162,10 +161,26 @@ async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took(
                 assert await store.listing(chain_id, listing_id) is not None
             assert metrics.reorgs._value.get() == 1
 
-            await indexed_all()  # the new chain holds neither the mint nor the listing
+            await indexed_all()  # the new chain holds the mint, not the listing
             assert await store.listing(chain_id, lost) is None
             assert await store.listing(chain_id, kept) is not None
             assert await store.cursor(chain_id, "catalogue") == (head, _hash(anvil, head))
             assert metrics.reorgs._value.get() == 1
+
+            # Deeper than the confirmation window (1 block): an incident, nothing undone.
+            head = int(anvil.rpc("eth_blockNumber"), 16)
+            anvil.rpc("anvil_reorg", 3, [])
+            with pytest.raises(Incident) as halted:
+                await indexer.step()
+            assert (
+                halted.value.kind == "deep_reorg"
+                and "deeper than the confirmation window" in halted.value.message
+            )
+            with pytest.raises(Incident):
+                await indexer.step()  # it stays halted
+            assert await store.cursor(chain_id, "catalogue") == (head, indexer.watch.memory.get(head))
+            assert await store.listing(chain_id, kept) is not None
+            assert metrics.deep_reorg.labels(str(chain_id), "catalogue")._value.get() == 1
+            assert metrics.reorgs._value.get() == 1  # the shallow one only
         finally:
             await node.close()

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from relayer.domain.fees import bumped, replacement_fees
-from relayer.domain.lane import FillNonce, LanePolicy, LaneTx, Market, Replace, Resend, plan
+from relayer.domain.lane import (
+    IN_FLIGHT_WINDOW,
+    FillNonce,
+    Halt,
+    LanePolicy,
+    LaneTx,
+    Market,
+    Replace,
+    Resend,
+    nonce_gap,
+    plan,
+)
 
 NOW = 1_800_000_000.0
 POLICY = LanePolicy(resend_after_s=10, replace_after_s=30, hole_after_s=10, noop_before_expiry_s=30)
@@ -110,3 +121,32 @@ def test_actions_come_in_nonce_order() -> None:
     early = replace(TX, nonce=6, broadcast_at=NOW - 10, tx_hash=b"\x06" * 32)
     actions = _plan(late, early, mined=5, stalled=10)
     assert [getattr(x, "nonce", None) or x.tx.nonce for x in actions] == [5, 6, 7, 8, 9]  # type: ignore[attr-defined]
+
+
+def test_the_nonce_gap_counts_the_unheld_nonces_up_to_the_newest_live_one() -> None:
+    a, b = replace(TX, nonce=5), replace(TX, nonce=7, tx_hash=b"\x02" * 32)
+    assert nonce_gap([], 3) == 0
+    assert nonce_gap([a, b], 3) == 3  # 3, 4 and 6
+    assert nonce_gap([a, b], 5) == 1
+    assert nonce_gap([a, b], 8) == 0  # both mined
+
+
+def test_a_gap_up_to_the_in_flight_window_is_filled_with_no_ops() -> None:
+    top = replace(TX, nonce=100 + IN_FLIGHT_WINDOW)
+    actions = _plan(top, mined=100, stalled=POLICY.hole_after_s)
+    assert len([x for x in actions if isinstance(x, FillNonce)]) == IN_FLIGHT_WINDOW
+
+
+def test_a_gap_beyond_the_in_flight_window_halts_the_lane_and_signs_nothing() -> None:
+    # The lane signed up to nonce 2000 on a chain whose executor has mined nothing (a chain
+    # swapped, or one that lost its history): 1700 no-ops would be the old repair.
+    live = [
+        replace(TX, nonce=n, tx_hash=n.to_bytes(32, "big"), broadcast_at=NOW - 999) for n in range(1700, 2001)
+    ]
+    assert _plan(*live, mined=0, stalled=POLICY.hole_after_s) == [Halt(0, 2000, 1700)]
+    # Not before the lane has stalled for the hole's patience (the mined nonce may lag).
+    assert not any(isinstance(x, (Halt, FillNonce)) for x in _plan(*live, mined=0, stalled=1))
+    one_over = replace(TX, nonce=IN_FLIGHT_WINDOW + 1)
+    assert _plan(one_over, mined=0, stalled=POLICY.hole_after_s) == [
+        Halt(0, IN_FLIGHT_WINDOW + 1, IN_FLIGHT_WINDOW + 1)
+    ]

@@ -17,6 +17,7 @@ from relayer.domain.reorg import (
     confirmed_through,
     head_reorged,
     is_confirmed,
+    reorg_incident,
     walk_back,
 )
 from relayer.workers.reorg import ReorgWatch
@@ -123,30 +124,30 @@ def test_the_walk_asks_newest_first_and_stops_at_the_first_agreement() -> None:
     assert walk_back(remembered, 15, {}, 0) == Ask(15)
     assert walk_back(remembered, 15, {15: h(15, 1)}, 0) == Ask(14)
     assert walk_back(remembered, 15, node, 0) == Ask(13)
-    assert walk_back(remembered, 15, {**node, 13: h(13)}, 0) == Ancestor(13, h(13), True)
+    assert walk_back(remembered, 15, {**node, 13: h(13)}, 0) == Ancestor(13, h(13), True, 14)
 
 
 def test_a_depth_one_reorg_keeps_the_parent() -> None:
     remembered = {n: h(n) for n in range(1, 6)}
-    assert walk_back(remembered, 5, {5: h(5, 1), 4: h(4)}, 0) == Ancestor(4, h(4), True)
+    assert walk_back(remembered, 5, {5: h(5, 1), 4: h(4)}, 0) == Ancestor(4, h(4), True, 5)
 
 
 def test_remembered_blocks_above_the_head_are_lost_without_asking() -> None:
     remembered = {n: h(n) for n in range(1, 8)}
     assert walk_back(remembered, 5, {}, 0) == Ask(5)  # 6 and 7 are not on a chain whose head is 5
-    assert walk_back(remembered, 5, {5: h(5)}, 0) == Ancestor(5, h(5), True)
+    assert walk_back(remembered, 5, {5: h(5)}, 0) == Ancestor(5, h(5), True, 6)
 
 
 def test_with_gaps_the_ancestor_is_the_newest_remembered_block_that_agrees() -> None:
     remembered = {100: h(100), 140: h(140), 160: h(160)}
     node = {160: h(160, 1), 140: h(140, 1), 100: h(100)}
-    assert walk_back(remembered, 170, node, 0) == Ancestor(100, h(100), True)
+    assert walk_back(remembered, 170, node, 0) == Ancestor(100, h(100), True, 140)
 
 
 def test_no_common_ancestor_within_memory_rewinds_to_its_edge() -> None:
     remembered = {n: h(n) for n in range(50, 54)}
     node = {n: h(n, 1) for n in range(50, 54)}
-    assert walk_back(remembered, 53, node, 9) == Ancestor(49, None, False)
+    assert walk_back(remembered, 53, node, 9) == Ancestor(49, None, False, 50)
     assert beyond_memory(remembered, 9) == 49
 
 
@@ -189,7 +190,7 @@ async def test_the_watch_walks_back_only_as_far_as_the_reorg() -> None:
         node.hashes[number] = h(number, 1)
     assert await watch.reorged(node.head())
     ancestor = await watch.ancestor(299)
-    assert ancestor == Ancestor(296, h(296), True)
+    assert ancestor == Ancestor(296, h(296), True, 297)
     assert node.asked == [299, 298, 297, 296]  # one hash per lost block and one for the ancestor
     assert watch.memory.newest() == 299  # kept until the worker has undone the blocks
     watch.rewound(ancestor.number)
@@ -217,3 +218,55 @@ async def test_the_watch_resumes_from_a_cursor() -> None:
     fresh = ReorgWatch(node, floor=4)
     assert await fresh.resume((500, h(500, 1)), 599) == Ancestor(500 - KEEP_HASHES, None, False)
     assert await fresh.resume((100, h(100, 1)), 599) == Ancestor(4, None, False)
+
+
+# ---------------------------------------------------------------- deep reorgs are incidents
+
+
+def test_a_reorg_within_the_confirmation_window_is_followed() -> None:
+    assert reorg_incident(Ancestor(96, h(96), True, 97), 100, 5, None) is None  # 4 blocks
+    assert reorg_incident(Ancestor(95, h(95), True, 96), 100, 5, None) is None  # 5 blocks: the window
+
+
+def test_a_reorg_deeper_than_the_window_is_an_incident() -> None:
+    why = reorg_incident(Ancestor(94, h(94), True, 95), 100, 5, None)
+    assert why is not None and "6 blocks" in why and "window of 5" in why
+    # Depth 0 is depth 1: a one-block reorg is followed, a two-block one is not.
+    assert reorg_incident(Ancestor(99, h(99), True, 100), 100, 0, None) is None
+    assert reorg_incident(Ancestor(98, h(98), True, 99), 100, 0, None) is not None
+
+
+def test_with_gaps_in_memory_the_depth_counts_from_the_oldest_block_known_lost() -> None:
+    # The ancestor found is 90 (the newest remembered that agrees), but only 99 and 100 are
+    # known lost: a two-block reorg, within a window of 3.
+    assert reorg_incident(Ancestor(90, h(90), True, 99), 100, 3, None) is None
+    assert reorg_incident(Ancestor(90, h(90), True, 97), 100, 3, None) is not None
+
+
+def test_a_reorg_below_the_finalized_block_is_an_incident() -> None:
+    why = reorg_incident(Ancestor(96, h(96), True, 97), 100, 10, finalized=98)
+    assert why is not None and "finalized block 98" in why
+    assert reorg_incident(Ancestor(96, h(96), True, 97), 100, 10, finalized=96) is None
+
+
+def test_a_reorg_past_memory_is_an_incident() -> None:
+    why = reorg_incident(Ancestor(49, None, False, 50), 53, 64, None)
+    assert why is not None and "no remembered block" in why
+
+
+async def test_the_watch_judges_from_the_newest_head_it_saw() -> None:
+    node = FakeNode({n: h(n) for n in range(0, 20)})
+    watch = ReorgWatch(node, floor=0)
+    watch.memory.remember(10, h(10))
+    assert not await watch.reorged(node.head()) and watch.seen_head == 19
+    for number in (9, 10):
+        node.hashes[number] = h(number, 1)
+    assert await watch.reorged(node.head())
+    watch.memory.remember(5, h(5))
+    ancestor = await watch.ancestor(19)
+    assert ancestor == Ancestor(5, h(5), True, 10)
+    # Seen up to 19, block 10 lost: at least a 10-block reorg.
+    assert watch.judge(ancestor, 10, None) is None
+    assert watch.judge(ancestor, 9, None) is not None
+    watch.rewound(5)
+    assert watch.seen_head == 5
