@@ -53,8 +53,17 @@ INITDB_TIMEOUT_SECONDS: Final = 120.0
 LOCK_TIMEOUT_SECONDS: Final = 180.0
 """Longest wait for another process that is initialising or starting the same cluster."""
 CONNECT_TIMEOUT_SECONDS: Final = 10
+PORT_WAIT_SECONDS: Final = 15.0
+"""Longest wait at start for the recorded port, or a killed postmaster, to be let go."""
 _SUBPROCESS_SLACK_SECONDS: Final = 15.0
-_START_ATTEMPTS: Final = 3
+_START_ATTEMPTS: Final = 5
+_RETRY_PAUSE_SECONDS: Final = 1.0
+_TRANSIENT_START_ERRORS: Final = (
+    "could not bind",
+    "already in use",  # the port
+    "still in use",  # the shared memory of a killed server's last backends
+    "lock file",  # a killed postmaster not yet reaped
+)
 _MAX_SOCKET_PATH: Final = 100  # sun_path is 108 bytes; ".s.PGSQL.65535" is appended
 
 _REQUIRED_BINARIES: Final = ("initdb", "pg_ctl", "postgres")
@@ -78,8 +87,11 @@ def ensure_database_url(database_url: str | None, state_dir: Path, database: str
     With ``database_url`` set it is returned unchanged and nothing is started. Otherwise a
     private cluster under ``state_dir/pg`` is initialised (first time), started (if not
     running) or reused (if running), and ``database`` (default ``relayer``) is created on it. The cluster
-    listens on a unix socket in ``state_dir/pg/run`` and on 127.0.0.1 at a free TCP port,
-    recorded in ``state_dir/pg/port``; auth is ``trust``. Running as root, the server runs
+    listens on a unix socket in ``state_dir/pg/run`` and on 127.0.0.1 at a TCP port chosen
+    free the first time and recorded in ``state_dir/pg/port``: every later start (after a stop
+    or a kill -9) reuses it, so running daemons find their database again; auth is ``trust``.
+    It is as durable as a production server (``fsync``, ``full_page_writes`` and
+    ``synchronous_commit`` on): crash tests against it prove durability. Running as root, the server runs
     as the ``postgres`` system user (``nobody`` if there is none). Binaries come from
     ``pg_config --bindir``, ``/usr/lib/postgresql/*/bin``, ``PATH``, then the ``pgserver``
     wheel. Concurrent callers on the same ``state_dir`` are serialised by a file lock.
@@ -93,8 +105,9 @@ def ensure_database_url(database_url: str | None, state_dir: Path, database: str
         A DSN, e.g. ``postgresql://postgres@127.0.0.1:54329/relayer`` (no password).
 
     Raises:
-        DevDbError: No PostgreSQL binaries were found, or the cluster failed to
-            initialise or start within its time limits (the message quotes the server log).
+        DevDbError: No PostgreSQL binaries were found, the cluster failed to initialise or
+            start within its time limits (the message quotes the server log), or another
+            program holds its recorded port.
         ValueError: ``database`` is not a plain lower-case identifier.
     """
     if database_url is not None:
@@ -140,7 +153,8 @@ def stop_private_cluster(state_dir: Path) -> bool:
 def restart_private_cluster(state_dir: Path) -> None:
     """Restart the running private cluster of ``state_dir`` on the same port
     (``pg_ctl restart -m fast``): every connection is dropped, as when an operator restarts
-    the server. For fault tests; a stop then a start may have to choose another port.
+    the server. For fault tests; a stop then a start (or a start after a kill -9) comes back
+    on the same port too.
 
     Raises:
         DevDbError: The cluster is not running or did not come back within the time limit.
@@ -237,9 +251,13 @@ class _Cluster:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
     def running_port(self) -> int | None:
-        """The TCP port of the running server, or None if it is not running."""
+        """The TCP port of the running server, or None if it is not running (a postmaster
+        killed and not yet reaped is not running, though ``pg_ctl status`` says it is)."""
         pid_file = self.data_dir / "postmaster.pid"
         if not pid_file.is_file():
+            return None
+        pid = self._postmaster_pid()
+        if pid is not None and _is_zombie(pid):
             return None
         bindir = self._recorded_bindir()
         if bindir is None:
@@ -261,11 +279,15 @@ class _Cluster:
             self._initdb(bindir)
         self.bindir_file.write_text(f"{bindir}\n", encoding="utf-8")
         started = time.monotonic()
+        self._await_killed_postmaster()
+        port = self._choose_port()
+        self._write_settings(port)
+        self.port_file.write_text(f"{port}\n", encoding="utf-8")
         last_error = ""
-        for _attempt in range(_START_ATTEMPTS):
-            port = self._choose_port()
-            self._write_settings(port)
-            self.port_file.write_text(f"{port}\n", encoding="utf-8")
+        for attempt in range(_START_ATTEMPTS):
+            if attempt:
+                time.sleep(_RETRY_PAUSE_SECONDS)
+            logged = self.log_file.stat().st_size if self.log_file.exists() else 0
             result = self._pg_ctl(
                 bindir,
                 ["start", "-w", "-t", str(PG_CTL_WAIT_SECONDS), "-s", "-l", str(self.log_file)],
@@ -282,9 +304,10 @@ class _Cluster:
                 )
                 return port
             last_error = f"{result.stderr.strip()}\n{_tail(self.log_file)}"
-            if "could not bind" not in last_error and "already in use" not in last_error:
+            this_start = f"{result.stderr}\n{_read_from(self.log_file, logged)}"
+            if not any(sign in this_start for sign in _TRANSIENT_START_ERRORS):
                 break
-            log.warning("port taken while starting postgres, retrying", extra={"port": port})
+            log.warning("postgres did not start yet on its port, retrying", extra={"port": port})
         raise DevDbError(f"private postgres cluster in {self.data_dir} failed to start:\n{last_error}")
 
     def stop(self) -> None:
@@ -377,10 +400,8 @@ class _Cluster:
             f"port = {port}\n"
             f"unix_socket_directories = {_conf_quote(str(self.run_dir))}\n"
             "max_connections = 200\n"
-            "# A throwaway cluster: durability is not wanted, speed is.\n"
-            "fsync = off\n"
-            "synchronous_commit = off\n"
-            "full_page_writes = off\n",
+            "# Durable as a production server (fsync, full_page_writes and synchronous_commit are\n"
+            "# on by default): a crash test of this cluster proves durability, not only reconnection.\n",
             encoding="utf-8",
         )
         if self.run_as is not None:
@@ -388,14 +409,47 @@ class _Cluster:
             os.chown(conf, entry.pw_uid, entry.pw_gid)
 
     def _choose_port(self) -> int:
-        if self.port_file.is_file():
-            text = self.port_file.read_text().strip()
-            if text.isdigit() and _port_is_free(int(text)):
-                return int(text)
+        """The recorded port, so that a restart (after a kill -9, say) comes back where running
+        daemons look for it, waiting up to :data:`PORT_WAIT_SECONDS` for it to be let go;
+        a free port the first time.
+
+        Raises:
+            DevDbError: another program holds the recorded port.
+        """
+        text = self.port_file.read_text().strip() if self.port_file.is_file() else ""
+        if text.isdigit():
+            recorded = int(text)
+            deadline = time.monotonic() + PORT_WAIT_SECONDS
+            while not _port_is_free(recorded):
+                if time.monotonic() > deadline:
+                    raise DevDbError(
+                        f"the private postgres cluster's port {recorded} (recorded in {self.port_file}) is "
+                        f"held by another program: free it, or delete {self.port_file} to start on a new port"
+                    )
+                time.sleep(0.2)
+            return recorded
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((HOST, 0))
             port: int = sock.getsockname()[1]
             return port
+
+    def _postmaster_pid(self) -> int | None:
+        """The process id in ``postmaster.pid`` (line 1), if there is one."""
+        try:
+            first = (self.data_dir / "postmaster.pid").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        lines = first.splitlines()
+        return int(lines[0]) if lines and lines[0].strip().isdigit() else None
+
+    def _await_killed_postmaster(self) -> None:
+        """Wait, up to :data:`PORT_WAIT_SECONDS`, for a killed postmaster that its parent has
+        not reaped yet to be gone: postgres takes a live process id in ``postmaster.pid`` for
+        a running server and would refuse to start."""
+        pid = self._postmaster_pid()
+        deadline = time.monotonic() + PORT_WAIT_SECONDS
+        while pid is not None and _is_zombie(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def _recorded_bindir(self) -> Path | None:
         if self.bindir_file.is_file():
@@ -491,7 +545,10 @@ def _grant_traverse(path: Path, entry: pwd.struct_passwd) -> None:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether postgres could listen on ``port``: bound with ``SO_REUSEADDR`` as postgres binds
+    it, so the closing connections of a killed server (TIME_WAIT) do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError as exc:
@@ -499,6 +556,17 @@ def _port_is_free(port: int) -> bool:
                 return False
             raise
     return True
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and awaits its parent's reaping (Linux ``/proc``;
+    False elsewhere or when there is no such process)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    fields = stat_line.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def _ensure_database(port: int, name: str) -> None:
@@ -526,6 +594,16 @@ def _with_database(dsn: str, name: str) -> str:
 
 def _conf_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _read_from(path: Path, offset: int, limit: int = 64 * 1024) -> str:
+    """At most ``limit`` bytes of ``path`` from byte ``offset`` (what a start logged)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -108,10 +108,14 @@ class DaemonProcess:
 
 class RpcProxy:
     """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
-    are released (the caller may die meanwhile: that is the point)."""
+    are released (the caller may die meanwhile: that is the point), and records each call it
+    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``."""
+
+    MAX_RECORDED = 100_000
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
+        self.calls: list[tuple[str, str]] = []
         self.held: set[str] = set()
         self.waiting: dict[str, int] = {}
         self._released = asyncio.Event()
@@ -150,7 +154,11 @@ class RpcProxy:
     async def _forward(self, request: web.Request) -> web.Response:
         body = await request.read()
         calls = json.loads(body)
-        methods = {c["method"] for c in (calls if isinstance(calls, list) else [calls])}
+        batch = calls if isinstance(calls, list) else [calls]
+        self.calls += [(c["method"], json.dumps(c.get("params"))) for c in batch][
+            : max(0, self.MAX_RECORDED - len(self.calls))
+        ]
+        methods = {c["method"] for c in batch}
         for method in methods & self.held:
             self.waiting[method] = self.waiting.get(method, 0) + 1
             await self._released.wait()

@@ -171,7 +171,27 @@ class ChainReads:
             (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
             return TokenBalance(int(amount), block)
 
-        return await self.node.cached(f"balance:{token}:{owner}:{block}", load)
+        return await self.node.cached(_balance_key(token, owner, block), load)
+
+    async def cached_balance(self, token: str, owner: str) -> TokenBalance | None:
+        """``owner``'s balance of ``token`` as :meth:`balance` already read it at the cached
+        head, or None when it has not: no round trip either way."""
+        if not self.node.fresh("head"):
+            return None
+        block = await self.node.head()
+        if not self.node.fresh(_balance_key(token, owner, block)):
+            return None
+        return await self.balance(token, owner)
+
+    async def balance_now(self, token: str, owner: str) -> int:
+        """``owner``'s balance of ``token`` (atomic units) at the node's latest block now, past
+        the cache: one ``eth_call``, whose block number is not known (enough to refuse).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        (amount,) = await self.node.call(token, _BALANCE_OF, owner)
+        return int(amount)
 
     async def eth_balance(self, account: str) -> int:
         """``account``'s ETH balance in wei at the latest block (cached per head).
@@ -205,3 +225,7 @@ def _listing(listing_id: int, raw: Any) -> ListingInfo:
         expiration=int(expiration),
         active=bool(active),
     )
+
+
+def _balance_key(token: str, owner: str, block: int) -> str:
+    return f"balance:{token}:{owner}:{block}"

@@ -7,6 +7,7 @@ Credit units: 1 unit = 1 kg CO2e, 1000 units = 1 tonne (spec, Limits 1: minimum 
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import Final
 
 from relayer.domain.errors import Rejection
@@ -15,7 +16,10 @@ UNITS_PER_TONNE: Final = 1000
 USDC_DECIMALS: Final = 6
 KVCM_DECIMALS: Final = 18
 
-_TONNES_RE: Final = re.compile(r"(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,18}))?")
+TONNES_MAX_CHARS: Final = 31
+"""The longest tonne string read: 12 integer digits, a point and 18 decimals; a longer text is
+malformed before any matching."""
+_TONNES_RE: Final = re.compile(r"(0|[1-9][0-9]{0,11})(?:\.([0-9]{1,18}))?", re.ASCII)
 _UNITS_RE: Final = re.compile(r"(0|[1-9][0-9]{0,77})(?:\.([0-9]{1,78}))?")
 
 
@@ -30,8 +34,42 @@ def _scaled(match: re.Match[str], decimals: int) -> int | None:
     return int(whole) * scale + int(frac[:decimals].ljust(decimals, "0") or "0")
 
 
+class TonnesFault(Enum):
+    """Why :func:`read_tonnes` refuses a tonne string (each surface answers its own code)."""
+
+    MALFORMED = "malformed"
+    """Not a plain decimal: more than :data:`TONNES_MAX_CHARS` characters, a character other
+    than ASCII digits and one point, a sign, an exponent, a space, a separator, a leading zero,
+    a bare point, more than 12 integer digits (10**12 t and above) or more than 18 decimals."""
+    NOT_WHOLE_KG = "not_whole_kg"
+    """Zero, or a fraction of a kg: not a positive multiple of 0.001 t."""
+
+
+def read_tonnes(text: str) -> int | TonnesFault:
+    """The one tonne parser of both surfaces (x402 ``amount``, marketplace ``quantity_tonnes``):
+    a decimal tonne string to credit units (kg), exact (string arithmetic, no float or Decimal).
+
+    Args:
+        text: ``"1"``, ``"0.5"``, ``"12.345"``, ``"1.500"`` (zeros past the third decimal are
+            allowed, any other digit there is a fraction of a kg).
+
+    Returns:
+        Credit units (int, 1000 per tonne, 1 to 10**15 - 1), or the :class:`TonnesFault`.
+    """
+    if len(text) > TONNES_MAX_CHARS:
+        return TonnesFault.MALFORMED
+    match = _TONNES_RE.fullmatch(text)
+    if match is None:
+        return TonnesFault.MALFORMED
+    units = _scaled(match, 3)
+    if units is None or units < 1:
+        return TonnesFault.NOT_WHOLE_KG
+    return units
+
+
 def parse_tonnes(text: str) -> int:
-    """Parse a decimal tonne string into credit units (kg).
+    """Parse the x402 ``amount``, a decimal tonne string, into credit units (kg) with
+    :func:`read_tonnes`.
 
     Args:
         text: e.g. ``"1"``, ``"0.5"``, ``"12.345"``; no sign, exponent, spaces or separators.
@@ -43,15 +81,14 @@ def parse_tonnes(text: str) -> int:
         Rejection: ``schema_validation`` when not a plain decimal;
             ``amount_below_increment`` when below 0.001 t or not a multiple of 0.001 t.
     """
-    match = _TONNES_RE.fullmatch(text)
-    if match is None:
+    units = read_tonnes(text)
+    if units is TonnesFault.MALFORMED:
         raise Rejection(
             "schema_validation",
             'amount must be a decimal tonne string such as "1.5"',
             issues=[{"path": ["amount"], "keys": [], "message": "not a decimal tonne string"}],
         )
-    units = _scaled(match, 3)
-    if units is None or units < 1:
+    if units is TonnesFault.NOT_WHOLE_KG:
         raise Rejection(
             "amount_below_increment",
             "amount must be a positive multiple of 0.001 tonne (1 kg)",

@@ -13,13 +13,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from relayer.domain.addresses import checksum_address
-from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
+from relayer.domain.amounts import USDC_DECIMALS, TonnesFault, format_units, read_tonnes
 from relayer.domain.errors import Rejection
 from relayer.domain.models import StrictModel
 
@@ -35,7 +44,6 @@ _M = TypeVar("_M", bound=BaseModel)
 _RETIREMENT_ID: Final = re.compile(r"([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})")
 SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
 """A listing's price source id: group 1 the chain id, group 2 the listing id as ``0x`` + 64 hex."""
-_DECIMAL: Final = re.compile(r"[0-9]{1,15}(\.[0-9]{1,18})?")
 _ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
 
 
@@ -194,6 +202,9 @@ _Text = Annotated[
 _Vintage = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}$")]
 _Sdg = Annotated[str, StringConstraints(pattern=r"^([1-9]|1[0-7])$")]
 _Tonnes = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$")]
+_QuantityText = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$"})
+]
 
 
 class _Strict(StrictModel):
@@ -248,10 +259,11 @@ class PricesQuery(Page):
 
 class QuoteRequest(_Strict):
     """Body of POST /quotes: exactly these two fields (spec: Endpoints). ``quantity_tonnes`` is
-    a decimal (string or JSON number) with at most 3 decimals (1 kg)."""
+    a decimal (string or JSON number) with at most 3 decimals (1 kg), read by
+    :func:`quantity_units` (any string reaches it, so every bad quantity is ``invalid_quantity``)."""
 
     asset_price_source_id: str = Field(max_length=200)
-    quantity_tonnes: _Tonnes | Decimal | int
+    quantity_tonnes: _QuantityText | StrictInt | Decimal
 
 
 class ConsumptionMetadata(_Strict):
@@ -279,7 +291,13 @@ class OrderRequest(_Strict):
     @field_validator("beneficiary_address")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        return None if value is None else checksum_address(value)
+        """Checksummed; the zero address is never a beneficiary (as on the x402 surface)."""
+        if value is None:
+            return None
+        checksummed = checksum_address(value)
+        if checksummed == ZERO_ADDRESS:
+            raise ValueError("the zero address is not allowed")
+        return checksummed
 
 
 def validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -302,23 +320,25 @@ def validated(model: type[_M], data: dict[str, Any]) -> _M:
 
 
 def quantity_units(value: str | Decimal | int) -> int:
-    """Tonnes (at most 3 decimals, above 0) to credit units.
+    """``quantity_tonnes`` to credit units (kg) with the one tonne parser,
+    :func:`relayer.domain.amounts.read_tonnes`. A string is read as it is; a JSON number as
+    the exact decimal ``str`` writes it (an exponent it keeps, as in ``1E+3``, is refused).
+
+    Returns:
+        Credit units (1 to 10**15 - 1).
 
     Raises:
-        Rejection: 400 ``invalid_quantity``.
+        Rejection: 400 ``invalid_quantity`` (malformed, zero, a fraction of a kg, or 10**12 t
+            and above).
     """
-    try:
-        tonnes = (
-            Decimal(-1) if isinstance(value, str) and not _DECIMAL.fullmatch(value) else Decimal(str(value))
-        )
-    except InvalidOperation:
-        tonnes = Decimal(-1)
-    units = tonnes * UNITS_PER_TONNE
-    if not tonnes.is_finite() or units != units.to_integral_value() or units <= 0 or units >= 10**15:
+    units = read_tonnes(value if isinstance(value, str) else str(value))
+    if isinstance(units, TonnesFault):
         raise bad_request(
-            "invalid_quantity", "quantity_tonnes must be above 0 with at most 3 decimals (1 kg)"
+            "invalid_quantity",
+            "quantity_tonnes must be a plain decimal (ASCII digits, no sign or exponent) above 0 "
+            "and below 1000000000000, with at most 3 decimals (1 kg)",
         )
-    return int(units)
+    return units
 
 
 def price_units(text: str) -> int:

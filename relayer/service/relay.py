@@ -197,22 +197,32 @@ class Relay:
             )
 
     async def _affordable(self, verified: VerifiedAuthorization) -> PayerBalance:
-        """The payer's token balance at the latest block (one ``eth_call``, cached per block
-        and payer; read again past the cache before refusing), checked against the signed
-        value before anything is recorded: a payer that cannot pay (a throwaway key, say)
-        costs no row and no simulation.
+        """The payer's token balance at a numbered block (cached per block and payer), checked
+        against the signed value before anything is recorded: a payer that cannot pay (a
+        throwaway key, say) costs no row, no simulation and at most one ``eth_call``.
+
+        A balance not yet read at the cached head, or short at it (that head may predate the
+        payer's funding), is read once at the node's latest block: short there, the payer is
+        refused on that one call; covered, it is read at a numbered block for the reservation
+        (the cached head, else the chain's head now).
 
         Raises:
             ChainRevert: ``contract_revert`` with the token's ``ERC20InsufficientBalance``,
                 as the simulation would have reverted.
             Unavailable: the chain node failed.
         """
-        token, payer = verified.retirement.input_token, verified.payer
-        read = await self.supply.chain.balance(token, payer)
-        if read.amount < verified.value:  # the cached head may predate the payer's funding
-            read = await self.supply.chain.balance(token, payer, fresh=True)
-        if read.amount < verified.value:
-            raise _overdrawn(verified, read.amount)
+        token, payer, value = verified.retirement.input_token, verified.payer, verified.value
+        chain = self.supply.chain
+        read = await chain.cached_balance(token, payer)
+        if read is None or read.amount < value:
+            held = await chain.balance_now(token, payer)
+            if held < value:
+                raise _overdrawn(verified, held)
+            read = await chain.balance(token, payer)
+            if read.amount < value:  # funded after the cached head
+                read = await chain.balance(token, payer, fresh=True)
+            if read.amount < value:
+                raise _overdrawn(verified, read.amount)
         return PayerBalance(read.amount, read.block_number)
 
     async def _supply_check(self, resolved: Resolved, now: int, refuse: FillRefuser) -> SupplyCheck | None:

@@ -207,12 +207,15 @@ WHERE id = ANY($1::bigint[]) AND state = 'accepted'
 """
 # Delete up to $2 jobs of chain $3 rejected before anything was signed more than $1 seconds
 # ago, with their spent salts (the identical request may be posted again and starts afresh).
+# A job a marketplace order references is kept: the order reads FAILED with the job's error
+# (and orders.job_id has no ON DELETE, so deleting it would fail the whole batch).
 PURGE_REJECTED: Final = """
 WITH doomed AS (
     SELECT id FROM relay_jobs j
     WHERE chain_id = $3 AND state = 'rejected' AND tx_hash IS NULL
       AND updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM relay_transactions t WHERE t.job_id = j.id)
+      AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.job_id = j.id)
     ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), salts AS (
     DELETE FROM spent_salts WHERE job_id IN (SELECT id FROM doomed)
@@ -562,7 +565,8 @@ class RelayJobs:
 
     async def purge_rejected(self, chain_id: int, older_than_s: float, limit: int) -> int:
         """Delete up to ``limit`` jobs of ``chain_id`` rejected before signing more than
-        ``older_than_s`` seconds ago, with their salts; returns how many (see
+        ``older_than_s`` seconds ago, with their salts, except those a marketplace order
+        references (the order shows the job's error); returns how many (see
         :data:`PURGE_REJECTED`)."""
         return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit, chain_id))
 

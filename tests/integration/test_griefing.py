@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +16,12 @@ from eth_account import Account
 
 from relayer.domain.eip712 import RECEIVE_WITH_AUTHORIZATION_FIELDS
 from relayer.domain.states import JobState
+from relayer.workers.gauges import GAUGE_INTERVAL_S
 from tests.chain_helpers import transact_as_deployer
-from tests.conftest import Daemon
+from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
+from tests.private import daemon_settings, private_chain, serving
+from tests.processes import RpcProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -213,3 +219,40 @@ async def test_a_payer_whose_balance_falls_after_acceptance_gets_only_what_still
     assert (len(settled), len(refused)) == (1, 2), answers
     assert await _reverted_on_chain(daemon, payer["address"]) == 0
     print("\nbalance fell after acceptance: settled 1, refused 2 before signing, executor reverts 0")
+
+
+async def test_a_refused_throwaway_payer_costs_at_most_one_rpc_call(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Issue 18: each refusal re-read the balance past the per-block cache (``eth_blockNumber``
+    and a second ``eth_call``): about 3 calls per throwaway post. Counted through a JSON-RPC
+    proxy, with every shared cached read kept for the count (no block is mined meanwhile); the
+    only other caller, the gauges, reads the head every GAUGE_INTERVAL_S."""
+    posts = 20
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
+    ):
+        d.runtime.node.read_ttl_s = 3600.0  # the shared per-head reads stay cached for the count
+        payers = [_fresh_payer() for _ in range(posts + 1)]
+        bodies = [(await _signed_by(d, p, 1))[0] for p in payers]
+        status, refused = await d.post(bodies[0])  # the first post loads the shared reads
+        assert _refused_for_balance(status, refused), refused
+        proxy.calls.clear()
+        started = time.monotonic()
+        for body in bodies[1:]:
+            status, refused = await d.post(body)
+            assert _refused_for_balance(status, refused), refused
+        elapsed = time.monotonic() - started
+        calls = list(proxy.calls)
+    by_method = Counter(m for m, _ in calls)
+    gauge_ticks = 1 + int(elapsed / GAUGE_INTERVAL_S)
+    own = len(calls) - min(by_method["eth_blockNumber"], gauge_ticks)
+    naming_the_payer = [
+        sum(p["address"][2:].lower() in params.lower() for _, params in calls) for p in payers[1:]
+    ]
+    print(f"\n{posts} refused throwaway posts: {len(calls)} RPC calls {dict(by_method)} in {elapsed:.1f} s; "
+          f"{own / posts:.2f} per post, at most {max(naming_the_payer)} naming its payer")  # fmt: skip
+    assert max(naming_the_payer) <= 1, naming_the_payer
+    assert own <= posts, by_method

@@ -40,6 +40,16 @@ async def test_out_of_range_integers_are_4xx(daemon: Daemon) -> None:
     assert (status, body["error"]) == (400, "schema_validation"), body
 
 
+@pytest.mark.parametrize(
+    "amount",
+    ["1e999999", "\u0661", "\uff11", "1e3", "01", "-1", "NaN", "1000000000000", "9" * 5000],
+)
+async def test_malformed_or_over_range_amounts_are_schema_validation(daemon: Daemon, amount: str) -> None:
+    """The one tonne parser on the x402 surface (the marketplace's is test_marketplace)."""
+    status, body = await daemon.get("/api/quote", carbonClass="RE", amount=amount, inputToken="USDC")
+    assert (status, body["error"]) == (400, "schema_validation"), body
+
+
 N = SECP256K1_N
 ONE = (1).to_bytes(32, "big")
 

@@ -370,6 +370,63 @@ def _source(listing_id: int, chain_id: int = 84532) -> str:
     return f"listing-{chain_id}-0x{listing_id:064x}"
 
 
+# JSON texts of bad quantity_tonnes values: malformed or over range (issue 18: "1e999999"
+# answered 500 on decimal.Overflow; "\u0661" and "1e3" were taken).
+BAD_QUANTITIES = [
+    '"1e999999"',
+    "1e999999",
+    '"\u0661"',  # ARABIC-INDIC DIGIT ONE
+    '"\uff11"',  # FULLWIDTH DIGIT ONE
+    '"1e3"',
+    "1e3",
+    '"01"',
+    '".5"',
+    '"1."',
+    '"1,5"',
+    '"1_000"',
+    '"0x10"',
+    '"-1"',
+    "-1",
+    '"0"',
+    "0",
+    '"0.0005"',
+    "0.0005",
+    '"1.0005"',
+    '"NaN"',
+    '"Infinity"',
+    '"1000000000000"',  # 10**12 tonnes: one past the range
+    "10000000000000",
+    '"' + "9" * 5000 + '"',
+    "0." + "0" * 5000 + "1",
+    "1." + "0" * 5000,
+]
+
+
+async def test_bad_quantities_are_invalid_quantity_never_5xx(market: Market) -> None:
+    source = json.dumps(_source(UPDATED_LISTING_ID))
+    before = await market.rows("quotes")
+    headers = {"Authorization": f"Bearer {market.api_key}", "Content-Type": "application/json"}
+    answers: Counter[int] = Counter()
+    for bad in BAD_QUANTITIES:
+        data = f'{{"asset_price_source_id": {source}, "quantity_tonnes": {bad}}}'
+        async with market.session.post(f"{market.base}/quotes", data=data, headers=headers) as r:
+            answers[r.status] += 1
+            body = await r.json(content_type=None)
+        assert (r.status, body["code"]) == (400, "invalid_quantity"), (bad[:40], body)
+    assert await market.rows("quotes") == before
+    print("\nbad quantity_tonnes answers by status:", dict(answers))
+
+
+async def test_an_order_to_the_zero_address_is_refused(market: Market) -> None:
+    status, refused = await market.post(
+        "/orders",
+        {"quote_uuid": str(uuid.uuid4()), "beneficiary_name": "B", "beneficiary_address": "0x" + "0" * 40},
+        key=market.api_key,
+    )
+    assert status == 400
+    _error(refused, 400, "schema_validation")
+
+
 async def test_quotes_need_a_key_and_accept_only_the_two_fields(market: Market) -> None:
     before = await market.rows("quotes")
     body = {"asset_price_source_id": _source(UPDATED_LISTING_ID), "quantity_tonnes": "1"}

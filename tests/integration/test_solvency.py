@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relayer.ops import ledger_summary
+from relayer.store.orders import Orders, Quote
+from relayer.workers.sweeper import SWEEP_EVERY_S
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, sign, signed_request
 from tests.private import private_daemon
@@ -104,3 +108,47 @@ async def test_rejected_rows_are_purged_after_their_retention_period(
         await asyncio.sleep(3)
         assert await d.runtime.db.fetchval("SELECT count(*) FROM relay_jobs WHERE state = 'indexed'") == 1
         print(f"\nrejected rows purged {purged_in:.1f} s after rejection (retention 1 s)")
+
+
+async def _order_on(d: Daemon, job_id: int) -> tuple[int, uuid.UUID]:
+    """An order (with its key and quote) linked to relay job ``job_id``, recorded through the
+    store as ``POST /orders`` does; (its key's id, its id)."""
+    orders = Orders(d.runtime.db)
+    key_hash = hashlib.sha256(uuid.uuid4().bytes).digest()
+    key_id = await orders.add_key(key_hash, uuid.uuid4().hex[:12], "sweeper")
+    now = int(time.time())
+    quote = Quote(uuid.uuid4(), key_id, 84532, "test", 1, 1000, 1, 1, now, now + 600, None)
+    await orders.add_quote(quote)
+    order_id = uuid.uuid4()
+    await orders.place(order_id, quote.uuid, key_id, "B", d.chain["payers"][0]["address"], "", None, now)
+    await orders.set_job(order_id, job_id, now)
+    return key_id, order_id
+
+
+async def test_a_rejected_job_an_order_references_is_kept_and_the_sweeper_lives_on(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Issue 18: the purge deleted a rejected job that ``orders.job_id`` still references; the
+    foreign key refused it, the sweeper died and restarted every second and purged nothing."""
+    async with private_daemon(tmp_path, admin_database_url, rejected_retention_s=1.0) as (d, _anvil):
+        referenced = await _not_yet_valid(d)
+        status, refused = await d.post(referenced)
+        assert (status, refused["error"]) == (422, "contract_revert"), refused
+        job_id = await d.runtime.db.fetchval(
+            "SELECT id FROM relay_jobs WHERE salt = $1", bytes.fromhex(referenced["salt"][2:])
+        )
+        key_id, order_id = await _order_on(d, int(job_id))
+        unreferenced = await _not_yet_valid(d)
+        status, refused = await d.post(unreferenced)
+        assert (status, refused["error"]) == (422, "contract_revert"), refused
+        restarts = d.runtime.metrics.worker_restarts.labels("sweeper")
+        before = restarts._value.get()
+        started = time.monotonic()
+        while await _rows(d, unreferenced) != (0, 0):
+            assert time.monotonic() - started < 15, "unreferenced rejected rows not purged"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(3 * SWEEP_EVERY_S)  # a few more sweeps past the retention period
+        assert restarts._value.get() - before == 0, "the sweeper died"
+        assert await _rows(d, referenced) == (1, 1), "a job an order references is kept"
+        order = await d.runtime.marketplace.desk.order(key_id, str(order_id))
+        assert order["status"] == "FAILED" and order["error"]["code"] == "contract_revert", order

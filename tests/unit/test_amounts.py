@@ -10,12 +10,15 @@ import pytest
 from relayer.api.errors import x402_body
 from relayer.domain.amounts import (
     KVCM_DECIMALS,
+    TONNES_MAX_CHARS,
     UNITS_PER_TONNE,
     USDC_DECIMALS,
+    TonnesFault,
     format_tonnes,
     format_units,
     parse_tonnes,
     parse_units,
+    read_tonnes,
     tonnes_ceil_units,
 )
 from relayer.domain.errors import Rejection
@@ -102,6 +105,75 @@ def test_parse_tonnes_fraction_of_a_kg_on_a_large_amount_is_rejected() -> None:
 
 def test_parse_tonnes_returns_int() -> None:
     assert type(parse_tonnes("2.5")) is int
+
+
+# -- the one tonne parser of both surfaces (issue 18) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("0.001", 1),  # the smallest: 1 kg
+        ("1", 1000),
+        ("1.5", 1500),
+        ("1.500", 1500),
+        ("1.500000000000000000", 1500),  # zeros past the third decimal, up to 18 decimals
+        ("999999999999.999", 10**15 - 1),  # the largest: 12 integer digits
+        ("999999999999.999000000000000000", 10**15 - 1),  # the longest text, 31 characters
+        ("0", TonnesFault.NOT_WHOLE_KG),  # zero
+        ("0.000", TonnesFault.NOT_WHOLE_KG),
+        ("0.0009", TonnesFault.NOT_WHOLE_KG),  # below 1 kg: never rounded up
+        ("1.0005", TonnesFault.NOT_WHOLE_KG),  # a fraction of a kg: never rounded
+        ("1.000000000000000001", TonnesFault.NOT_WHOLE_KG),
+        ("1000000000000", TonnesFault.MALFORMED),  # 10**12 t: 13 integer digits
+        ("1.0000000000000000000", TonnesFault.MALFORMED),  # 19 decimals
+        ("1e3", TonnesFault.MALFORMED),  # exponent
+        ("1E-3", TonnesFault.MALFORMED),
+        ("1e999999", TonnesFault.MALFORMED),
+        ("-1", TonnesFault.MALFORMED),  # sign
+        ("+1", TonnesFault.MALFORMED),
+        ("01", TonnesFault.MALFORMED),  # leading zero
+        (".5", TonnesFault.MALFORMED),  # bare point
+        ("1.", TonnesFault.MALFORMED),
+        ("1,5", TonnesFault.MALFORMED),  # separators
+        ("1_000", TonnesFault.MALFORMED),
+        (" 1", TonnesFault.MALFORMED),  # spaces
+        ("1\n", TonnesFault.MALFORMED),
+        ("", TonnesFault.MALFORMED),
+        ("NaN", TonnesFault.MALFORMED),
+        ("Infinity", TonnesFault.MALFORMED),
+        ("\u0661", TonnesFault.MALFORMED),  # ARABIC-INDIC DIGIT ONE: ASCII digits only
+        ("\uff11", TonnesFault.MALFORMED),  # FULLWIDTH DIGIT ONE
+        ("\u0661.5", TonnesFault.MALFORMED),
+        ("1.\u0665", TonnesFault.MALFORMED),
+        ("9" * 5000, TonnesFault.MALFORMED),  # bounded length
+    ],
+)
+def test_read_tonnes_every_rule(text: str, read: int | TonnesFault) -> None:
+    assert read_tonnes(text) == read
+
+
+def test_read_tonnes_refuses_past_its_length_bound_before_matching() -> None:
+    longest = "999999999999.999000000000000000"
+    assert len(longest) == TONNES_MAX_CHARS and read_tonnes(longest) == 10**15 - 1
+    assert read_tonnes(longest + "0") is TonnesFault.MALFORMED
+
+
+def test_x402_and_marketplace_read_tonnes_alike() -> None:
+    """Both surfaces accept exactly the same strings with the same value (their codes differ)."""
+    from relayer.domain.marketplace import quantity_units
+
+    for text in ["1", "0.001", "1.500", "1e3", "\u0661", "01", "0", "1.0005", "1000000000000", "9" * 40]:
+        read = read_tonnes(text)
+        if isinstance(read, int):
+            assert parse_tonnes(text) == quantity_units(text) == read
+            continue
+        with pytest.raises(Rejection) as x402:
+            parse_tonnes(text)
+        with pytest.raises(Rejection) as market:
+            quantity_units(text)
+        x402_code = "schema_validation" if read is TonnesFault.MALFORMED else "amount_below_increment"
+        assert (x402.value.code, market.value.code) == (x402_code, "invalid_quantity")
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,79 @@ def test_quantity_is_exact_tonnes_to_units() -> None:
             quantity_units(bad)
 
 
+@pytest.mark.parametrize(
+    ("value", "units"),
+    [
+        ("999999999999.999", 999_999_999_999_999),  # the largest quantity
+        ("1.500", 1500),
+        ("1.000000000000000000", 1000),  # zeros past the third decimal
+        (Decimal("1000.0"), 1_000_000),
+        (Decimal("1E-3"), 1),  # str() writes it 0.001: a plain decimal
+        (999_999_999_999, 999_999_999_999_000),
+    ],
+)
+def test_quantity_edges_accepted(value: str | Decimal | int, units: int) -> None:
+    assert quantity_units(value) == units
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "1e999999",  # answered 500 (decimal.Overflow) before issue 18
+        Decimal("1e999999"),
+        "\u0661",  # ARABIC-INDIC DIGIT ONE: Decimal took it
+        "\uff11",  # FULLWIDTH DIGIT ONE
+        "1e3",
+        Decimal("1E+3"),  # an exponent str() keeps
+        "01",
+        ".5",
+        "1.",
+        "1\n",
+        "1,5",
+        "1_000",
+        "-1",
+        -1,
+        0,
+        Decimal("-0"),
+        Decimal("Infinity"),
+        Decimal("sNaN"),
+        "1000000000000",  # 10**12 t: one past the range
+        10**12,
+        "1.0005",  # a fraction of a kg
+        "0.0009",
+        "1.0000000000000000001",  # 19 decimals
+        "9" * 5000,
+    ],
+)
+def test_bad_quantities_are_invalid_quantity(bad: str | Decimal | int) -> None:
+    with pytest.raises(Rejection) as caught:
+        quantity_units(bad)
+    assert (status_of(caught.value), caught.value.code) == (400, "invalid_quantity")
+
+
+def test_quote_request_hands_every_string_to_the_one_parser() -> None:
+    """A string of any length or content is the parser's to refuse (invalid_quantity); a JSON
+    true or a list is a schema error."""
+    for text in ("9" * 5000, "\u0661", "1e999999"):
+        req = validated(QuoteRequest, {"asset_price_source_id": "x", "quantity_tonnes": text})
+        with pytest.raises(Rejection) as caught:
+            quantity_units(req.quantity_tonnes)
+        assert caught.value.code == "invalid_quantity"
+    for wrong in (True, [1], None):
+        with pytest.raises(Rejection) as caught:
+            validated(QuoteRequest, {"asset_price_source_id": "x", "quantity_tonnes": wrong})
+        assert caught.value.code == "schema_validation"
+
+
+def test_an_order_to_the_zero_address_is_a_schema_error() -> None:
+    body = {"quote_uuid": "0" * 8 + "-0000-0000-0000-" + "0" * 12, "beneficiary_name": "B"}
+    with pytest.raises(Rejection) as caught:
+        validated(OrderRequest, {**body, "beneficiary_address": "0x" + "0" * 40})
+    assert caught.value.code == "schema_validation"
+    ok = validated(OrderRequest, {**body, "beneficiary_address": "0x" + "ab" * 20})
+    assert ok.beneficiary_address is not None and ok.beneficiary_address.lower() == "0x" + "ab" * 20
+
+
 def test_requests_are_strict() -> None:
     with pytest.raises(Rejection) as caught:
         validated(QuoteRequest, {"asset_price_source_id": "x", "quantity_tonnes": "1", "extra": 1})
