@@ -3,7 +3,9 @@ simulates each signing batch again (what reverts now is refused, never signed), 
 rest (raw bytes committed before broadcast) and sends them; its lane keeper
 re-sends, replaces with bumped fees and fills nonces (:mod:`relayer.workers.lane_keeper`).
 After taking the lease it re-sends the same bytes of every live transaction. A job only ever
-gets a second transaction as a same-nonce replacement with the same call, or a no-op."""
+gets a second transaction as a same-nonce replacement with the same call, or a no-op, or (a
+foreign transaction took its nonce: :class:`~relayer.workers.nonces.LostNonces`) the same call
+signed again at a new nonce."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from relayer.store.notify import JobNotifications
 from relayer.store.relay_jobs import Job
 from relayer.workers import OutageLog, sleep_or_stop
 from relayer.workers.lane_keeper import LaneKeeper
+from relayer.workers.nonces import LostNonces
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,7 @@ class Broadcaster:
         self.lease = lease
         self.notifications = notifications
         self.metrics = metrics
+        self.lost = LostNonces(chain, lane, metrics, signer.address, self._sign, SIGN_EXPIRY_MARGIN_S)
 
     def _sign(self, job: Job, nonce: int) -> SignedTx:
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
@@ -160,6 +164,8 @@ class Broadcaster:
             signed = await self.lane.sign_simulated(
                 self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
             )
+            if limit:  # a lane that takes no new work signs no lost job again either
+                signed += await self.lost.step(epoch)
         except Unavailable as exc:
             failed = exc  # the lane's own transactions still need their upkeep below
         for _ in signed:
