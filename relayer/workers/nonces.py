@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, Literal
 
 from relayer.chain import codec
 from relayer.chain.blocks import BlockReader
@@ -86,21 +86,21 @@ class NonceAudit:
         """What took ``nonce`` of ``executor`` (passed at block ``through``): record ours,
         or count a foreign use; then pass what is left at it."""
         txs = await self.lane.at_nonce(executor, nonce)
-        foreign = False
+        found: dict[bytes, Receipt] = {}
         if not any(t.mined_block is not None for t in txs):
             found = await self.chain.receipts([t.tx_hash for t in txs])
-            if any(r.block_number > through for r in found.values()):
-                return  # the chain moved under this look: judged again next time
+        taken = taken_by(txs, found, through)
+        if taken == "unsure":
+            return  # the chain moved under this look: judged again next time
+        if taken == "ours":
             ours = [(found[t.tx_hash], _pending(t)) for t in txs if t.tx_hash in found]
-            if ours:
-                await self.record(ours)
-                log.info(
-                    "an executor nonce passed with a transaction of ours not yet recorded: recorded mined",
-                    extra={"executor": executor, "nonce": nonce, "tx_hash": "0x" + ours[0][0].tx_hash.hex()},
-                )
-            foreign = not ours
+            await self.record(ours)
+            log.info(
+                "an executor nonce passed with a transaction of ours not yet recorded: recorded mined",
+                extra={"executor": executor, "nonce": nonce, "tx_hash": "0x" + ours[0][0].tx_hash.hex()},
+            )
         passed = await self.lane.mark_passed(executor, nonce)
-        if foreign:
+        if taken == "foreign":
             self.metrics.foreign_nonces.inc()
             jobs = sorted({t.job_id for t in txs if t.job_id is not None})
             log.warning(
@@ -146,7 +146,7 @@ class LostNonces:
         now = time.time()
         again: list[LostJob] = []
         for item in lost:
-            if item.job.error is not None or item.expires_at <= now + self.expiry_margin_s:
+            if ends(item.job.error is not None, item.expires_at, now, self.expiry_margin_s):
                 await self._end(item.job, NONCE_TAKEN)
             else:
                 again.append(item)
@@ -190,6 +190,27 @@ class LostNonces:
                 "dropped: a foreign transaction took its nonce and it cannot be signed again",
                 extra={"job_id": job.id, "error": (ended.error or {}).get("code")},
             )
+
+
+def taken_by(
+    txs: Sequence[NonceTx], receipts: Mapping[bytes, Receipt], through: int
+) -> Literal["recorded", "ours", "foreign", "unsure"]:
+    """What took a nonce the chain passed at block ``through``, given every transaction
+    journaled at it and the receipts the chain holds of them now: one already recorded
+    mined; one of ours mined at or below ``through`` (to record); none of ours (a foreign
+    transaction); or a receipt above ``through`` (the chain moved under the look: unsure)."""
+    if any(t.mined_block is not None for t in txs):
+        return "recorded"
+    if any(r.block_number > through for r in receipts.values()):
+        return "unsure"
+    return "ours" if any(t.tx_hash in receipts for t in txs) else "foreign"
+
+
+def ends(standing_in: bool, expires_at: int, now: float, margin_s: float) -> bool:
+    """Whether a lost job ends instead of being signed again: a no-op was already to stand
+    in for it (``standing_in``), or its authorization expires (unix seconds) within
+    ``margin_s`` of ``now`` (it would not be signed now)."""
+    return standing_in or expires_at <= now + margin_s
 
 
 def _pending(tx: NonceTx) -> PendingTx:
