@@ -157,6 +157,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.foreign_nonces = Counter(
+            "relayer_foreign_nonces_total",
+            "Executor nonces the lane journaled that a transaction not in the journal took (the "
+            "executor key used elsewhere); each job waiting at one is signed again or ended.",
+            registry=self.registry,
+        )
         self.reorgs = Counter(
             "relayer_reorgs_total",
             "Reorgs the follower undid (back to the common ancestor).",

@@ -1,12 +1,13 @@
-"""The JSON-RPC block reader: heads, block hashes, block receipts (one ``eth_getBlockReceipts``
-per block), ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI
-codec into domain types) and block timestamps, for the chain follower and the catalogue
-indexer. A new head clears the node's read cache."""
+"""The JSON-RPC block reader: heads, block hashes, block receipts (one
+``eth_getBlockReceipts`` per block; receipts by hash, an account's nonce at a block),
+``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI codec into
+domain types) and block timestamps, for the chain follower and the catalogue indexer. A new
+head clears the node's read cache."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 from eth_abi.exceptions import DecodingError
@@ -75,6 +76,24 @@ class BlockReader:
         """All receipts of one block (one ``eth_getBlockReceipts``)."""
         receipts = await self.node.request("eth_getBlockReceipts", [hex(number)])
         return _parsed(lambda rs: [_receipt(r) for r in rs], receipts)
+
+    async def transaction_count(self, account: str, number: int) -> int:
+        """How many transactions of ``account`` the chain holds through block ``number``: its
+        lowest nonce still free at that block (one ``eth_getTransactionCount``)."""
+        return _parsed(_int, await self.node.request("eth_getTransactionCount", [account, hex(number)]))
+
+    async def receipts(self, tx_hashes: Sequence[bytes]) -> dict[bytes, Receipt]:
+        """The receipts the node's chain holds now of these transactions (one
+        ``eth_getTransactionReceipt`` each, in one JSON-RPC batch); a transaction it holds
+        none of is left out. Any call that fails fails them all: a missing receipt is known,
+        never guessed."""
+        answers = await self.node.batch(
+            [("eth_getTransactionReceipt", ["0x" + tx_hash.hex()]) for tx_hash in tx_hashes]
+        )
+        if any("error" in answer for answer in answers):
+            raise ChainUnavailable(detail="eth_getTransactionReceipt answered an error")
+        found = [_parsed(_receipt, a["result"]) for a in answers if a.get("result") is not None]
+        return {r.tx_hash: r for r in found}
 
     async def settled_logs(self, from_block: int, to_block: int) -> list[SettledLog]:
         """``RetirementSettled`` events of the settlement in a block range (one ``eth_getLogs``)."""

@@ -8,7 +8,10 @@ reorg took the block away: wait again for a receipt)
 signed/submitted/mined -> reverted (receipt status 0); signed -> mined when the receipt
 is seen before the broadcast was recorded (a crash between send and commit)
 signed/submitted -> dropped (a no-op took its nonce: its authorization expired before fees
-came back under its allowance; nothing was spent, the salt stays spent)
+came back under its allowance; or a transaction not in the journal took it and the
+authorization expires before it could be signed again; nothing was spent, the salt stays spent)
+signed/submitted -> signed (a transaction not in the journal took its nonce: signed again at a
+new nonce, the same call, while its authorization lives; never back to an unsigned state)
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = MappingProxyType(
     {
         S.ACCEPTED: frozenset({S.SIMULATED, S.REJECTED}),
         S.SIMULATED: frozenset({S.SIGNED, S.REJECTED}),
-        S.SIGNED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
-        S.SUBMITTED: frozenset({S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
+        S.SIGNED: frozenset({S.SIGNED, S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
+        S.SUBMITTED: frozenset({S.SIGNED, S.SUBMITTED, S.MINED, S.REVERTED, S.DROPPED}),
         S.MINED: frozenset({S.CONFIRMED, S.SUBMITTED, S.REVERTED}),
         S.CONFIRMED: frozenset({S.INDEXED, S.SUBMITTED}),
         S.INDEXED: frozenset({S.SUBMITTED}),

@@ -52,8 +52,7 @@ ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
 IN_FLIGHT: Final = """
 SELECT count(*) FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
 WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replaced_by IS NULL
-  AND t.created_at > now() - interval '1 day'
-  AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
+  AND t.passed_at IS NULL AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 """
 # Up to $2 simulated jobs, oldest first (a look, no lock: the next signing batch).
 NEXT_SIMULATED: Final = """
@@ -80,7 +79,9 @@ WHERE id = ANY($1::bigint[]) AND state = 'signed'
 RETURNING *
 """
 # The lane's live transactions, in nonce order: the newest at each nonce (not replaced), not
-# seen mined, whose job (if any) still waits for it, with what upkeep and replacement need.
+# seen mined, whose nonce the chain has not passed (however old: a job waits at most until its
+# authorization expires, then a no-op takes its nonce), whose job (if any) still waits for it,
+# with what upkeep and replacement need.
 LIVE: Final = """
 SELECT t.tx_hash, t.job_id, t.nonce, t.kind, t.raw_tx, t.gas_limit, t.max_fee_per_gas,
        t.max_priority_fee_per_gas, extract(epoch FROM t.created_at)::float8 AS signed_at,
@@ -88,15 +89,14 @@ SELECT t.tx_hash, t.job_id, t.nonce, t.kind, t.raw_tx, t.gas_limit, t.max_fee_pe
        j.auth_expires_at, j.gas_allowance, j.input_token, j.settlement, j.call_data
 FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
 WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replaced_by IS NULL
-  AND t.created_at > now() - interval '1 day'
-  AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
+  AND t.passed_at IS NULL AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 ORDER BY t.nonce
 """
 # Every hash that may still be mined on chain $1 (a job's replacements and no-ops included),
 # with its job and kind: the follower looks for all of them in new blocks.
 PENDING: Final = """
 SELECT t.tx_hash, t.job_id, t.kind FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
-WHERE t.chain_id = $1 AND t.mined_block IS NULL AND t.created_at > now() - interval '1 day'
+WHERE t.chain_id = $1 AND t.mined_block IS NULL AND t.passed_at IS NULL
   AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 """
 # Record a signed transaction of kind $10 for job $2 (NULL for a no-op filling a hole).
@@ -127,6 +127,60 @@ RETURNING id
 MARK_MINED: Final = """
 UPDATE relay_transactions SET mined_block = $2, gas_used = $3, paid_wei = $4, succeeded = $5
 WHERE tx_hash = $1
+"""
+# -- nonces the chain passed (see relayer.workers.nonces) --------------------------------
+
+# Per executor of chain $1, the lowest nonce holding a transaction neither mined nor passed.
+LOWEST_OPEN: Final = """
+SELECT executor, min(nonce) AS nonce FROM relay_transactions
+WHERE chain_id = $1 AND mined_block IS NULL AND passed_at IS NULL
+GROUP BY executor ORDER BY executor
+"""
+# Up to $4 nonces of executor $2 below $3 holding a transaction neither mined nor passed.
+OPEN_BELOW: Final = """
+SELECT DISTINCT nonce FROM relay_transactions
+WHERE chain_id = $1 AND executor = $2 AND nonce < $3 AND mined_block IS NULL AND passed_at IS NULL
+ORDER BY nonce LIMIT $4
+"""
+# Every transaction journaled at nonce $3 of executor $2 (mined, replaced and passed ones too).
+AT_NONCE: Final = """
+SELECT tx_hash, job_id, kind, mined_block FROM relay_transactions
+WHERE chain_id = $1 AND executor = $2 AND nonce = $3 ORDER BY created_at
+"""
+# The chain passed nonce $3 of executor $2: its transactions not mined never will be.
+MARK_PASSED: Final = """
+UPDATE relay_transactions SET passed_at = now()
+WHERE chain_id = $1 AND executor = $2 AND nonce = $3 AND mined_block IS NULL AND passed_at IS NULL
+RETURNING tx_hash
+"""
+# A job of chain $1 that waits for a transaction (signed or submitted) and has none left to
+# wait for: none mined, every one passed (a transaction not in the journal took its nonce).
+_LOST_JOBS: Final = """
+FROM relay_jobs j
+WHERE j.chain_id = $1 AND j.state IN ('signed', 'submitted')
+  AND NOT EXISTS (SELECT 1 FROM relay_transactions t
+                  WHERE t.job_id = j.id AND (t.mined_block IS NOT NULL OR t.passed_at IS NULL))
+"""
+# Up to $2 lost jobs, oldest first, with when their authorization expires (a look, no lock).
+LOST: Final = "SELECT j.*" + _LOST_JOBS + "ORDER BY j.id LIMIT $2"
+# Claim the lost jobs among the ids $2, oldest first, skipping those another worker holds.
+CLAIM_LOST: Final = (
+    "SELECT j.*" + _LOST_JOBS + "AND j.id = ANY($2::bigint[]) ORDER BY j.id FOR UPDATE SKIP LOCKED"
+)
+# A lost job signed again at a new nonce ($4) with its new transaction: signed once more.
+MARK_RESIGNED: Final = """
+UPDATE relay_jobs SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = $2, executor = $3, executor_nonce = $4
+WHERE id = $1 AND state IN ('signed', 'submitted')
+"""
+# End lost job $1 (dropped, from one of the states $3) with error $2, unless it already
+# holds the error a no-op standing in for it was to end it with.
+DROP_LOST: Final = """
+UPDATE relay_jobs j SET state = 'dropped', error = COALESCE(j.error, $2::jsonb), updated_at = now()
+WHERE j.id = $1 AND j.state = ANY($3::text[])
+  AND NOT EXISTS (SELECT 1 FROM relay_transactions t
+                  WHERE t.job_id = j.id AND (t.mined_block IS NOT NULL OR t.passed_at IS NULL))
+RETURNING j.*
 """
 # The solvency ledger of chain $1: per kind and outcome, mined transactions, what the executor
 # paid for them and what the allowances of the successful relays were worth (wei).
@@ -233,6 +287,26 @@ class SignedTx:
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
     kind: Literal["relay", "noop"] = "relay"
+
+
+@dataclass(frozen=True, slots=True)
+class NonceTx:
+    """A transaction journaled at a nonce: its job (None: a no-op filling a hole), its kind,
+    and the block it was seen mined in (None: not seen mined)."""
+
+    tx_hash: bytes
+    job_id: int | None
+    kind: Literal["relay", "noop"]
+    mined_block: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LostJob:
+    """A job that waits for a transaction and has none left (a transaction not in the
+    journal took its nonce), with when its authorization expires (unix seconds)."""
+
+    job: Job
+    expires_at: int
 
 
 class LaneNotReconciled(RelayerError):
@@ -427,6 +501,71 @@ class ExecutorLane:
         except _Moved:
             return False
         return True
+
+    # -- nonces the chain passed ------------------------------------------------------------
+
+    async def lowest_open(self) -> dict[str, int]:
+        """Per executor, the lowest nonce holding a transaction neither mined nor passed."""
+        return {r["executor"]: int(r["nonce"]) for r in await self.db.fetch(LOWEST_OPEN, self.chain_id)}
+
+    async def open_below(self, executor: str, below: int, limit: int) -> list[int]:
+        """Up to ``limit`` nonces of ``executor`` under ``below``, lowest first, that hold a
+        transaction neither mined nor passed."""
+        rows = await self.db.fetch(OPEN_BELOW, self.chain_id, executor, below, limit)
+        return [int(r["nonce"]) for r in rows]
+
+    async def at_nonce(self, executor: str, nonce: int) -> list[NonceTx]:
+        """Every transaction journaled at ``nonce`` of ``executor``, oldest first."""
+        return [
+            NonceTx(bytes(r["tx_hash"]), r["job_id"], r["kind"], r["mined_block"])
+            for r in await self.db.fetch(AT_NONCE, self.chain_id, executor, nonce)
+        ]
+
+    async def mark_passed(self, executor: str, nonce: int) -> int:
+        """The chain passed ``nonce`` of ``executor``: its transactions not mined are no
+        longer live (never re-sent, looked for or counted again). Returns how many."""
+        return len(await self.db.fetch(MARK_PASSED, self.chain_id, executor, nonce))
+
+    async def lost(self, limit: int) -> list[LostJob]:
+        """Up to ``limit`` lost jobs, oldest first (see :data:`LOST`; no lock taken)."""
+        return [
+            LostJob(Job.from_row(r), int(r["auth_expires_at"]))
+            for r in await self.db.fetch(LOST, self.chain_id, limit)
+        ]
+
+    async def resign_lost(
+        self, executor: str, epoch: int, job_ids: Sequence[int], sign: Callable[[Job, int], SignedTx]
+    ) -> list[SignedTx]:
+        """Claim the jobs among ``job_ids`` still lost, allocate each a new nonce of
+        ``executor``, sign and journal its transaction and move it to ``signed`` again, in
+        one database transaction, only while the lease is still at ``epoch``.
+
+        Raises:
+            LeaseLost: another process took the lease; nothing was signed.
+            LaneNotReconciled: the lane has no nonce row yet.
+        """
+        signed: list[SignedTx] = []
+        if not job_ids:
+            return signed
+        async with self.db.transaction() as conn:
+            await self._fence(conn, executor, epoch)
+            for row in await conn.fetch(CLAIM_LOST, self.chain_id, list(job_ids)):
+                job = Job.from_row(row)
+                nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
+                if nonce is None:
+                    raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
+                tx = sign(job, int(nonce))
+                await self._insert(conn, executor, tx)
+                await conn.execute(MARK_RESIGNED, job.id, tx.tx_hash, executor, tx.nonce)
+                signed.append(tx)
+        return signed
+
+    async def drop_lost(self, job_id: int, error: RelayerError) -> Job | None:
+        """End a lost job (dropped) with ``error``, or with the error it already holds (a
+        no-op was to stand in for it); None when it is no longer lost."""
+        sources = [s.value for s in sources_of(JobState.DROPPED)]
+        row = await self.db.fetchrow(DROP_LOST, job_id, json.dumps(error.record()), sources)
+        return None if row is None else Job.from_row(row)
 
     async def _fence(self, conn: PoolConnectionProxy[asyncpg.Record], executor: str, epoch: int) -> None:
         if await conn.fetchval(LEASE_EPOCH, self.chain_id, executor) != epoch:

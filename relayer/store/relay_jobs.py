@@ -31,6 +31,8 @@ FIXED_TRANSITIONS: Final = (
     (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.REJECT_EXPIRING
     (JobState.SIMULATED, JobState.SIGNED),  # executor_lane.MARK_SIGNED
     (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
+    (JobState.SIGNED, JobState.SIGNED),  # executor_lane.MARK_RESIGNED
+    (JobState.SUBMITTED, JobState.SIGNED),  # executor_lane.MARK_RESIGNED
     (JobState.MINED, JobState.CONFIRMED),  # CONFIRM_MINED
     (JobState.CONFIRMED, JobState.INDEXED),  # MARK_INDEXED
     (JobState.MINED, JobState.SUBMITTED),  # reorg.REWIND_JOBS

@@ -36,11 +36,11 @@ SELECT chain_id, executor, epoch, holder, extract(epoch FROM now() - taken_at)::
 FROM executor_leases
 """
 # The transactions of each executor still in flight (as the lane keeper counts them: the newest
-# at a nonce, unmined, younger than a day, whose job still waits for it).
+# at a nonce, unmined, whose nonce the chain has not passed, whose job still waits for it).
 IN_FLIGHT: Final = """
 SELECT t.chain_id, t.executor, count(*) AS txs
 FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
-WHERE t.mined_block IS NULL AND t.replaced_by IS NULL AND t.created_at > now() - interval '1 day'
+WHERE t.mined_block IS NULL AND t.replaced_by IS NULL AND t.passed_at IS NULL
   AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
 GROUP BY t.chain_id, t.executor
 """

@@ -5,7 +5,9 @@ re-sends, replaces with bumped fees and fills nonces (:mod:`relayer.workers.lane
 Each step and the lane's start ask the chain guard first: while the node answers another chain
 (or a deep reorg incident is open) nothing is signed, sent, re-sent or reconciled.
 After taking the lease it re-sends the same bytes of every live transaction. A job only ever
-gets a second transaction as a same-nonce replacement with the same call, or a no-op."""
+gets a second transaction as a same-nonce replacement with the same call, or a no-op, or (a
+foreign transaction took its nonce: :class:`~relayer.workers.nonces.LostNonces`) the same call
+signed again at a new nonce."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from relayer.store.relay_jobs import Job
 from relayer.workers import OutageLog, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.lane_keeper import LaneKeeper
+from relayer.workers.nonces import LostNonces
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,7 @@ class Broadcaster:
         self.lease = lease
         self.notifications = notifications
         self.metrics = metrics
+        self.lost = LostNonces(chain, lane, metrics, signer.address, self._sign, SIGN_EXPIRY_MARGIN_S)
 
     def _sign(self, job: Job, nonce: int) -> SignedTx:
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
@@ -176,6 +180,8 @@ class Broadcaster:
             signed = await self.lane.sign_simulated(
                 self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
             )
+            if limit:  # a lane that takes no new work signs no lost job again either
+                signed += await self.lost.step(epoch)
         except Unavailable as exc:
             failed = exc  # the lane's own transactions still need their upkeep below
         for _ in signed:

@@ -2,9 +2,10 @@
 parent hash is not the one it saw at that height) and undoes what the lost blocks held, back
 to the common ancestor (the walk back it shares with the catalogue indexer,
 :class:`~relayer.workers.reorg.ReorgWatch`); (1) reads the receipts of new blocks once per block and moves the
-jobs they settle to mined or reverted; (2) confirms jobs buried under the configured depth;
-and (3) indexes RetirementSettled events of confirmed blocks into Postgres (cursor = block
-number and hash) and marks their jobs indexed (settled).
+jobs they settle to mined or reverted; (2) finds what took each journaled nonce the chain
+passed without its transaction (:class:`~relayer.workers.nonces.NonceAudit`); (3) confirms jobs
+buried under the configured depth; and (4) indexes RetirementSettled events of confirmed blocks
+into Postgres (cursor = block number and hash) and marks their jobs indexed (settled).
 
 It follows only the chain its database belongs to and only reorgs within the confirmation
 window: each step asks the chain guard first (:class:`~relayer.workers.chain_guard.ChainGuard`,
@@ -22,7 +23,7 @@ from typing import Final
 from relayer.chain.blocks import BlockReader
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
-from relayer.chain.types import BlockHeader, SettledLog
+from relayer.chain.types import BlockHeader, Receipt, SettledLog
 from relayer.domain.errors import Unavailable
 from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
@@ -34,6 +35,7 @@ from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
+from relayer.workers.nonces import NonceAudit
 from relayer.workers.reorg import ReorgWatch
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class ChainFollower:
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
         self.watch = ReorgWatch(chain, start_block - 1)  # the blocks as this follower saw them
+        self.nonces = NonceAudit(chain, lane, metrics, self._record)  # what took each passed nonce
 
     async def step(self) -> None:
         """One pass: a reorg undone, receipts of new blocks, confirmations, indexing (all
@@ -103,6 +106,7 @@ class ChainFollower:
                     await self._receipts(number, pending)
             self._scanned = last
         safe = min(confirmed_through(head.number, self.confirmations), self._scanned)
+        await self.nonces.step(safe)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra={"job_id": job.id})
@@ -190,6 +194,11 @@ class ChainFollower:
             tx = pending.get(receipt.tx_hash)
             if tx is not None:
                 ours.append((receipt, tx))
+        await self._record(ours)
+
+    async def _record(self, ours: list[tuple[Receipt, PendingTx]]) -> None:
+        """Record receipts of our transactions (see :meth:`_receipts`), in one database
+        transaction."""
         moves: dict[JobState, list[tuple[int, int, bytes, bytes]]] = {
             JobState.MINED: [],
             JobState.REVERTED: [],

@@ -17,10 +17,12 @@ EXPECTED_EDGES = {
     (S.ACCEPTED, S.REJECTED),
     (S.SIMULATED, S.SIGNED),
     (S.SIMULATED, S.REJECTED),
+    (S.SIGNED, S.SIGNED),
     (S.SIGNED, S.SUBMITTED),
     (S.SIGNED, S.MINED),
     (S.SIGNED, S.REVERTED),
     (S.SIGNED, S.DROPPED),
+    (S.SUBMITTED, S.SIGNED),
     (S.SUBMITTED, S.SUBMITTED),
     (S.SUBMITTED, S.MINED),
     (S.SUBMITTED, S.REVERTED),
@@ -90,6 +92,8 @@ def test_happy_path_and_reorg_path() -> None:
     for mined in (S.MINED, S.CONFIRMED, S.INDEXED, S.REVERTED):
         assert can_move(mined, S.SUBMITTED)  # a reorg took the block away
     assert can_move(S.SIGNED, S.MINED)  # receipt seen before the broadcast was recorded
+    for waiting in (S.SIGNED, S.SUBMITTED):
+        assert can_move(waiting, S.SIGNED)  # a foreign transaction took its nonce: signed again
 
 
 @pytest.mark.parametrize(
@@ -129,7 +133,7 @@ def test_every_state_reachable_from_accepted() -> None:
     [
         (S.ACCEPTED, (S.REJECTED,)),
         (S.SIMULATED, (S.ACCEPTED,)),
-        (S.SIGNED, (S.SIMULATED,)),
+        (S.SIGNED, (S.SIGNED, S.SIMULATED, S.SUBMITTED)),
         (S.SUBMITTED, (S.CONFIRMED, S.INDEXED, S.MINED, S.REVERTED, S.SIGNED, S.SUBMITTED)),
         (S.MINED, (S.SIGNED, S.SUBMITTED)),
         (S.CONFIRMED, (S.MINED,)),
