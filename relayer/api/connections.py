@@ -7,9 +7,12 @@ loop running out of descriptors is one throttled WARNING)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import resource
+import socket
 import time
+import traceback
 from typing import Any, Final
 
 from aiohttp import web
@@ -24,9 +27,17 @@ MAX_HEADERS: Final = 64
 """The most headers one request may carry (aiohttp's default is 128; clients send about 20).
 The memory request heads can hold is at most the connection cap times
 ``MAX_HEADERS * MAX_FIELD_SIZE`` (about 512 KiB), for at most the idle timeout."""
+RECEIVE_BUFFER: Final = 32 * 1024
+"""The kernel receive buffer of a client connection, bytes (Linux doubles it): what one read
+can take from a client. A request is at most a 64 KiB line, its headers and a 64 KiB body, so
+a larger window buys nothing; without it a client that sends megabytes of headers has each
+connection read 256 KiB at a time, which aiohttp keeps until its refusal is collected."""
 FD_RESERVE: Final = 256
 """Descriptors kept for everything but client connections (database pool, chain node, logs,
 the listening sockets): the connection cap is lowered to fit the process's limit with them."""
+COLLECT_AFTER_S: Final = 1.0
+"""How long after a request the HTTP parser refused the garbage it leaves is collected (by
+then the refused connection is closed); at most one collection per this many seconds."""
 LOG_EVERY_S: Final = 10.0
 """At most one line per kind of noise (parser refusals, connections refused, accept errors)
 per this many seconds; the line says how many were not logged."""
@@ -64,18 +75,29 @@ class ParserRefusals(logging.Filter):
     """On aiohttp's server logger: a request its parser refused (malformed, a header or line
     too long, too many headers, a TLS handshake on the plain port) is the client's fault, so
     it is logged at INFO, without the traceback, at most once per :data:`LOG_EVERY_S`;
-    everything else passes unchanged."""
+    everything else passes unchanged (records below INFO only when the root logger takes
+    them: the logger is set to DEBUG so that aiohttp's debug-level refusals reach here too).
+
+    aiohttp keeps each refusal in a reference cycle (the exception's traceback holds the
+    parsing frame, whose locals hold the bytes read, up to 256 KiB, and the exception): only a
+    full collection frees it, and the collector counts objects, not bytes, so a flood of
+    refused requests would pile them up (hundreds of MB). A refusal therefore schedules one
+    collection :data:`COLLECT_AFTER_S` later (at most one pending at a time)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.throttle = Throttle()
+        self._collect: asyncio.TimerHandle | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, HttpProcessingError):
-            return True
+            return record.levelno >= logging.INFO or logging.getLogger().isEnabledFor(record.levelno)
+        if exc.__traceback__ is not None:  # frees the bytes read now, not at the collection
+            traceback.clear_frames(exc.__traceback__)
+        self._schedule_collection()
         allowed, held = self.throttle.allow()
-        if not allowed:
+        if not allowed or record.levelno < logging.INFO:  # aiohttp's own debug-level refusal
             return False
         peer = record.args[0] if isinstance(record.args, tuple) and record.args else "-"
         record.levelno, record.levelname = logging.INFO, "INFO"
@@ -83,6 +105,14 @@ class ParserRefusals(logging.Filter):
         record.args = (peer, str(exc.message).strip().splitlines()[0][:200], held)
         record.exc_info, record.exc_text = None, None
         return True
+
+    def _schedule_collection(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the event loop: nothing to schedule on
+            return
+        if self._collect is None or self._collect.when() <= loop.time():
+            self._collect = loop.call_later(COLLECT_AFTER_S, gc.collect)
 
 
 PARSER_REFUSALS: Final = ParserRefusals()
@@ -97,6 +127,7 @@ def runner_options(idle_timeout_s: float, max_line_size: int) -> dict[str, Any]:
     request line by ``max_line_size`` bytes; no access log (the API logs itself)."""
     server_log = logging.getLogger("aiohttp.server")
     server_log.addFilter(PARSER_REFUSALS)  # once: a filter already there is not added again
+    server_log.setLevel(logging.DEBUG)  # the filter sees every refusal, and keeps what root takes
     return {
         "access_log": None,
         "keepalive_timeout": idle_timeout_s,
@@ -170,6 +201,8 @@ class BoundedSite(web.BaseSite):
         self._server = await loop.create_server(
             admit, self._host, self._port, backlog=self._backlog, reuse_address=True
         )
+        for sock in self._server.sockets:  # inherited by the connections accepted from now on
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
 
 
 def fitted_cap(max_connections: int) -> int:

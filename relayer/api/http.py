@@ -139,7 +139,11 @@ class RateLimit:
         the client may send again."""
         if not self.items or request.path in self.EXEMPT:
             return None
-        client = self.client_of(request.remote, request.headers.getall("x-forwarded-for", []))
+        return self.hit(self.client_of(request.remote, request.headers.getall("x-forwarded-for", [])))
+
+    def hit(self, client: str) -> int | None:
+        """Count a request of ``client`` (see :meth:`client_of`): None when within the limit,
+        else the seconds until it may send again."""
         key = self._tracked(client)
         for item in self.items:
             if not self.limiter.hit(item, key):
