@@ -349,7 +349,9 @@ def _array(description: str) -> dict[str, Any]:
 
 def openapi_document(server: str) -> dict[str, Any]:
     """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
-    pydantic models that validate requests (``extra`` keys forbidden)."""
+    pydantic models that validate requests (``extra`` keys forbidden). ``server`` is the
+    configured public base URL (``RELAYER_PUBLIC_BASE_URL``), never a request's ``Host``: the
+    document is cacheable and a client cannot write into it."""
     schemas: dict[str, Any] = {"Error": ERROR_BODY}
     for model in (QuoteRequest, OrderRequest):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import re
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,8 +22,9 @@ import pytest
 
 from relayer.admin import create_api_key
 from relayer.config import Settings
+from tests.conftest import free_port
 from tests.private import private_chain
-from tests.processes import DaemonProcess, daemon_env
+from tests.processes import RELAYER, DaemonProcess, daemon_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -310,3 +312,50 @@ async def test_json_bodies_are_utf8_only_on_both_surfaces(api: DaemonProcess, ra
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         async with s.post(f"{api.base}/quotes", data=raw, headers=headers) as r:
             assert (r.status, (await r.json())["code"]) == (400, "invalid_json")
+
+
+async def test_out_of_descriptors_the_cap_is_lowered_and_the_accept_loop_never_floods_the_log(
+    api: DaemonProcess,
+) -> None:
+    """A process allowed 600 open files, asked for 2,000 connections, held 1,000 idle ones
+    (before: each accept failed with EMFILE and asyncio logged it, 3.5 million lines in 6
+    minutes)."""
+    port = free_port()
+    env = {**api.env, "RELAYER_HTTP_PORT": str(port), "RELAYER_HTTP_MAX_CONNECTIONS": "2000"}
+    log = api.log.with_name("nofile.log")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["prlimit", "--nofile=600:600", str(RELAYER), "serve"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+            for _ in range(300):  # 30 s to come up
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with s.get(f"{base}/healthz") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+        for _ in range(1_000):
+            with contextlib.suppress(OSError, TimeoutError):
+                held.append(await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2))
+        heads = await asyncio.gather(*(_head(r) for r, _ in held[-20:]))
+        await asyncio.sleep(3)
+    finally:
+        for _, writer in held:
+            writer.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text()
+    refused = sum(h.startswith(b"HTTP/1.1 503") for h in heads)
+    print(
+        f"\n600 open files, 1,000 connections: {text.count('out of system resource')} accept errors logged, "
+        f"{len(text.splitlines())} log lines; {refused} of the last 20 answered 503"
+    )
+    assert "connection cap lowered to fit the open-file limit" in text
+    assert "out of system resource" not in text and len(text.splitlines()) < 50
+    assert refused >= 15
