@@ -212,7 +212,9 @@ class Settings(BaseSettings):
         default=512,
         ge=1,
         description="Most client connections one process holds (per port); past it a connection "
-        "is answered 503 with Retry-After and closed at once",
+        "is answered 503 with Retry-After and closed at once. Each may hold up to about 1 MB of "
+        "request head while it arrives (64 headers of 8 KiB, for at most the idle timeout): "
+        "budget the memory limit for it",
     )
     x402_v1_base_url: str | None = Field(
         default=None,

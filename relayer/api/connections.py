@@ -25,8 +25,9 @@ MAX_FIELD_SIZE: Final = 8190
 parser refuses the request (a bare 400) before any of it is kept."""
 MAX_HEADERS: Final = 64
 """The most headers one request may carry (aiohttp's default is 128; clients send about 20).
-The memory request heads can hold is at most the connection cap times
-``MAX_HEADERS * MAX_FIELD_SIZE`` (about 512 KiB), for at most the idle timeout."""
+The memory request heads can hold is about the connection cap times twice
+``MAX_HEADERS * MAX_FIELD_SIZE`` (the raw bytes and the decoded text: about 1 MB a
+connection; 512 stalled connections measured +500 MB), for at most the idle timeout."""
 RECEIVE_BUFFER: Final = 32 * 1024
 """The kernel receive buffer of a client connection, bytes (Linux doubles it): what one read
 can take from a client. A request is at most a 64 KiB line, its headers and a 64 KiB body, so
