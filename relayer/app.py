@@ -15,6 +15,7 @@ from typing import Final
 
 from aiohttp import web
 
+from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
@@ -404,21 +405,28 @@ def make_web_app(rt: Runtime) -> web.Application:
         lambda app: add_routes(app, rt.marketplace),
         version_hosts(rt.settings),
         x402_info(rt.settings, rt.services.supply),
-        RateLimit(rt.settings.rate_limit, rt.settings.rate_limit_forwarded_for),
+        RateLimit(
+            rt.settings.rate_limit,
+            rt.settings.rate_limit_forwarded_for,
+            rt.settings.rate_limit_proxy_hops,
+            rt.settings.rate_limit_max_clients,
+        ),
         rt.settings.request_timeout_s,
     )
 
 
 MAX_REQUEST_LINE: Final = 64 * 1024
-"""The longest request line (method, path and query) and header the HTTP server reads: past
-it aiohttp's parser refuses the request before any route (a bare 400); below it an over-long
-query reaches the routes and gets the spec's envelope (``schema_validation``)."""
+"""The longest request line (method, path and query) the HTTP server reads: past it aiohttp's
+parser refuses the request before any route (a bare 400); below it an over-long query reaches
+the routes and gets the spec's envelope (``schema_validation``). Headers are bounded apart
+(:data:`relayer.api.connections.MAX_FIELD_SIZE` and ``MAX_HEADERS``)."""
 
 
 def web_runner(rt: Runtime) -> web.AppRunner:
-    """The HTTP server of this runtime's application (no access log: the API logs itself)."""
+    """The HTTP server of this runtime's application, with the bounds of
+    :func:`runner_options` (idle timeout, header limits; no access log: the API logs itself)."""
     return web.AppRunner(
-        make_web_app(rt), access_log=None, max_line_size=MAX_REQUEST_LINE, max_field_size=MAX_REQUEST_LINE
+        make_web_app(rt), **runner_options(rt.settings.http_idle_timeout_s, MAX_REQUEST_LINE)
     )
 
 
@@ -435,16 +443,20 @@ def ops_web_app(rt: Runtime) -> web.Application:
     return app
 
 
-async def _listen(stack: contextlib.AsyncExitStack, runner: web.AppRunner, host: str, port: int) -> None:
-    """Set ``runner`` up (cleaned up by ``stack``) and listen on ``host:port``.
+async def _listen(
+    stack: contextlib.AsyncExitStack, runner: web.AppRunner, rt: Runtime, host: str, port: int
+) -> None:
+    """Set ``runner`` up (cleaned up by ``stack``) and listen on ``host:port``, holding at
+    most ``RELAYER_HTTP_MAX_CONNECTIONS`` connections (:class:`BoundedSite`).
 
     Raises:
         ConfigError: the address cannot be listened on (in use, say).
     """
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
+    cap = fitted_cap(rt.settings.http_max_connections)
     try:
-        await web.TCPSite(runner, host, port).start()
+        await BoundedSite(runner, host, port, cap, rt.metrics.connections_refused).start()
     except OSError as exc:
         raise ConfigError(message=f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -466,13 +478,15 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
     """
     async with open_runtime(settings, workers=workers) as rt, contextlib.AsyncExitStack() as stack:
         runners: list[web.AppRunner] = []
+        quiet_accept_errors(asyncio.get_running_loop())
         if http:
             runners.append(web_runner(rt))
-            await _listen(stack, runners[-1], settings.http_host, settings.http_port)
+            await _listen(stack, runners[-1], rt, settings.http_host, settings.http_port)
             log.info("listening", extra={"host": settings.http_host, "port": settings.http_port})
         elif workers:
-            runners.append(web.AppRunner(ops_web_app(rt), access_log=None))
-            await _listen(stack, runners[-1], settings.http_host, settings.ops_port)
+            options = runner_options(settings.http_idle_timeout_s, MAX_REQUEST_LINE)
+            runners.append(web.AppRunner(ops_web_app(rt), **options))
+            await _listen(stack, runners[-1], rt, settings.http_host, settings.ops_port)
             log.info(
                 "serving /metrics, /healthz and /readyz",
                 extra={"host": settings.http_host, "port": settings.ops_port},

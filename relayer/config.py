@@ -202,6 +202,20 @@ class Settings(BaseSettings):
         default="http://127.0.0.1:8402", description="Where callers reach this daemon (no slash)."
     )
     max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    http_idle_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="A connection that has not sent a complete request head this many seconds "
+        "after it opened or after its last answer is closed (idle keep-alive and slow headers), s",
+    )
+    http_max_connections: int = Field(
+        default=512,
+        ge=1,
+        description="Most client connections one process holds (per port); past it a connection "
+        "is answered 503 with Retry-After and closed at once. Each may hold up to about 1 MB of "
+        "request head while it arrives (64 headers of 8 KiB, for at most the idle timeout): "
+        "budget the memory limit for it",
+    )
     x402_v1_base_url: str | None = Field(
         default=None,
         description="The x402 host pinned to major 1 (default: the public host prefixed with v1.)",
@@ -217,8 +231,21 @@ class Settings(BaseSettings):
     )
     rate_limit_forwarded_for: bool = Field(
         default=False,
-        description="Key the rate limit on the first X-Forwarded-For address (only behind a "
-        "proxy that sets it) instead of the peer address",
+        description="Key the rate limit on the X-Forwarded-For address the trusted proxies added "
+        "(see RELAYER_RATE_LIMIT_PROXY_HOPS; only behind proxies that append to it) instead of "
+        "the peer address",
+    )
+    rate_limit_proxy_hops: int = Field(
+        default=1,
+        ge=1,
+        description="How many trusted proxies in front of the daemon append to X-Forwarded-For: "
+        "the client is that many entries from the right (the entries left of it are the client's own)",
+    )
+    rate_limit_max_clients: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most clients the rate limit tracks per process; while that many are live, new "
+        "ones share one window",
     )
     request_timeout_s: float = Field(
         default=75.0, gt=0, description="Longest an HTTP request may run, seconds (above settle_wait_s)"

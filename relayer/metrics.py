@@ -63,6 +63,11 @@ class Metrics:
             ["code"],
             registry=self.registry,
         )
+        self.connections_refused = Counter(
+            "relayer_http_connections_refused_total",
+            "Client connections answered 503 and closed at once: the process held its connection cap.",
+            registry=self.registry,
+        )
         self.unhandled_errors = Counter(
             "relayer_http_unhandled_errors_total",
             "Requests that failed on an unexpected exception (answered 500 internal_error): a bug.",

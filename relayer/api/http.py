@@ -6,12 +6,15 @@ exception that is not a :class:`RelayerError` is the only way to a 500."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
 import json
 import logging
 import math
+import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -71,31 +74,124 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
 class RateLimit:
     """The per-client request limit (the ``limits`` library's moving windows, in this
     process's memory: each replica counts its own clients). ``spec`` in its notation, e.g.
-    ``"50/second;1000/minute"``; ``"off"`` or None: no limit. The client is the peer
-    address, or the first ``X-Forwarded-For`` address when ``forwarded_for`` (only behind a
-    proxy that sets it)."""
+    ``"50/second;1000/minute"``; ``"off"`` or None: no limit.
+
+    The client is the peer address; with ``forwarded_for`` (only behind proxies that append
+    to ``X-Forwarded-For``) it is the address the outermost of ``proxy_hops`` trusted proxies
+    added: the ``proxy_hops``-th entry from the right, which a client cannot choose (the
+    entries left of it are the client's own). A header with fewer entries, or an entry that
+    is not an IP address, counts as the peer.
+
+    At most ``max_clients`` clients are tracked (their windows, some bytes each): a client
+    idle for the longest window is forgotten, and while the table is full of live clients
+    every new one shares one window (``"overflow"``), so many addresses buy no more
+    requests and no more memory."""
 
     EXEMPT: Final = frozenset({"/healthz", "/readyz", "/metrics"})
+    OVERFLOW: Final = "overflow"
 
-    def __init__(self, spec: str | None, forwarded_for: bool = False) -> None:
+    def __init__(
+        self, spec: str | None, forwarded_for: bool = False, proxy_hops: int = 1, max_clients: int = 10_000
+    ) -> None:
         off = spec is None or spec.strip().lower() in ("", "off", "none")
         self.items = [] if off else limits.parse_many(spec or "")
         self.limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
         self.forwarded_for = forwarded_for
+        self.proxy_hops = max(1, proxy_hops)
+        self.max_clients = max(1, max_clients)
+        self.window_s = max((item.get_expiry() for item in self.items), default=0)
+        self.clients: OrderedDict[str, float] = OrderedDict()  # client -> last hit (monotonic), oldest first
+
+    def client_of(self, peer: str | None, forwarded: list[str]) -> str:
+        """The client a request counts for: ``peer`` (the socket's address), or with
+        ``forwarded_for`` the trusted proxies' entry of the ``X-Forwarded-For`` values."""
+        client = peer or "unknown"
+        if not self.forwarded_for:
+            return client
+        entries = [e.strip() for value in forwarded for e in value.split(",")]
+        if len(entries) < self.proxy_hops:
+            return client
+        entry = entries[-self.proxy_hops]
+        try:
+            return str(ipaddress.ip_address(entry[:64]))
+        except ValueError:
+            return client
+
+    def _tracked(self, client: str) -> str:
+        """The key ``client`` is counted under (itself, or :data:`OVERFLOW` while the table is
+        full of live clients); forgets clients idle past the longest window."""
+        now = time.monotonic()
+        while self.clients:
+            oldest, seen = next(iter(self.clients.items()))
+            if now - seen <= self.window_s:
+                break
+            del self.clients[oldest]
+            for item in self.items:
+                self.limiter.clear(item, oldest)
+        if client not in self.clients and len(self.clients) >= self.max_clients:
+            return self.OVERFLOW
+        self.clients[client] = now
+        self.clients.move_to_end(client)
+        return client
 
     def retry_after(self, request: web.Request) -> int | None:
         """None when the request is within the limit (and counts it); else the seconds until
         the client may send again."""
         if not self.items or request.path in self.EXEMPT:
             return None
-        client = request.remote or "unknown"
-        if self.forwarded_for:
-            client = request.headers.get("x-forwarded-for", client).split(",", 1)[0].strip()[:64]
+        return self.hit(self.client_of(request.remote, request.headers.getall("x-forwarded-for", [])))
+
+    def hit(self, client: str) -> int | None:
+        """Count a request of ``client`` (see :meth:`client_of`): None when within the limit,
+        else the seconds until it may send again."""
+        key = self._tracked(client)
         for item in self.items:
-            if not self.limiter.hit(item, client):
-                reset = self.limiter.get_window_stats(item, client).reset_time
+            if not self.limiter.hit(item, key):
+                reset = self.limiter.get_window_stats(item, key).reset_time
                 return max(1, math.ceil(reset - time.time()))
         return None
+
+
+_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9_.:+/=-]{1,64}")
+
+
+def request_id_of(sent: str | None) -> str:
+    """The request's id: the client's ``X-Request-ID`` when it is 1 to 64 characters of
+    letters, digits and ``_.:+/=-`` (logged and echoed as it is); otherwise a new one."""
+    if sent is not None and _REQUEST_ID.fullmatch(sent):
+        return sent
+    return next(_REQUEST_IDS)
+
+
+async def read_json(request: web.Request, parse_float: Callable[[str], Any] | None = None) -> Any:
+    """The request body as one JSON document, under the one policy of both APIs: UTF-8 only
+    (no byte order mark, no UTF-16 or UTF-32), at most the application's ``client_max_size``
+    bytes (aiohttp refuses more with ``HTTPRequestEntityTooLarge``); an empty body is None.
+
+    Raises:
+        ValueError: the body is not UTF-8 JSON, is nested deeper than the interpreter's
+            stack, or ended early (the client aborted its upload: logged at INFO, it is no
+            server failure); the message says which.
+        web.HTTPRequestEntityTooLarge: the body is over the limit.
+    """
+    try:
+        raw = await request.read()
+    except (ConnectionError, web.RequestPayloadError) as exc:
+        log.info(
+            "request body aborted",
+            extra={
+                "request_id": request.get(REQUEST_ID, "-"),
+                "path": request.path[:200],
+                "error": str(exc)[:200],
+            },
+        )
+        raise ValueError("the request body ended early") from None
+    try:
+        return json.loads(raw.decode("utf-8") or "null", parse_float=parse_float)
+    except ValueError:  # not UTF-8 (UnicodeDecodeError), or not JSON (a BOM included)
+        raise ValueError("the body is not JSON in UTF-8 (without a byte order mark)") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: not a request body
+        raise ValueError("the JSON is nested too deeply") from None
 
 
 def _surface(path: str) -> Surface:
@@ -110,7 +206,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     """Request id (``X-Request-ID`` kept or made, echoed back), the per-client rate limit, the
     request timeout, the error envelope for every failure with no internals leaked, and the
     HTTP metrics (route template, method, status, duration; error responses by code)."""
-    request_id = request.headers.get("x-request-id") or next(_REQUEST_IDS)
+    request_id = request_id_of(request.headers.get("x-request-id"))
     request[REQUEST_ID] = request_id
     metrics = request.app[METRICS]
     started = time.perf_counter()
@@ -168,12 +264,9 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        raw = await request.read()
-        data = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise Rejection("invalid_json") from None
-    except RecursionError:  # nesting deeper than the interpreter's stack: not a request body
-        raise Rejection("invalid_json", "the JSON is nested too deeply") from None
+        data = await read_json(request)
+    except ValueError as exc:
+        raise Rejection("invalid_json", str(exc)) from None
     if not isinstance(data, dict):
         raise Rejection("invalid_json", "one JSON object is expected")
     return data

@@ -24,7 +24,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from relayer.api.errors import error_response
-from relayer.api.http import METRICS, REQUEST_ID
+from relayer.api.http import METRICS, REQUEST_ID, read_json
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.marketplace import (
     REMOVED_PRICE_PARAMETERS,
@@ -97,11 +97,12 @@ def _query(request: web.Request) -> dict[str, str]:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    """One JSON object (decimals exact), else 400 ``invalid_json``."""
+    """One JSON object (decimals exact) under the x402 endpoint's policy (:func:`read_json`:
+    UTF-8 only), else 400 ``invalid_json``."""
     try:
-        data = json.loads(await request.read() or b"null", parse_float=Decimal)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise bad_request("invalid_json", "the body must be one JSON object") from None
+        data = await read_json(request, parse_float=Decimal)
+    except ValueError as exc:
+        raise bad_request("invalid_json", f"the body must be one JSON object: {exc}") from None
     if not isinstance(data, dict):
         raise bad_request("invalid_json", "the body must be one JSON object")
     return data
@@ -273,7 +274,7 @@ async def removed_products(request: web.Request) -> web.Response:
 
 @guarded
 async def openapi(request: web.Request) -> web.Response:
-    return _respond(_dump(openapi_document(str(request.url.origin()))))
+    return _respond(_dump(openapi_document(request.app[MARKETPLACE].public_base_url)))
 
 
 def add_routes(app: web.Application, market: Marketplace) -> None:
@@ -348,7 +349,9 @@ def _array(description: str) -> dict[str, Any]:
 
 def openapi_document(server: str) -> dict[str, Any]:
     """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
-    pydantic models that validate requests (``extra`` keys forbidden)."""
+    pydantic models that validate requests (``extra`` keys forbidden). ``server`` is the
+    configured public base URL (``RELAYER_PUBLIC_BASE_URL``), never a request's ``Host``: the
+    document is cacheable and a client cannot write into it."""
     schemas: dict[str, Any] = {"Error": ERROR_BODY}
     for model in (QuoteRequest, OrderRequest):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")

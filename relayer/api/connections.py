@@ -1,0 +1,254 @@
+"""The HTTP front's bounds on connections (aiohttp does the parsing and the timers; this adds
+what it lacks): a cap on the connections one process holds, with a plain 503 past it; the
+file descriptors the cap needs; and logs that a hostile client cannot flood (a request the
+HTTP parser refuses is one throttled INFO line, not an ERROR with a traceback; the accept
+loop running out of descriptors is one throttled WARNING)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import resource
+import socket
+import time
+import traceback
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+log = logging.getLogger(__name__)
+
+MAX_FIELD_SIZE: Final = 8190
+"""The longest header (name or value) the server reads, bytes: aiohttp's default. Past it the
+parser refuses the request (a bare 400) before any of it is kept."""
+MAX_HEADERS: Final = 64
+"""The most headers one request may carry (aiohttp's default is 128; clients send about 20).
+The memory request heads can hold is about the connection cap times twice
+``MAX_HEADERS * MAX_FIELD_SIZE`` (the raw bytes and the decoded text: about 1 MB a
+connection; 512 stalled connections measured +500 MB), for at most the idle timeout."""
+RECEIVE_BUFFER: Final = 32 * 1024
+"""The kernel receive buffer of a client connection, bytes (Linux doubles it): what one read
+can take from a client. A request is at most a 64 KiB line, its headers and a 64 KiB body, so
+a larger window buys nothing; without it a client that sends megabytes of headers has each
+connection read 256 KiB at a time, which aiohttp keeps until its refusal is collected."""
+FD_RESERVE: Final = 256
+"""Descriptors kept for everything but client connections (database pool, chain node, logs,
+the listening sockets): the connection cap is lowered to fit the process's limit with them."""
+COLLECT_AFTER_S: Final = 1.0
+"""How long after a request the HTTP parser refused the garbage it leaves is collected (by
+then the refused connection is closed); at most one collection per this many seconds."""
+LOG_EVERY_S: Final = 10.0
+"""At most one line per kind of noise (parser refusals, connections refused, accept errors)
+per this many seconds; the line says how many were not logged."""
+
+_REFUSAL_BODY: Final = b"this server is at its connection limit; retry in 1 s\n"
+_REFUSAL: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\n"
+    b"Connection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY)
+)
+
+
+class Throttle:
+    """Whether to log one more of a kind of event: the first, then at most one per ``every_s``
+    seconds; :meth:`allow` also returns how many were held back since the last line."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S) -> None:
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._held = 0
+
+    def allow(self) -> tuple[bool, int]:
+        """(log this one?, events not logged before it)."""
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._held += 1
+            return False, 0
+        held, self._held, self._last = self._held, 0, now
+        return True, held
+
+
+class ParserRefusals(logging.Filter):
+    """On aiohttp's server logger: a request its parser refused (malformed, a header or line
+    too long, too many headers, a TLS handshake on the plain port) is the client's fault, so
+    it is logged at INFO, without the traceback, at most once per :data:`LOG_EVERY_S`;
+    everything else passes unchanged (records below INFO only when the root logger takes
+    them: the logger is set to DEBUG so that aiohttp's debug-level refusals reach here too).
+
+    aiohttp keeps each refusal in a reference cycle (the exception's traceback holds the
+    parsing frame, whose locals hold the bytes read, up to 256 KiB, and the exception): only a
+    full collection frees it, and the collector counts objects, not bytes, so a flood of
+    refused requests would pile them up (hundreds of MB). A refusal therefore schedules one
+    collection :data:`COLLECT_AFTER_S` later (at most one pending at a time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.throttle = Throttle()
+        self._collect: asyncio.TimerHandle | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return record.levelno >= logging.INFO or logging.getLogger().isEnabledFor(record.levelno)
+        if exc.__traceback__ is not None:  # frees the bytes read now, not at the collection
+            traceback.clear_frames(exc.__traceback__)
+        self._schedule_collection()
+        allowed, held = self.throttle.allow()
+        if not allowed or record.levelno < logging.INFO:  # aiohttp's own debug-level refusal
+            return False
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "-"
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg = "request refused by the HTTP parser from %s: %s (%d more not logged)"
+        record.args = (peer, str(exc.message).strip().splitlines()[0][:200], held)
+        record.exc_info, record.exc_text = None, None
+        return True
+
+    def _schedule_collection(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the event loop: nothing to schedule on
+            return
+        if self._collect is None or self._collect.when() <= loop.time():
+            self._collect = loop.call_later(COLLECT_AFTER_S, gc.collect)
+
+
+PARSER_REFUSALS: Final = ParserRefusals()
+
+
+def runner_options(idle_timeout_s: float, max_line_size: int) -> dict[str, Any]:
+    """The bounds every HTTP server of the daemon runs with, as ``web.AppRunner`` keyword
+    arguments: a connection that has not sent a complete request head within
+    ``idle_timeout_s`` seconds of opening or of its last answer is closed (idle keep-alive and
+    a slow head alike; aiohttp's keep-alive timer starts at the connection and is not reset by
+    a partial head); heads bounded by :data:`MAX_FIELD_SIZE` and :data:`MAX_HEADERS`, the
+    request line by ``max_line_size`` bytes; no access log (the API logs itself)."""
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.addFilter(PARSER_REFUSALS)  # once: a filter already there is not added again
+    server_log.setLevel(logging.DEBUG)  # the filter sees every refusal, and keeps what root takes
+    return {
+        "access_log": None,
+        "keepalive_timeout": idle_timeout_s,
+        "max_line_size": max_line_size,
+        "max_field_size": MAX_FIELD_SIZE,
+        "max_headers": MAX_HEADERS,
+    }
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the cap: answered a plain 503 and closed at once (nothing read)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(_REFUSAL)
+        transport.close()
+
+
+class BoundedSite(web.BaseSite):
+    """A TCP listener (as ``web.TCPSite``) that holds at most ``max_connections`` client
+    connections: one accepted past it is answered 503 (``Retry-After: 1``) and closed at once,
+    and ``refused`` counts it. The count is aiohttp's own (``Server.connections``): it may
+    exceed the cap by the connections accepted in one burst of the accept loop (at most the
+    listen ``backlog``)."""
+
+    __slots__ = ("_host", "_max", "_port", "_refused", "_throttle")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        max_connections: int,
+        refused: Any = None,
+        *,
+        backlog: int = 128,
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._host, self._port, self._max = host, port, max_connections
+        self._refused = refused  # a prometheus Counter (or None)
+        self._throttle = Throttle()
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        """Listen (the runner must be set up).
+
+        Raises:
+            OSError: the address cannot be listened on.
+        """
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+
+        def admit() -> asyncio.BaseProtocol:
+            if len(server.connections) < self._max:
+                return server()
+            if self._refused is not None:
+                self._refused.inc()
+            allowed, held = self._throttle.allow()
+            if allowed:
+                log.warning(
+                    "connection refused: at the connection cap",
+                    extra={"max_connections": self._max, "refused_not_logged": held},
+                )
+            return _Refused()
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            admit, self._host, self._port, backlog=self._backlog, reuse_address=True
+        )
+        for sock in self._server.sockets:  # inherited by the connections accepted from now on
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+
+
+def fitted_cap(max_connections: int) -> int:
+    """The connection cap this process can keep: ``max_connections`` plus :data:`FD_RESERVE`
+    descriptors must fit the open-file limit; the soft limit is raised towards the hard one
+    when short, and the cap lowered (with a warning) when that is not enough."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        fitted = max(1, soft - FD_RESERVE)
+        log.warning(
+            "connection cap lowered to fit the open-file limit",
+            extra={"max_connections": max_connections, "fitted": fitted, "nofile": soft},
+        )
+        return fitted
+    return max_connections
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Make the loop's reports of ``socket.accept() out of system resource`` (the process out
+    of descriptors: asyncio retries the accept every second) one WARNING per
+    :data:`LOG_EVERY_S`; every other report goes to the handler there was."""
+    previous = loop.get_exception_handler()
+    throttle = Throttle()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            allowed, held = throttle.allow()
+            if allowed:
+                exc = context.get("exception")
+                log.warning(
+                    "cannot accept connections: out of file descriptors",
+                    extra={"error": str(exc), "not_logged": held},
+                )
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)

@@ -1,0 +1,361 @@
+"""The HTTP front under hostile clients (issue 18), against a ``relayer serve`` process on
+loopback: idle and slow connections are closed within the idle timeout while other clients
+are served, connections past the cap are refused at once, floods of large headers are
+refused before they cost memory, an aborted upload is not a server failure, requests the
+parser refuses are not logged as errors, and documents name the configured URL, never the
+``Host`` a client sent. Loads are bounded in count and time; figures are printed (-s)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from relayer.admin import create_api_key
+from relayer.config import Settings
+from tests.conftest import free_port
+from tests.private import private_chain
+from tests.processes import RELAYER, DaemonProcess, daemon_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+IDLE_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 2_300
+HELD = 2_000  # idle or slow connections (below the cap: other clients must still be served)
+SLACK_S = 8.0  # a noisy 2-core machine: closing 2,000 sockets is not instant
+
+
+@pytest.fixture(scope="module")
+async def api(
+    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
+) -> AsyncIterator[DaemonProcess]:
+    """``relayer serve`` with a short idle timeout and a connection cap above :data:`HELD`."""
+    state = tmp_path_factory.mktemp("http-limits")
+    async with private_chain(state, admin_database_url) as (info, dsn):
+        env = daemon_env(info, dsn, http_idle_timeout_s=IDLE_TIMEOUT_S, http_max_connections=MAX_CONNECTIONS)
+        daemon = await DaemonProcess("serve", env, state / "serve.log").start()
+        daemon.env["DSN"] = dsn
+        try:
+            yield daemon
+        finally:
+            daemon.stop()
+
+
+def _rss_kb(daemon: DaemonProcess) -> int:
+    assert daemon.proc is not None
+    status = Path(f"/proc/{daemon.proc.pid}/status").read_text()
+    match = re.search(r"VmRSS:\s+(\d+) kB", status)
+    assert match is not None
+    return int(match.group(1))
+
+
+async def _metric(daemon: DaemonProcess, name: str) -> float:
+    async with aiohttp.ClientSession() as s, s.get(f"{daemon.base}/metrics") as r:
+        text = await r.text()
+    match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+async def _until_closed(reader: asyncio.StreamReader, deadline: float) -> float | None:
+    """Seconds until the server closed the connection (EOF or reset), None past ``deadline``."""
+    started = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = await asyncio.wait_for(reader.read(4096), max(0.01, deadline - time.monotonic()))
+            except TimeoutError:
+                return None
+            if not data:
+                return time.monotonic() - started
+    except (ConnectionError, OSError):
+        return time.monotonic() - started
+    return None
+
+
+async def _trickle(writer: asyncio.StreamWriter, stop: asyncio.Event) -> None:
+    """A slow client: a request head one header a second, never finished."""
+    with contextlib.suppress(ConnectionError, OSError):
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for n in range(60):
+            if stop.is_set() or writer.is_closing():
+                return
+            await asyncio.sleep(1.0)
+            writer.write(f"X-Slow-{n}: 1\r\n".encode())
+            await writer.drain()
+
+
+async def _served(
+    daemon: DaemonProcess, stop: asyncio.Event, latencies: list[float], failures: list[str]
+) -> None:
+    """Another client, served all along: GET /healthz and /api every 0.2 s."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        while not stop.is_set():
+            for path in ("/healthz", "/api"):
+                started = time.monotonic()
+                try:
+                    async with session.get(f"{daemon.base}{path}") as r:
+                        await r.read()
+                        if r.status != 200:
+                            failures.append(f"{path}: {r.status}")
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    failures.append(f"{path}: {type(exc).__name__}")
+                latencies.append(time.monotonic() - started)
+            await asyncio.sleep(0.2)
+
+
+async def _open(daemon: DaemonProcess, n: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    opened = []
+    for _ in range(n):
+        opened.append(await asyncio.open_connection("127.0.0.1", daemon.port))
+    return opened
+
+
+async def test_idle_and_slow_connections_are_closed_within_the_timeout_while_others_are_served(
+    api: DaemonProcess,
+) -> None:
+    stop = asyncio.Event()
+    latencies: list[float] = []
+    failures: list[str] = []
+    other = asyncio.create_task(_served(api, stop, latencies, failures))
+    opened = await _open(api, HELD)
+    deadline = time.monotonic() + IDLE_TIMEOUT_S + SLACK_S
+    trickles = [asyncio.create_task(_trickle(w, stop)) for _, w in opened[HELD // 2 :]]
+    closed = await asyncio.gather(*(_until_closed(r, deadline) for r, _ in opened))
+    stop.set()
+    await asyncio.gather(other, *trickles)
+    for _, writer in opened:
+        writer.close()
+    done = [c for c in closed if c is not None]
+    print(
+        f"\n{len(done)} of {HELD} idle or slow connections closed within {IDLE_TIMEOUT_S + SLACK_S} s "
+        f"(slowest {max(done, default=0):.2f} s); other client: {len(latencies)} requests, "
+        f"{len(failures)} failed, slowest {max(latencies, default=0):.2f} s"
+    )
+    assert len(done) == HELD
+    assert not failures, failures[:5]
+    assert latencies and max(latencies) < 5.0
+
+
+async def _head(reader: asyncio.StreamReader) -> bytes:
+    """What the server says first on a connection (within 5 s), before any request."""
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        return await asyncio.wait_for(reader.read(200), 5)
+    return b""
+
+
+async def _busy(daemon: DaemonProcess) -> asyncio.StreamWriter:
+    """A connection held busy: a request whose body never comes (the idle timeout does not
+    apply to it; the request timeout would, after 75 s)."""
+    _reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    writer.write(b"POST /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
+    await writer.drain()
+    return writer
+
+
+async def test_connections_past_the_cap_are_refused_with_a_503_and_then_served_again(
+    api: DaemonProcess,
+) -> None:
+    held: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(MAX_CONNECTIONS // 100):
+            held += await asyncio.gather(*(_busy(api) for _ in range(100)))
+        await asyncio.sleep(0.5)
+        extra = await _open(api, 20)
+        heads = await asyncio.gather(*(_head(r) for r, _ in extra))
+        for _, writer in extra:
+            writer.close()
+    finally:
+        for writer in held:
+            writer.transport.abort()
+    refused = sum(h.startswith(b"HTTP/1.1 503") for h in heads)
+    print(f"\n{refused} of 20 connections past the cap of {MAX_CONNECTIONS} answered 503 at once")
+    assert refused >= 15  # a refusal raced by the close may be seen as a reset
+    await asyncio.sleep(1.0)
+    async with aiohttp.ClientSession() as s, s.get(f"{api.base}/healthz") as r:
+        assert r.status == 200
+    assert await _metric(api, "relayer_http_connections_refused_total") >= refused
+
+
+async def _flood_one(daemon: DaemonProcess, head: bytes) -> str:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    except OSError as exc:
+        return type(exc).__name__
+    try:
+        writer.write(head)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 30)
+        return line.decode(errors="replace").split(" ", 2)[1] if line else "closed"
+    except (ConnectionError, OSError, TimeoutError) as exc:
+        return type(exc).__name__
+    finally:
+        writer.close()
+
+
+async def test_a_flood_of_large_headers_is_refused_without_the_memory(api: DaemonProcess) -> None:
+    """150 unauthenticated ``GET /api/discover`` with 120 headers of 60 kB each."""
+    pad = b"a" * 60_000
+    head = b"GET /api/discover HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    head += b"".join(b"X-Pad-%d: %s\r\n" % (i, pad) for i in range(120)) + b"\r\n"
+    before = _rss_kb(api)
+    peak = before
+    flood = asyncio.gather(*(_flood_one(api, head) for _ in range(150)))
+    while not flood.done():
+        peak = max(peak, _rss_kb(api))
+        await asyncio.sleep(0.02)
+    answers = await flood
+    growth_mb = (peak - before) / 1024
+    kinds = {a: answers.count(a) for a in set(answers)}
+    print(f"\nheader flood: RSS {before // 1024} MB -> peak {peak // 1024} MB (+{growth_mb:.1f} MB); {kinds}")
+    assert "200" not in kinds
+    assert growth_mb < 50
+    async with aiohttp.ClientSession() as s, s.get(f"{api.base}/healthz") as r:
+        assert r.status == 200
+
+
+async def _abort(daemon: DaemonProcess, path: str, headers: str = "") -> None:
+    _reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: 10000\r\n{headers}\r\n".encode()
+        + b'{"action": "discover", "pad": "'
+        + b"a" * 100
+    )
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.transport.abort()
+
+
+async def test_an_aborted_upload_is_logged_at_info_not_an_unhandled_error(api: DaemonProcess) -> None:
+    key = await create_api_key(Settings(database_url=api.env["DSN"]), "aborts")
+    before = await _metric(api, "relayer_http_unhandled_errors_total")
+    paths = [("/api", ""), ("/api/discover", ""), ("/quotes", f"Authorization: Bearer {key}\r\n")]
+    for n in range(100):
+        path, headers = paths[n % 3]
+        await _abort(api, path, headers)
+    await asyncio.sleep(1.0)
+    after = await _metric(api, "relayer_http_unhandled_errors_total")
+    log = api.log.read_text()
+    print(f"\n100 aborted uploads: unhandled errors {before:.0f} -> {after:.0f}")
+    assert after == before
+    assert "unhandled error" not in log and "marketplace handler failed" not in log
+    assert "request body aborted" in log
+
+
+async def test_requests_the_parser_refuses_are_not_logged_as_errors(api: DaemonProcess) -> None:
+    for bad in (
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"\x16\x03\x01\x02\x00",
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+        writer.write(bad)
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            await asyncio.wait_for(reader.read(4096), 5)
+        writer.close()
+    await asyncio.sleep(0.5)
+    errors = [
+        line
+        for line in api.log.read_text().splitlines()
+        if '"levelname": "ERROR"' in line or "Traceback" in line
+    ]
+    print(f"\nparser refusals: {len(errors)} lines logged at ERROR or with a traceback")
+    assert not errors, errors[:3]
+
+
+async def test_documents_name_the_configured_url_never_the_host_sent(api: DaemonProcess) -> None:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"{api.base}/marketplace/openapi.json", headers={"Host": "evil.example.com"}) as r,
+    ):
+        document: dict[str, Any] = await r.json()
+    assert document["servers"] == [{"url": api.base}]
+
+
+async def test_request_ids_are_bounded_and_validated(api: DaemonProcess) -> None:
+    async with aiohttp.ClientSession() as s:
+        for sent, kept in (
+            ("abc-123.X_y:z", True),
+            ("a" * 200, False),
+            ("bad id", False),
+            ("<script>", False),
+        ):
+            async with s.get(f"{api.base}/healthz", headers={"X-Request-ID": sent}) as r:
+                echoed = r.headers["X-Request-ID"]
+            assert (echoed == sent) is kept, (sent, echoed)
+            assert len(echoed) <= 64
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps({"action": "discover"}).encode("utf-16"),
+        b"\xef\xbb\xbf" + json.dumps({"action": "discover"}).encode(),
+        json.dumps({"action": "discover"}).encode("utf-32"),
+    ],
+    ids=["utf-16", "utf-8-bom", "utf-32"],
+)
+async def test_json_bodies_are_utf8_only_on_both_surfaces(api: DaemonProcess, raw: bytes) -> None:
+    key = await create_api_key(Settings(database_url=api.env["DSN"]), "utf8")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{api.base}/api", data=raw, headers={"Content-Type": "application/json"}) as r:
+            assert (r.status, (await r.json())["error"]) == (400, "invalid_json")
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        async with s.post(f"{api.base}/quotes", data=raw, headers=headers) as r:
+            assert (r.status, (await r.json())["code"]) == (400, "invalid_json")
+
+
+async def test_out_of_descriptors_the_cap_is_lowered_and_the_accept_loop_never_floods_the_log(
+    api: DaemonProcess,
+) -> None:
+    """A process allowed 600 open files, asked for 2,000 connections, held 1,000 idle ones
+    (before: each accept failed with EMFILE and asyncio logged it, 3.5 million lines in 6
+    minutes)."""
+    port = free_port()
+    env = {**api.env, "RELAYER_HTTP_PORT": str(port), "RELAYER_HTTP_MAX_CONNECTIONS": "2000"}
+    log = api.log.with_name("nofile.log")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["prlimit", "--nofile=600:600", str(RELAYER), "serve"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+            for _ in range(300):  # 30 s to come up
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with s.get(f"{base}/healthz") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+        for _ in range(1_000):
+            with contextlib.suppress(OSError, TimeoutError):
+                held.append(await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2))
+        heads = await asyncio.gather(*(_head(r) for r, _ in held[-20:]))
+        await asyncio.sleep(3)
+    finally:
+        for _, writer in held:
+            writer.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text()
+    refused = sum(h.startswith(b"HTTP/1.1 503") for h in heads)
+    print(
+        f"\n600 open files, 1,000 connections: {text.count('out of system resource')} accept errors logged, "
+        f"{len(text.splitlines())} log lines; {refused} of the last 20 answered 503"
+    )
+    assert "connection cap lowered to fit the open-file limit" in text
+    assert "out of system resource" not in text and len(text.splitlines()) < 50
+    assert refused >= 15
