@@ -40,7 +40,10 @@ def is_confirmed(block_number: int, head: int, depth: int) -> bool:
 class BlockMemory:
     """The newest ``limit`` blocks (number -> hash) a worker saw on the canonical chain; older
     numbers are forgotten first. Numbers need not be contiguous (a worker remembers only the
-    blocks it read)."""
+    blocks it read). It holds one chain: a remembered hash is never replaced by another (that
+    is a reorg, for the worker to notice and undo, :meth:`forget_above`, first); otherwise a
+    walk back would find a block of the new chain among the old and judge the reorg shallower
+    than it is."""
 
     def __init__(self, limit: int = KEEP_HASHES) -> None:
         if limit < 1:
@@ -48,12 +51,21 @@ class BlockMemory:
         self.limit = limit
         self._hashes: dict[int, bytes] = {}
 
-    def remember(self, number: int, block_hash: bytes) -> None:
-        """Hold ``block_hash`` as block ``number``'s; beyond ``limit`` blocks, the oldest go."""
+    def remember(self, number: int, block_hash: bytes) -> bool:
+        """Hold ``block_hash`` as block ``number``'s (beyond ``limit`` blocks, the oldest go);
+        False, and nothing changed, when another hash is remembered at ``number``."""
+        if self.agrees(number, block_hash) is False:
+            return False
         self._hashes[number] = block_hash
         if len(self._hashes) > self.limit:
             for old in sorted(self._hashes)[: len(self._hashes) - self.limit]:
                 del self._hashes[old]
+        return True
+
+    def agrees(self, number: int, block_hash: bytes) -> bool | None:
+        """Whether ``block_hash`` is the hash remembered at ``number`` (None: none is)."""
+        remembered = self._hashes.get(number)
+        return None if remembered is None else remembered == block_hash
 
     def forget_above(self, number: int) -> None:
         """Drop every block above ``number`` (they were rewound)."""
@@ -84,18 +96,16 @@ class BlockMemory:
 
 def head_reorged(memory: BlockMemory, number: int, block_hash: bytes, parent_hash: bytes) -> bool | None:
     """Whether a head (``number``, its hash and parent hash) is on another chain than the one
-    remembered: True when remembered blocks lie above it or it (or its parent) differs from
-    what is remembered at its height, False when it matches there; None when the head alone
+    remembered: True when remembered blocks lie above it or it or its parent differs from what
+    is remembered at that height (both are checked: a head whose own height agrees but whose
+    parent does not links two chains), False when they match there; None when the head alone
     cannot tell (compare the node's hash of ``memory.newest_below(number)`` with the memory's,
     when there is such a block; with none, nothing remembered can have been lost)."""
     newest = memory.newest()
     if newest is not None and number < newest:
         return True  # blocks above the head are gone
-    for height, seen in ((number, block_hash), (number - 1, parent_hash)):
-        remembered = memory.get(height)
-        if remembered is not None:
-            return remembered != seen
-    return None
+    verdicts = {memory.agrees(number, block_hash), memory.agrees(number - 1, parent_hash)} - {None}
+    return None if not verdicts else False in verdicts
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,17 +94,12 @@ class ChainFollower:
             self._indexed + 1, head.number, self.confirmations
         ):
             return
-        self.watch.memory.remember(head.number, head.hash)
-        self.watch.memory.remember(head.number - 1, head.parent_hash)
+        if not self.watch.saw(head):
+            return  # the chain moved again since the head was read: the next step sees it
         assert self._indexed is not None and self._scanned is not None
         indexed = self._indexed
-        if head.number > self._scanned:
-            pending = await self.lane.pending()
-            last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
-            if pending:
-                for number in range(self._scanned + 1, last + 1):
-                    await self._receipts(number, pending)
-            self._scanned = last
+        if head.number > self._scanned and not await self._scan(head):
+            return  # the chain moved under this step: the next one sees the reorg from its head
         safe = min(confirmed_through(head.number, self.confirmations), self._scanned)
         await self.nonces.step(safe)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
@@ -181,20 +176,43 @@ class ChainFollower:
             },
         )
 
-    async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> None:
+    async def _scan(self, head: BlockHeader) -> bool:
+        """Read the receipts of the blocks after the last scanned, up to ``head`` (at most
+        :data:`MAX_RECEIPT_BLOCKS`) when something is in flight; False when a block read is
+        not the one remembered at its height (the chain moved since ``head`` was read: the
+        blocks before it stay scanned, the rest wait for the next step)."""
+        assert self._scanned is not None
+        pending = await self.lane.pending()
+        last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
+        if pending:
+            for number in range(self._scanned + 1, last + 1):
+                if not await self._receipts(number, pending):
+                    self._scanned = number - 1
+                    return False
+        self._scanned = last
+        return True
+
+    async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> bool:
         """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
         replacements) moves it to mined or reverted; a no-op that stood in for a job drops
         it; every no-op's cost is counted. The block's transactions and their jobs are
         written in one database transaction (a few round trips, not two per transaction):
         a crash never leaves a transaction (or a no-op) recorded mined with its job still
-        waiting."""
+        waiting.
+
+        The block's hash is checked against the memory, never written to it: read by number,
+        it may already be the new chain's while the head read before it was the old one's
+        (False then, nothing recorded). A hash the memory does not hold is not checked; what
+        it records is undone by number with the rest when the next head shows the reorg."""
         ours = []
         for receipt in await self.chain.block_receipts(number):
-            self.watch.memory.remember(number, receipt.block_hash)
+            if self.watch.memory.agrees(number, receipt.block_hash) is False:
+                return False
             tx = pending.get(receipt.tx_hash)
             if tx is not None:
                 ours.append((receipt, tx))
         await self._record(ours)
+        return True
 
     async def _record(self, ours: list[tuple[Receipt, PendingTx]]) -> None:
         """Record receipts of our transactions (see :meth:`_receipts`), in one database
@@ -241,6 +259,8 @@ class ChainFollower:
         stamps = await self.chain.block_timestamps({entry.block_number for entry in logs}) if logs else {}
         rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
         to_hash = await self.chain.block_hash(to_block)
+        if self.watch.memory.agrees(to_block, to_hash) is False:
+            return  # the chain moved since the head was read: the next step sees the reorg
         await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows)
         self._indexed = to_block
         self.metrics.indexed_block.set(to_block)

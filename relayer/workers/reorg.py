@@ -68,6 +68,18 @@ class ReorgWatch:
             self.seen_head = max(head.number, self.seen_head or head.number)
         return verdict
 
+    def saw(self, head: BlockHeader) -> bool:
+        """Remember ``head`` and its parent, once :meth:`reorged` judged the head on the
+        remembered chain (or the worker undid the reorg under it). False, with nothing
+        remembered, when either disagrees with the memory (the chain moved again since): the
+        memory stays one chain."""
+        pairs = ((head.number, head.hash), (head.number - 1, head.parent_hash))
+        if any(self.memory.agrees(number, block_hash) is False for number, block_hash in pairs):
+            return False
+        for number, block_hash in pairs:
+            self.memory.remember(number, block_hash)
+        return True
+
     def judge(self, to: Ancestor, window: int, finalized: int | None) -> str | None:
         """Whether the rewind to ``to`` is an incident (why) or a reorg to follow (None), by
         :func:`~relayer.domain.reorg.reorg_incident` from the newest block seen."""

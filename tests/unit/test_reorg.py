@@ -5,9 +5,12 @@ does; and the walk back as the follower and the catalogue indexer run it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from relayer.chain.types import BlockHeader
+from relayer.chain.types import BlockHeader, Receipt
 from relayer.domain.reorg import (
     KEEP_HASHES,
     Ancestor,
@@ -20,6 +23,8 @@ from relayer.domain.reorg import (
     reorg_incident,
     walk_back,
 )
+from relayer.metrics import Metrics
+from relayer.workers.follower import ChainFollower
 from relayer.workers.reorg import ReorgWatch
 
 
@@ -90,8 +95,15 @@ def test_memory_with_gaps_forgets_above_and_finds_the_newest_below() -> None:
     assert memory.newest_below(10) is None
     memory.forget_above(25)
     assert list(memory) == [10, 20]
-    memory.remember(20, h(20, 1))  # a later sight of the same height replaces the first
-    assert memory.get(20) == h(20, 1) and len(memory) == 2
+    # The memory holds one chain: another hash at a remembered height is refused (a reorg the
+    # worker must notice and undo, forget_above, before the new chain is remembered).
+    assert memory.remember(20, h(20)) is True  # the same sight again
+    assert memory.remember(20, h(20, 1)) is False
+    assert memory.get(20) == h(20) and len(memory) == 2
+    assert memory.agrees(20, h(20)) is True and memory.agrees(20, h(20, 1)) is False
+    assert memory.agrees(15, h(15)) is None  # not remembered: cannot tell
+    memory.forget_above(19)
+    assert memory.remember(20, h(20, 1)) is True
 
 
 def test_memory_holds_at_least_one_block() -> None:
@@ -113,6 +125,15 @@ def test_a_head_is_judged_by_its_own_height_then_its_parent() -> None:
     assert head_reorged(memory, 8, h(8), h(7)) is True  # block 9 is gone
     assert head_reorged(memory, 12, h(12), h(11)) is None  # ask the node about block 9
     assert head_reorged(BlockMemory(), 5, h(5), h(4)) is None
+
+
+def test_a_head_matching_its_height_is_still_checked_through_its_parent() -> None:
+    # A head whose own height agrees but whose parent does not links two chains: a reorg.
+    memory = BlockMemory()
+    for number in (8, 9, 10):
+        memory.remember(number, h(number))
+    assert head_reorged(memory, 10, h(10), h(9, 1)) is True
+    assert head_reorged(memory, 10, h(10), h(9)) is False
 
 
 # ---------------------------------------------------------------- the walk back
@@ -270,3 +291,101 @@ async def test_the_watch_judges_from_the_newest_head_it_saw() -> None:
     assert watch.judge(ancestor, 9, None) is not None
     watch.rewound(5)
     assert watch.seen_head == 5
+
+
+# ---------------------------------------------------------------- the follower's memory is one chain
+
+
+class FakeBlocks:
+    """The follower's chain reads: heads, block hashes and block receipts by number, from
+    ``chain`` (number -> (hash, parent hash)), which a test swaps mid-step."""
+
+    def __init__(self, chain: dict[int, tuple[bytes, bytes]]) -> None:
+        self.chain = chain
+        self.node = type("Node", (), {"chain_id": 8453})()
+        self.on_receipts: Callable[[], None] = lambda: None
+
+    async def head_block(self) -> BlockHeader:
+        number = max(self.chain)
+        return BlockHeader(number, *self.chain[number])
+
+    async def block_hash(self, number: int) -> bytes:
+        return self.chain[number][0]
+
+    async def finalized(self) -> int | None:
+        return None
+
+    async def block_receipts(self, number: int) -> list[Receipt]:
+        self.on_receipts()  # the chain moves while the step reads
+        block_hash = self.chain[number][0]
+        return [Receipt(bytes([number]) * 32, number, block_hash, 1, 21_000, 1, 0)]
+
+
+def _fork(numbers: range, fork: int, below: int) -> dict[int, tuple[bytes, bytes]]:
+    """Blocks ``numbers`` of chain ``fork``, the first a child of block ``numbers[0] - 1`` of
+    chain ``below``."""
+    return {n: (h(n, fork), h(n - 1, below if n == numbers[0] else fork)) for n in numbers}
+
+
+class FakeLane:
+    def __init__(self) -> None:
+        self.recorded: list[Any] = []
+
+    async def pending(self) -> dict[bytes, Any]:
+        return {b"\xff" * 32: object()}  # something in flight: receipts are read
+
+    async def record_mined(self, mined: Any, moves: Any, stood_in: Any) -> dict[Any, Any]:
+        self.recorded.append(mined)
+        return {}
+
+
+async def test_a_reorg_while_the_follower_reads_receipts_leaves_its_memory_on_one_chain() -> None:
+    # The follower saw 100 on chain 0; it reads head 101 (chain 0), then, while it reads the
+    # receipts of 101, a depth-2 reorg replaces 100 and 101 (chain 1, common ancestor 99).
+    old = {**_fork(range(90, 102), 0, 0)}
+    blocks = FakeBlocks({n: v for n, v in old.items() if n <= 100})
+    follower = ChainFollower(
+        blocks,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        FakeLane(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        Metrics(),
+        confirmations=1,
+        start_block=90,
+        poll_interval_s=0.05,
+    )
+    follower._indexed = follower._scanned = 100
+    for number in range(90, 101):
+        assert follower.watch.memory.remember(number, old[number][0])
+    follower.watch.seen_head = 100
+    blocks.chain[101] = old[101]
+    new = {**{n: old[n] for n in range(90, 100)}, **_fork(range(100, 102), 1, 0)}
+
+    def reorg() -> None:
+        blocks.chain = new
+
+    blocks.on_receipts = reorg
+    follower.watch.memory.remember(101, old[101][0])  # as step does before its receipts
+    follower.watch.memory.remember(100, old[101][1])
+    assert await follower._receipts(101, {}) is False  # the chain moved under the step
+    assert follower.watch.memory.get(101) == h(101, 0), "no hash of the new chain is remembered"
+    follower.watch.seen_head = 101
+    head = await blocks.head_block()
+    assert await follower.watch.reorged(head)
+    ancestor = await follower.watch.ancestor(head.number)
+    assert ancestor.number == 99  # the real common ancestor: the reorg is 2 blocks deep
+    why = follower.watch.judge(ancestor, 1, None)
+    assert why is not None and "a reorg of 2 blocks" in why
+
+
+async def test_the_watch_remembers_a_head_only_on_the_chain_it_holds() -> None:
+    node = FakeNode({n: h(n) for n in range(0, 20)})
+    watch = ReorgWatch(node, floor=0)
+    assert watch.saw(node.head())
+    assert watch.memory.get(19) == h(19) and watch.memory.get(18) == h(18)
+    # A head of another chain at the same height, or a child of another 18: refused whole.
+    assert not watch.saw(BlockHeader(19, h(19, 1), h(18, 1)))
+    assert not watch.saw(BlockHeader(20, h(20, 1), h(19, 1)))
+    assert watch.memory.get(19) == h(19) and watch.memory.get(20) is None
+    assert watch.saw(BlockHeader(20, h(20), h(19)))
