@@ -466,7 +466,9 @@ def verify_transfer(
     if requirement.asset.lower() != domain.address.lower():
         return TransferRefusal("invalid_payment_requirements", "the asset is not the token served")
     if auth.to.lower() != requirement.pay_to.lower():
-        return TransferRefusal("invalid_exact_evm_payload_recipient_mismatch", "authorization.to is not payTo")
+        return TransferRefusal(
+            "invalid_exact_evm_payload_recipient_mismatch", "authorization.to is not payTo"
+        )
     if auth.value != requirement.amount:
         return TransferRefusal(
             "invalid_exact_evm_payload_authorization_value_mismatch",
@@ -477,7 +479,9 @@ def verify_transfer(
             "invalid_exact_evm_payload_authorization_valid_before", "authorization expired or about to expire"
         )
     if auth.valid_after > now:
-        return TransferRefusal("invalid_exact_evm_payload_authorization_valid_after", "authorization not yet valid")
+        return TransferRefusal(
+            "invalid_exact_evm_payload_authorization_valid_after", "authorization not yet valid"
+        )
     signature = _transfer_signer_checked(auth, domain)
     if isinstance(signature, TransferRefusal):
         return signature
@@ -499,7 +503,9 @@ def verify_transfer(
     )
 
 
-def _transfer_signer_checked(auth: TransferAuthorization, domain: TokenDomain) -> eip712.Signature | TransferRefusal:
+def _transfer_signer_checked(
+    auth: TransferAuthorization, domain: TokenDomain
+) -> eip712.Signature | TransferRefusal:
     """The canonical signature of ``auth`` if it recovers to ``from``, else the refusal."""
     if len(auth.nonce) != 32:
         return TransferRefusal("invalid_exact_evm_payload_signature", "the nonce must be 32 bytes")
