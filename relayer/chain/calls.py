@@ -74,6 +74,17 @@ def transfer_with_authorization(
     )
 
 
+def relayed_function(kind: str, scheme: str) -> codec.FunctionAbi:
+    """The function a relay job's transaction calls: ``transferWithAuthorization`` on the token
+    for a ``transfer`` job, else the settlement's ``retireWithAuthorization`` (``eip3009``) or
+    ``retireWithPermit`` (``eip2612``)."""
+    if kind == "transfer":
+        return _TRANSFER_WITH_AUTHORIZATION
+    return codec.function(
+        SETTLEMENT, "retireWithAuthorization" if scheme == "eip3009" else "retireWithPermit"
+    )
+
+
 def gasless_call_size(retirement: Retirement, scheme: str) -> int:
     """Bytes of call data of the gasless settlement of ``retirement`` (``eip3009`` or
     ``eip2612``): fixed but for the details' strings, so placeholders stand in for the
