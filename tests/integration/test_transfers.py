@@ -125,6 +125,8 @@ async def test_one_authorization_is_one_job_and_one_transaction(daemon: Daemon) 
     relay, now = relay_of(daemon), int(time.time())
     jobs = await asyncio.gather(*(relay.accept_transfer(v, now) for _ in range(4)))
     assert len({j.id for j in jobs}) == 1
+    early = await relay.outcomes.wait_transfer(jobs[0].id, 0)  # no wait: pending unless confirmed
+    assert early.success if early.final else early.job.state is not JobState.CONFIRMED
     outcome = await relay.outcomes.wait_transfer(jobs[0].id, 30)
     assert outcome.success and outcome.final
     again = await relay.accept_transfer(v, int(time.time()))
