@@ -126,6 +126,13 @@ class Settings(BaseSettings):
     gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
     priority_fee_wei: int = Field(default=1_000_000, ge=0, description="EIP-1559 tip, wei per gas.")
     base_fee_multiplier: int = Field(default=2, ge=1, description="maxFee = mult * baseFee + tip.")
+    facilitator_max_fee_per_gas_wei: int = Field(
+        default=10 * 10**9,
+        gt=0,
+        description="Highest max fee per gas (wei) of a sponsored transfer (an EIP-3009 "
+        "transferWithAuthorization whose gas no signed allowance pays: x402 settles, payment pulls, "
+        "refunds): its first fees and every bump stay at or below it.",
+    )
     eth_price_usdc: int = Field(
         default=3_000_000_000,
         gt=0,

@@ -488,8 +488,9 @@ def _executor_keys(
 
 async def ledger_summary(settings: Settings) -> dict[str, Any]:
     """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
-    (relay, noop) and outcome, mined transactions, wei paid, wei the successful relays'
-    allowances were worth, and how many paid more than they received; plus the totals.
+    (relay, noop, transfer: sponsored, never counted at a loss) and outcome, mined
+    transactions, wei paid, wei the successful relays' allowances were worth, and how many
+    paid more than they received; plus the totals.
 
     Raises:
         StoreUnavailable: the database failed.

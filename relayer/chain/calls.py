@@ -11,6 +11,11 @@ from relayer.domain.eip712 import Signature
 from relayer.domain.retirement import Retirement, RetirementDetails
 
 SETTLEMENT = "RetirementSettlement"
+TOKEN = "UsdcEip3009"
+_TRANSFER_WITH_AUTHORIZATION = codec.function(TOKEN, "transferWithAuthorization")
+TRANSFER_SELECTOR = _TRANSFER_WITH_AUTHORIZATION.selector
+"""``0xe3ee160e``: ``transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,
+uint8,bytes32,bytes32)``."""
 
 
 def approve(token_contract: str, spender: str, amount: int) -> bytes:
@@ -45,6 +50,39 @@ def retire_with_permit(
     the deadline carries the bound nonce's high 192 bits and the expiry in its low 64."""
     permit = (owner, value, deadline, signature.v, signature.r_bytes, signature.s_bytes)
     return codec.function(SETTLEMENT, "retireWithPermit").encode(retirement.as_tuple(), salt, permit)
+
+
+def transfer_with_authorization(
+    payer: str,
+    to: str,
+    value: int,
+    valid_after: int,
+    valid_before: int,
+    nonce: bytes,
+    signature: Signature,
+) -> bytes:
+    """EIP-3009 ``transferWithAuthorization(from, to, value, validAfter, validBefore, nonce, v,
+    r, s)`` on the token (the v,r,s overload, selector ``0xe3ee160e``): 4 + 9 * 32 bytes.
+    ``value`` in the token's atomic units, validity bounds in unix seconds, ``nonce`` the
+    authorization's 32 bytes.
+
+    Raises:
+        ValueError: an argument out of its ABI type's range (eth_abi's encoding error).
+    """
+    return _TRANSFER_WITH_AUTHORIZATION.encode(
+        payer, to, value, valid_after, valid_before, nonce, signature.v, signature.r_bytes, signature.s_bytes
+    )
+
+
+def relayed_function(kind: str, scheme: str) -> codec.FunctionAbi:
+    """The function a relay job's transaction calls: ``transferWithAuthorization`` on the token
+    for a ``transfer`` job, else the settlement's ``retireWithAuthorization`` (``eip3009``) or
+    ``retireWithPermit`` (``eip2612``)."""
+    if kind == "transfer":
+        return _TRANSFER_WITH_AUTHORIZATION
+    return codec.function(
+        SETTLEMENT, "retireWithAuthorization" if scheme == "eip3009" else "retireWithPermit"
+    )
 
 
 def gasless_call_size(retirement: Retirement, scheme: str) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from relayer.chain import codec
-from relayer.chain.errors import ChainRevert, rpc
+from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
 from relayer.chain.node import ChainNode, address
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
@@ -25,6 +25,10 @@ _GET_LISTINGS: Final = codec.function("Marketplace", "getListings")
 _NONCES: Final = codec.function("KlimaVcm", "nonces")
 _AUTHORIZATION_STATE: Final = codec.function("UsdcEip3009", "authorizationState")
 _BALANCE_OF: Final = codec.function("UsdcEip3009", "balanceOf")  # ERC-20: the same for kVCM
+_AUTHORIZATION_USED: Final = codec.event("UsdcEip3009", "AuthorizationUsed")
+AUTHORIZATION_LOG_WINDOW: Final = 2_000
+"""Blocks back from a transfer's own block searched for the transaction that used its
+authorization (one ``eth_getLogs``; an hour of Base blocks)."""
 
 
 class ChainReads:
@@ -207,8 +211,46 @@ class ChainReads:
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""
-        (used,) = await self.node.call(self.contracts.usdc, _AUTHORIZATION_STATE, authorizer, nonce)
+        return await self.authorization_state(self.contracts.usdc, authorizer, nonce)
+
+    async def authorization_state(self, token: str, authorizer: str, nonce: bytes) -> bool:
+        """EIP-3009 ``authorizationState(authorizer, nonce)`` of ``token`` at the latest block:
+        whether that 32-byte nonce was used (or cancelled).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        (used,) = await self.node.call(token, _AUTHORIZATION_STATE, authorizer, nonce)
         return bool(used)
+
+    async def authorization_used_tx(
+        self, token: str, authorizer: str, nonce: bytes, to_block: int | None = None
+    ) -> bytes | None:
+        """The hash of the transaction whose ``AuthorizationUsed(authorizer, nonce)`` log
+        ``token`` emitted, searched over the :data:`AUTHORIZATION_LOG_WINDOW` blocks up to
+        ``to_block`` (default: the latest block), one ``eth_getLogs`` by both indexed topics;
+        None when none is found there.
+
+        Raises:
+            ChainUnavailable: the node failed or answered a malformed log.
+        """
+        top = await self.latest_block() if to_block is None else to_block
+        query = {
+            "address": token,
+            "fromBlock": hex(max(0, top - AUTHORIZATION_LOG_WINDOW + 1)),
+            "toBlock": hex(top),
+            "topics": [
+                "0x" + _AUTHORIZATION_USED.topic.hex(),
+                "0x" + bytes(12).hex() + bytes.fromhex(authorizer[2:]).hex(),
+                "0x" + nonce.hex(),
+            ],
+        }
+        entries = await self.node.request("eth_getLogs", [query])
+        try:
+            hashes = [bytes.fromhex(str(e["transactionHash"])[2:]) for e in entries]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ChainUnavailable(detail=f"malformed log: {type(exc).__name__}") from None
+        return hashes[0] if hashes else None
 
 
 def _listing(listing_id: int, raw: Any) -> ListingInfo:

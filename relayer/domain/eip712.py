@@ -7,6 +7,9 @@ are decimal strings.
   :func:`relayer.domain.chains.usdc_domain_name`: ``USD Coin`` on 8453, ``USDC`` on 84532;
   version ``2``).
 - kVCM: EIP-2612 ``Permit`` (domain name ``kVCM``, version ``1``).
+- USDC transfers (the ``transfer`` job kind: x402 ``exact`` payments and refunds): EIP-3009
+  ``TransferWithAuthorization`` (same domain as ``ReceiveWithAuthorization``, or the one the
+  caller names).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ RECEIVE_WITH_AUTHORIZATION_FIELDS: Final = [
     {"name": "validBefore", "type": "uint256"},
     {"name": "nonce", "type": "bytes32"},
 ]
+TRANSFER_WITH_AUTHORIZATION_FIELDS: Final = RECEIVE_WITH_AUTHORIZATION_FIELDS  # same fields
 PERMIT_FIELDS: Final = [
     {"name": "owner", "type": "address"},
     {"name": "spender", "type": "address"},
@@ -73,6 +77,46 @@ def receive_with_authorization(
         "message": {
             "from": payer,
             "to": settlement,
+            "value": str(value),
+            "validAfter": str(valid_after),
+            "validBefore": str(valid_before),
+            "nonce": "0x" + nonce.hex(),
+        },
+    }
+
+
+def transfer_with_authorization(
+    *,
+    chain_id: int,
+    usdc: str,
+    payer: str,
+    to: str,
+    value: int,
+    valid_after: int,
+    valid_before: int,
+    nonce: bytes,
+    name: str | None = None,
+    version: str = "2",
+) -> dict[str, Any]:
+    """Typed data of an EIP-3009 TransferWithAuthorization of ``value`` USDC atomic units from
+    ``payer`` to ``to`` (validity bounds in unix seconds, ``nonce`` any 32 bytes the payer
+    chose). The domain is the token's: ``name`` defaults to
+    :func:`relayer.domain.chains.usdc_domain_name` of ``chain_id``, ``version`` to ``2``."""
+    return {
+        "domain": {
+            "name": usdc_domain_name(chain_id) if name is None else name,
+            "version": version,
+            "chainId": chain_id,
+            "verifyingContract": usdc,
+        },
+        "types": {
+            "EIP712Domain": DOMAIN_FIELDS,
+            "TransferWithAuthorization": TRANSFER_WITH_AUTHORIZATION_FIELDS,
+        },
+        "primaryType": "TransferWithAuthorization",
+        "message": {
+            "from": payer,
+            "to": to,
             "value": str(value),
             "validAfter": str(valid_after),
             "validBefore": str(valid_before),

@@ -2,6 +2,8 @@
 mirrors it in SQL (``UPDATE ... WHERE state = ANY($n)``) so two workers cannot both move a job.
 
 accepted -> simulated -> signed -> submitted -> mined -> confirmed -> indexed (settled)
+transfer jobs: accepted -> simulated -> signed -> submitted -> mined -> confirmed (final: an
+EIP-3009 transfer emits nothing to index; a transfer never moves confirmed -> indexed)
 accepted/simulated -> rejected (nothing signed: the identical request may be retried)
 submitted -> submitted (same-nonce fee bump); mined/confirmed/indexed/reverted -> submitted (a
 reorg took the block away: wait again for a receipt)
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Literal
 
 
 class JobState(StrEnum):
@@ -52,6 +54,13 @@ TRANSITIONS: Final[Mapping[JobState, frozenset[JobState]]] = MappingProxyType(
 )
 
 TERMINAL: Final = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+JobKind = Literal["retire", "transfer"]
+"""What a job's transaction does: ``retire`` (a gasless settlement call) or ``transfer`` (an
+EIP-3009 ``transferWithAuthorization`` on the token)."""
+JOB_KINDS: Final[tuple[JobKind, ...]] = ("retire", "transfer")
+FINAL: Final[Mapping[str, JobState]] = MappingProxyType({"retire": S.INDEXED, "transfer": S.CONFIRMED})
+"""The state in which a job of each kind has succeeded for good (short of a reorg)."""
 # Once a transaction is signed the salt is spent for good (ARCHITECTURE: exactly-once rule).
 UNSIGNED: Final = frozenset({S.ACCEPTED, S.SIMULATED, S.REJECTED})
 
@@ -61,6 +70,15 @@ def sources_of(target: JobState) -> tuple[JobState, ...]:
     return tuple(sorted((s for s, nxt in TRANSITIONS.items() if target in nxt), key=str))
 
 
-def can_move(current: JobState, target: JobState) -> bool:
-    """Whether the table allows ``current -> target``."""
+def terminal(kind: JobKind) -> frozenset[JobState]:
+    """The states a job of ``kind`` ends in (short of a reorg): :data:`TERMINAL` plus its
+    success state (:data:`FINAL`) and the failures (rejected, reverted)."""
+    return TERMINAL | {FINAL[kind], S.REJECTED, S.REVERTED}
+
+
+def can_move(current: JobState, target: JobState, kind: JobKind = "retire") -> bool:
+    """Whether the table allows ``current -> target`` for a job of ``kind`` (a transfer is
+    final at confirmed: it never moves confirmed -> indexed)."""
+    if kind == "transfer" and (current, target) == (S.CONFIRMED, S.INDEXED):
+        return False
     return target in TRANSITIONS[current]

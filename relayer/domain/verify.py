@@ -324,3 +324,211 @@ def _check_binding(
         receivedNonce=f"0x{auth.valid_before >> 64:048x}",
         submitted=dict(summary),
     )
+
+
+# -- EIP-3009 transfers (the ``transfer`` job kind) -------------------------------------
+
+TRANSFER_SALT_DOMAIN: Final = b"relayer/x402-transfer/v1"
+"""Prefix of a transfer job's salt: ``keccak256(TRANSFER_SALT_DOMAIN || bound_nonce)``."""
+
+TransferReason = Literal[
+    "invalid_payment_requirements",
+    "invalid_exact_evm_payload_recipient_mismatch",
+    "invalid_exact_evm_payload_authorization_value_mismatch",
+    "invalid_exact_evm_payload_authorization_valid_before",
+    "invalid_exact_evm_payload_authorization_valid_after",
+    "invalid_exact_evm_payload_signature",
+]
+"""Why :func:`verify_transfer` refuses: the x402 v2 spec's reason names."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDomain:
+    """The EIP-712 domain of the EIP-3009 token served: chain, checksummed address, name and
+    version (USDC: ``USD Coin``/``USDC`` and ``2``)."""
+
+    chain_id: int
+    address: str
+    name: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRequirement:
+    """What a transfer must pay: ``amount`` atomic units of ``asset`` (checksummed token
+    address) to ``pay_to`` (checksummed), exactly."""
+
+    asset: str
+    pay_to: str
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransferAuthorization:
+    """An EIP-3009 TransferWithAuthorization as its payer signed it: addresses checksummed,
+    ``value`` in atomic units, validity bounds in unix seconds, ``nonce`` 32 bytes the payer
+    chose, ``signature`` the raw 65 bytes r||s||v."""
+
+    payer: str
+    to: str
+    value: int
+    valid_after: int
+    valid_before: int
+    nonce: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedTransfer:
+    """A transfer authorization that passed every pure check: what ``Relay.accept_transfer``
+    takes. ``bound_nonce`` = :func:`transfer_bound_nonce` (the job's identity), ``salt`` =
+    :func:`transfer_salt`, ``expires_at`` the ``validBefore`` capped at :data:`BIGINT_MAX`,
+    ``request_hash`` names the request (same authorization and request: the same job)."""
+
+    chain_id: int
+    token: str
+    payer: str
+    to: str
+    value: int
+    valid_after: int
+    valid_before: int
+    expires_at: int
+    nonce: bytes
+    signature: eip712.Signature
+    bound_nonce: bytes
+    salt: bytes
+    request_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRefusal:
+    """Why a transfer authorization was refused: ``reason`` (a :data:`TransferReason`) and a
+    sentence for people."""
+
+    reason: TransferReason
+    message: str
+
+
+def transfer_bound_nonce(token: str, payer: str, nonce: bytes) -> bytes:
+    """``keccak256(abi.encode(token, from, nonce))``: one EIP-3009 authorization's identity
+    (the token's own single-use key is (from, nonce)); a transfer job's ``bound_nonce``."""
+    return keccak(encode(["address", "address", "bytes32"], [token, payer, nonce]))
+
+
+def transfer_salt(bound_nonce: bytes) -> bytes:
+    """``keccak256("relayer/x402-transfer/v1" || bound_nonce)``: a transfer job's salt."""
+    return keccak(TRANSFER_SALT_DOMAIN + bound_nonce)
+
+
+def transfer_request_hash(auth: TransferAuthorization, requirement: TransferRequirement) -> bytes:
+    """keccak256 of the canonical JSON of the authorization, its signature and the requirement's
+    core (asset, payTo, amount): the default request key of a transfer."""
+    return keccak(
+        text=json.dumps(
+            {
+                "from": auth.payer,
+                "to": auth.to,
+                "value": str(auth.value),
+                "validAfter": str(auth.valid_after),
+                "validBefore": str(auth.valid_before),
+                "nonce": "0x" + auth.nonce.hex(),
+                "signature": "0x" + auth.signature.hex(),
+                "asset": requirement.asset,
+                "payTo": requirement.pay_to,
+                "amount": str(requirement.amount),
+            },
+            sort_keys=True,
+        )
+    )
+
+
+def verify_transfer(
+    auth: TransferAuthorization,
+    requirement: TransferRequirement,
+    domain: TokenDomain,
+    now: int,
+    *,
+    margin_s: int = AUTH_EXPIRY_MARGIN_S,
+    request_key: bytes | None = None,
+) -> VerifiedTransfer | TransferRefusal:
+    """Verify an EIP-3009 TransferWithAuthorization against what it must pay, at ``now``
+    (unix seconds), cheapest first: the requirement names the token served, the recipient,
+    the exact value, the validity window (``validBefore`` more than ``margin_s`` seconds
+    ahead, ``validAfter`` reached), then the canonical (low-s) signature recovers to ``from``.
+    Pure: no I/O, no clock.
+
+    Args:
+        request_key: 32 bytes naming the request (default :func:`transfer_request_hash`).
+
+    Returns:
+        The :class:`VerifiedTransfer`, or the :class:`TransferRefusal` (never raised).
+    """
+    if requirement.asset.lower() != domain.address.lower():
+        return TransferRefusal("invalid_payment_requirements", "the asset is not the token served")
+    if auth.to.lower() != requirement.pay_to.lower():
+        return TransferRefusal(
+            "invalid_exact_evm_payload_recipient_mismatch", "authorization.to is not payTo"
+        )
+    if auth.value != requirement.amount:
+        return TransferRefusal(
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+            f"authorization.value must be exactly {requirement.amount}",
+        )
+    if auth.valid_before <= now + margin_s:
+        return TransferRefusal(
+            "invalid_exact_evm_payload_authorization_valid_before", "authorization expired or about to expire"
+        )
+    if auth.valid_after > now:
+        return TransferRefusal(
+            "invalid_exact_evm_payload_authorization_valid_after", "authorization not yet valid"
+        )
+    signature = _transfer_signer_checked(auth, domain)
+    if isinstance(signature, TransferRefusal):
+        return signature
+    bound = transfer_bound_nonce(domain.address, auth.payer, auth.nonce)
+    return VerifiedTransfer(
+        chain_id=domain.chain_id,
+        token=domain.address,
+        payer=auth.payer,
+        to=auth.to,
+        value=auth.value,
+        valid_after=auth.valid_after,
+        valid_before=auth.valid_before,
+        expires_at=min(auth.valid_before, BIGINT_MAX),
+        nonce=auth.nonce,
+        signature=signature,
+        bound_nonce=bound,
+        salt=transfer_salt(bound),
+        request_hash=request_key if request_key is not None else transfer_request_hash(auth, requirement),
+    )
+
+
+def _transfer_signer_checked(
+    auth: TransferAuthorization, domain: TokenDomain
+) -> eip712.Signature | TransferRefusal:
+    """The canonical signature of ``auth`` if it recovers to ``from``, else the refusal."""
+    if len(auth.nonce) != 32:
+        return TransferRefusal("invalid_exact_evm_payload_signature", "the nonce must be 32 bytes")
+    try:
+        signature = eip712.parse_signature(auth.signature)
+    except ValueError as exc:
+        return TransferRefusal("invalid_exact_evm_payload_signature", f"signature is not canonical: {exc}")
+    typed = eip712.transfer_with_authorization(
+        chain_id=domain.chain_id,
+        usdc=domain.address,
+        payer=auth.payer,
+        to=auth.to,
+        value=auth.value,
+        valid_after=auth.valid_after,
+        valid_before=auth.valid_before,
+        nonce=auth.nonce,
+        name=domain.name,
+        version=domain.version,
+    )
+    try:
+        signer = eip712.recover_signer(typed, signature)
+    except ValueError:
+        return TransferRefusal("invalid_exact_evm_payload_signature", "signature does not recover")
+    if signer.lower() != auth.payer.lower():
+        return TransferRefusal("invalid_exact_evm_payload_signature", "signature is not from `from`")
+    return signature

@@ -215,6 +215,38 @@ class GasPricer:
         max_fee = min(price.max_fee_per_gas, (worth - l1 - operator) // gas_limit)
         return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee), worth)
 
+    def sponsored_ceiling(self) -> int:
+        """The highest max fee per gas (wei) of a sponsored transfer (no signed allowance pays
+        its gas): ``facilitator_max_fee_per_gas_wei``. No fee bump may go above it."""
+        return self.settings.facilitator_max_fee_per_gas_wei
+
+    async def plan_sponsored(self, estimate: int, ceiling: int | None = None) -> GasPlan:
+        """Gas and fees (wei per gas) of a sponsored transfer, whose gas the executor pays with
+        no signed allowance: the gas cap and the plan's margin as :meth:`plan`, today's fees
+        capped at ``ceiling`` (default :meth:`sponsored_ceiling`); ``allowance_wei`` is 0.
+
+        Raises:
+            Rejection: gas_limit_exceeds_cap; payment_unavailable (503, retryable) when the
+                next block's base fee is above the ceiling (the transaction could not be mined).
+            Unavailable: the chain node failed (gas_estimate_unavailable).
+        """
+        ceiling = self.sponsored_ceiling() if ceiling is None else ceiling
+        cap = self.settings.gas_cap
+        if estimate > cap:
+            raise Rejection("gas_limit_exceeds_cap", gasEstimate=estimate, gasCap=cap)
+        gas_limit = min(fees.ceil_div(estimate * (10_000 + self.settings.gas_limit_margin_bps), 10_000), cap)
+        market = await self.executor.fee_market()
+        if market.next_base_fee > ceiling:
+            raise Rejection(
+                "payment_unavailable",
+                "the network's fees are above the sponsored fee ceiling; retry later",
+                baseFeePerGas=str(market.next_base_fee),
+                maxFeePerGas=str(ceiling),
+            )
+        price = await self.price()
+        max_fee = min(price.max_fee_per_gas, ceiling)
+        return GasPlan(gas_limit, max_fee, min(price.max_priority_fee_per_gas, max_fee), 0)
+
     async def ceiling(self, allowance: int, gas_limit: int, pays_usdc: bool, call_data_bytes: int) -> int:
         """The highest max fee per gas (wei) at which ``gas_limit`` gas, with the
         transaction's L1 data fee and operator fee, stays within the signed ``allowance``

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
@@ -33,7 +33,38 @@ ANSWERING_STATES: Final = frozenset(
 """The states a waiting request is woken for: the ones :meth:`Outcomes._answer` answers
 from before its deadline (the others only change what it says when the wait runs out)."""
 
+TRANSFER_ANSWERING_STATES: Final = frozenset(
+    {JobState.CONFIRMED.value, JobState.REJECTED.value, JobState.DROPPED.value, JobState.REVERTED.value}
+)
+"""The states a wait for a ``transfer`` job is woken for (a transfer is final at confirmed)."""
+
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TransferOutcome:
+    """What a ``transfer`` job answers (see :meth:`Outcomes.wait_transfer`).
+
+    Attributes:
+        job: the job as last read.
+        success: the transfer happened: the job is confirmed, or another sender's
+            transaction used its authorization (``front_run``).
+        final: the answer stands (short of a reorg); False when the wait ran out first.
+        tx_hash: the transaction that moved the funds (ours, or the front-runner's; empty
+            bytes when the token shows the authorization used but the transaction was not
+            found in the blocks searched), our transaction for a revert or a pending answer,
+            None when nothing was signed.
+        front_run: another sender's transaction used the authorization.
+        error: the job's stored ``{code, message, context}`` record for a failure.
+    """
+
+    job: Job
+    success: bool
+    final: bool
+    tx_hash: bytes | None
+    front_run: bool = False
+    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +126,29 @@ class Outcomes:
         with self._watch(job_id, ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
-                return await self._wait(job_id, deadline, changed)
+                return await self._wait(job_id, deadline, changed, self._answer)
             finally:
                 self._waiting.discard(changed)
 
-    async def _wait(self, job_id: int, deadline: float, changed: asyncio.Event) -> RetireOutcome:
+    async def _wait(
+        self,
+        job_id: int,
+        deadline: float,
+        changed: asyncio.Event,
+        answer: Callable[[Job, float], Awaitable[T | None]],
+    ) -> T:
+        """Re-read the job on each change until ``answer`` (:meth:`_answer`,
+        :meth:`_transfer_answer`) gives one, with what remains of the wait (0 once it ran out
+        or the process drains)."""
         loop = asyncio.get_running_loop()
         while True:
             changed.clear()  # before the read: a change from here on ends the wait below
             remaining = 0.0 if self._draining else deadline - loop.time()
             try:
                 job = await self.jobs.get(job_id)
-                assert job is not None
-                answer = await self._answer(job, remaining)
+                if job is None:
+                    raise LookupError(f"no relay job {job_id}")
+                found = await answer(job, remaining)
             except Unavailable:
                 # The job is recorded and its workers carry on without this request: a
                 # short outage (a database restart) is ridden out within the wait.
@@ -115,10 +156,70 @@ class Outcomes:
                     raise
                 await asyncio.sleep(min(remaining, OUTAGE_RETRY_S))
                 continue
-            if answer is not None:
-                return answer
+            if found is not None:
+                return found
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
+
+    async def wait_transfer(self, job_id: int, wait_s: float) -> TransferOutcome:
+        """Wait (at most ``wait_s`` seconds, or not at all once :meth:`drain` is called) for a
+        ``transfer`` job's answer: ``confirmed`` (success), ``rejected``/``dropped``/
+        ``reverted`` (failure with the stored error or our transaction), except that a
+        revert (or a simulation's ``contract_revert``) whose authorization the token shows
+        used was beaten by another sender of the same authorization (a front-runner): the
+        transfer happened, so the answer is success with **that** transaction (found by the
+        token's ``AuthorizationUsed`` log). When the wait runs out first the answer is not
+        final (``final`` False) and carries our transaction hash once signed.
+
+        Raises:
+            LookupError: no such job.
+            Unavailable: the database or the chain node was still failing when the wait ran
+                out (failures before that are retried every :data:`OUTAGE_RETRY_S` seconds).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        with self._watch(job_id, TRANSFER_ANSWERING_STATES) as changed:
+            self._waiting.add(changed)
+            try:
+                return await self._wait(job_id, deadline, changed, self._transfer_answer)
+            finally:
+                self._waiting.discard(changed)
+
+    async def _transfer_answer(self, job: Job, remaining: float) -> TransferOutcome | None:
+        """The answer a transfer job gives now, or None to keep waiting."""
+        if job.state is JobState.CONFIRMED:
+            return TransferOutcome(job, True, True, job.tx_hash)
+        failed = job.state in (JobState.REVERTED, JobState.REJECTED, JobState.DROPPED)
+        may_be_beaten = job.state is JobState.REVERTED or (
+            job.state is JobState.REJECTED and (job.error or {}).get("code") == "contract_revert"
+        )
+        if may_be_beaten:
+            other = await self._used_elsewhere(job)
+            if other is not None:
+                return TransferOutcome(job, True, True, other, front_run=True)
+        if failed:
+            return TransferOutcome(job, False, True, job.tx_hash, error=job.error)
+        if remaining > 0:
+            return None
+        return TransferOutcome(job, False, False, job.tx_hash)
+
+    async def _used_elsewhere(self, job: Job) -> bytes | None:
+        """The transaction of another sender that used the transfer job's authorization, if
+        the token shows it used: our own transaction reverted (or was never sent), so it is
+        not ours. None when it is unused.
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        nonce = bytes.fromhex(str(job.summary["nonce"])[2:])
+        if not await self.reads.authorization_state(job.input_token, job.payer, nonce):
+            return None
+        found = await self.reads.authorization_used_tx(job.input_token, job.payer, nonce, job.block_number)
+        if found is None or found == job.tx_hash:
+            # used, but its transaction is outside the window searched: the transfer still
+            # happened (the signature fixes the recipient and value).
+            return found or b""
+        return found
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""

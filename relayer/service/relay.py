@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from relayer.chain import calls
@@ -20,8 +20,10 @@ from relayer.domain.fill import check_fill, check_liquidity
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
+    AUTH_EXPIRY_MARGIN_S,
     SignedAuthorization,
     VerifiedAuthorization,
+    VerifiedTransfer,
     check_shape,
     request_hash,
     verify_signed,
@@ -139,6 +141,52 @@ class Relay:
         await self._executor_funded()
         return await self._take(resolved, authorization, request_key, now, refuse)
 
+    async def accept_transfer(
+        self, verified: VerifiedTransfer, now: int, *, api_key_id: int | None = None
+    ) -> Job:
+        """The typed entry of an EIP-3009 ``transferWithAuthorization`` (job kind
+        ``transfer``: x402 settles, the retirement resource's payment pull, refunds): the
+        authorization's job, or a new one checked, reserved and simulated (the broadcaster
+        signs and sends it; it is final at ``confirmed``). The job's bound nonce and salt are
+        derived from (token, from, nonce), so one authorization has at most one job whoever
+        asks, whenever: a second call answers the first job (never a second transfer).
+        ``api_key_id`` names who pays the gas (None: the operator). ``now`` in unix seconds.
+
+        Raises:
+            Rejection: ``invalid_auth_payload`` (the authorization expires within
+                ``AUTH_EXPIRY_MARGIN_S`` of ``now``), ``payment_unavailable`` (every
+                executor below its floor; fees above the sponsored ceiling),
+                ``gas_limit_exceeds_cap``.
+            ChainRevert: ``contract_revert``: the payer's balance, less its other jobs in
+                flight, does not cover the value (``ERC20InsufficientBalance``, nothing
+                recorded); or the simulation reverted (the job is rejected with it; an
+                authorization already used or cancelled reverts here).
+            Unavailable: the chain node or the database failed (nothing was signed).
+        """
+        existing = await self.jobs.find_by_salt(self.chain_id, verified.salt)
+        if existing is not None and existing.state is not JobState.REJECTED:
+            await self.simulator.resume(existing)  # an orphan of a process that died mid-check
+            return existing
+        if verified.expires_at <= now + AUTH_EXPIRY_MARGIN_S:
+            raise Rejection(
+                "invalid_auth_payload",
+                "authorization expired or about to expire",
+                validBefore=str(verified.valid_before),
+            )
+        await self._executor_funded()
+        balance = await self._covered(
+            verified.token, verified.payer, verified.value, lambda held: _transfer_overdrawn(verified, held)
+        )
+        try:
+            job, owned = await self.jobs.reserve(_transfer_job(verified, api_key_id), balance)
+        except PayerOverdrawn as exc:
+            raise _transfer_overdrawn(verified, max(0, exc.balance - exc.reserved)) from None
+        except SaltReused as exc:  # only a job of the same authorization can hold its salt
+            job, owned = exc.job, False
+        if owned:
+            await self.simulator.simulate(job)
+        return job
+
     async def _take(
         self,
         resolved: Resolved,
@@ -211,18 +259,34 @@ class Relay:
                 as the simulation would have reverted.
             Unavailable: the chain node failed.
         """
-        token, payer, value = verified.retirement.input_token, verified.payer, verified.value
+        return await self._covered(
+            verified.retirement.input_token,
+            verified.payer,
+            verified.value,
+            lambda held: _overdrawn(verified, held),
+        )
+
+    async def _covered(
+        self, token: str, payer: str, value: int, refuse: Callable[[int], Exception]
+    ) -> PayerBalance:
+        """``payer``'s balance of ``token`` at a numbered block, if it covers ``value`` (atomic
+        units); else raises what ``refuse`` makes of what it holds (see :meth:`_affordable`).
+
+        Raises:
+            Exception: ``refuse(held)``.
+            Unavailable: the chain node failed.
+        """
         chain = self.supply.chain
         read = await chain.cached_balance(token, payer)
         if read is None or read.amount < value:
             held = await chain.balance_now(token, payer)
             if held < value:
-                raise _overdrawn(verified, held)
+                raise refuse(held)
             read = await chain.balance(token, payer)
             if read.amount < value:  # funded after the cached head
                 read = await chain.balance(token, payer, fresh=True)
             if read.amount < value:
-                raise _overdrawn(verified, read.amount)
+                raise refuse(read.amount)
         return PayerBalance(read.amount, read.block_number)
 
     async def _supply_check(self, resolved: Resolved, now: int, refuse: FillRefuser) -> SupplyCheck | None:
@@ -327,6 +391,52 @@ def _call_data(v: VerifiedAuthorization) -> bytes:
             v.retirement, v.salt, v.payer, v.value, v.valid_after, v.valid_before, v.signature
         )
     return calls.retire_with_permit(v.retirement, v.salt, v.payer, v.value, v.valid_before, v.signature)
+
+
+def _transfer_job(v: VerifiedTransfer, api_key_id: int | None) -> NewJob:
+    """The job of a verified transfer: its call on the token (``settlement`` holds the call
+    target), no allowance, the value as the quote total, no supply taken."""
+    call = calls.transfer_with_authorization(
+        v.payer, v.to, v.value, v.valid_after, v.valid_before, v.nonce, v.signature
+    )
+    return NewJob(
+        chain_id=v.chain_id,
+        bound_nonce=v.bound_nonce,
+        permit_key=None,
+        salt=v.salt,
+        scheme="eip3009",
+        payer=v.payer,
+        input_token=v.token,
+        auth_value=v.value,
+        auth_expires_at=v.expires_at,
+        gas_allowance=0,
+        request_hash=v.request_hash,
+        settlement=v.token,
+        call_data=call,
+        summary={
+            "kind": "transfer",
+            "token": v.token,
+            "from": v.payer,
+            "to": v.to,
+            "value": str(v.value),
+            "validBefore": str(v.valid_before),
+            "nonce": "0x" + v.nonce.hex(),
+        },
+        quote_total=v.value,
+        kind="transfer",
+        api_key_id=api_key_id,
+    )
+
+
+def _transfer_overdrawn(v: VerifiedTransfer, available: int) -> ChainRevert:
+    """The refusal of a transfer the payer cannot pay: what is ``available`` to it (atomic
+    units) against the signed value, as the token would revert."""
+    refusal = ChainRevert.insufficient_balance(v.payer, available, v.value, "transferWithAuthorization")
+    refusal.message = (
+        "the payer's balance, less what its authorizations in flight may still take, does not cover "
+        "this transfer; nothing was broadcast"
+    )
+    return refusal
 
 
 def _overdrawn(v: VerifiedAuthorization, available: int) -> ChainRevert:

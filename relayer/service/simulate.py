@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from relayer.chain import codec
-from relayer.chain.calls import SETTLEMENT
+from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads
@@ -24,7 +23,7 @@ from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import Unfillable, check_fill, check_liquidity
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.states import JobState
-from relayer.service.gas import GasPricer
+from relayer.service.gas import GasPlan, GasPricer
 from relayer.service.supply import x402_fill_refusal
 from relayer.store.relay_jobs import Job, RelayJobs, SupplyAhead, SupplyTake
 
@@ -67,26 +66,21 @@ class Simulator:
         self._wake_broadcaster = wake_broadcaster
 
     async def simulate(self, job: Job) -> None:
-        """Simulate, cap gas, price it against the job's signed allowance, then mark it
+        """Simulate, cap gas, price it against the job's signed allowance (a ``transfer`` job:
+        at most the sponsored fee ceiling, ``facilitator_max_fee_per_gas_wei``), then mark it
         simulated and wake the broadcaster.
 
         Raises:
             RelayerError: the refusal (contract_revert, gas_limit_exceeds_cap,
-                insufficient_authorized_value, an outage's 503), after the job was moved to
-                rejected with it.
+                insufficient_authorized_value, payment_unavailable for a transfer while fees
+                are above its ceiling, an outage's 503), after the job was moved to rejected
+                with it.
         """
         try:
-            function = "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"
             estimate = await self.executor.estimate_gas(
-                self.executor_address, job.settlement, job.call_data, function
+                self.executor_address, job.settlement, job.call_data, _function(job)
             )
-            plan = await self.gas.plan(
-                estimate,
-                job.gas_allowance,
-                job.input_token == self.usdc,
-                job.quote_total or 0,
-                len(job.call_data),
-            )
+            plan = await self._plan(job, estimate)
         except RelayerError as refusal:
             await self.jobs.move(job.id, JobState.REJECTED, error=refusal)
             raise
@@ -144,7 +138,7 @@ class Simulator:
                         job.settlement,
                         job.call_data,
                         job.gas_limit or 0,
-                        codec.function(SETTLEMENT, _function(job)),
+                        relayed_function(job.kind, job.scheme),
                     )
                     for job in checked
                 ],
@@ -275,15 +269,12 @@ class Simulator:
             Unavailable: the chain node or the database failed.
         """
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
-        pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
-        if succeeds:
-            ceiling = await self.gas.ceiling(job.gas_allowance, job.gas_limit, pays_usdc, size)
-            if job.max_fee_per_gas <= ceiling:
-                return True
+        if succeeds and job.max_fee_per_gas <= await self._ceiling(job, job.gas_limit):
+            return True
         # The plan's margin applies to a fresh estimate, never to the old limit (which
         # already holds one): a re-plan does not inflate the gas limit.
         estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
-        fresh = await self.gas.plan(estimate, job.gas_allowance, pays_usdc, job.quote_total or 0, size)
+        fresh = await self._plan(job, estimate)
         await self.jobs.replan(
             job.id,
             fresh.gas_limit,
@@ -292,6 +283,26 @@ class Simulator:
             fresh.allowance_wei,
         )
         return False
+
+    async def _plan(self, job: Job, estimate: int) -> GasPlan:
+        """The job's gas plan from a simulation's ``estimate``: within its signed allowance, or
+        (a transfer, whose gas no allowance pays) within the sponsored fee ceiling.
+
+        Raises:
+            Rejection: as :meth:`GasPricer.plan` or :meth:`GasPricer.plan_sponsored`.
+            Unavailable: the chain node failed.
+        """
+        if job.kind == "transfer":
+            return await self.gas.plan_sponsored(estimate)
+        pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
+        return await self.gas.plan(estimate, job.gas_allowance, pays_usdc, job.quote_total or 0, size)
+
+    async def _ceiling(self, job: Job, gas_limit: int) -> int:
+        """The highest max fee per gas (wei) the job may be signed at with ``gas_limit``."""
+        if job.kind == "transfer":
+            return self.gas.sponsored_ceiling()
+        pays_usdc, size = job.input_token == self.usdc, len(job.call_data)
+        return await self.gas.ceiling(job.gas_allowance, gas_limit, pays_usdc, size)
 
     async def resume(self, job: Job) -> None:
         """Simulate ``job`` if it is an orphan (in ``accepted`` for :data:`ORPHAN_AFTER_S`),
@@ -360,4 +371,4 @@ def _supply_verdict(
 
 
 def _function(job: Job) -> str:
-    return "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"
+    return relayed_function(job.kind, job.scheme).name

@@ -86,7 +86,7 @@ LIVE: Final = """
 SELECT t.tx_hash, t.job_id, t.nonce, t.kind, t.raw_tx, t.gas_limit, t.max_fee_per_gas,
        t.max_priority_fee_per_gas, extract(epoch FROM t.created_at)::float8 AS signed_at,
        extract(epoch FROM t.broadcast_at)::float8 AS broadcast_at,
-       j.auth_expires_at, j.gas_allowance, j.input_token, j.settlement, j.call_data
+       j.auth_expires_at, j.gas_allowance, j.input_token, j.settlement, j.call_data, j.kind AS job_kind
 FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
 WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replaced_by IS NULL
   AND t.passed_at IS NULL AND (j.id IS NULL OR j.state IN ('signed', 'submitted'))
@@ -182,25 +182,29 @@ WHERE j.id = $1 AND j.state = ANY($3::text[])
                   WHERE t.job_id = j.id AND (t.mined_block IS NOT NULL OR t.passed_at IS NULL))
 RETURNING j.*
 """
-# The solvency ledger of chain $1: per kind and outcome, mined transactions, what the executor
+# The solvency ledger of chain $1: per kind (relay, noop, and transfer: a transfer job's
+# transactions, whose gas is sponsored) and outcome, mined transactions, what the executor
 # paid for them and what the allowances of the successful relays were worth (wei).
 LEDGER: Final = """
-SELECT t.kind, t.succeeded, count(*) AS transactions, coalesce(sum(t.paid_wei), 0) AS paid_wei,
-       coalesce(sum(CASE WHEN t.kind = 'relay' AND t.succeeded THEN j.allowance_wei ELSE 0 END), 0)
+SELECT k.kind, t.succeeded, count(*) AS transactions, coalesce(sum(t.paid_wei), 0) AS paid_wei,
+       coalesce(sum(CASE WHEN k.kind = 'relay' AND t.succeeded THEN j.allowance_wei ELSE 0 END), 0)
            AS received_wei,
-       count(*) FILTER (WHERE t.paid_wei > CASE WHEN t.kind = 'relay' AND t.succeeded
+       count(*) FILTER (WHERE k.kind <> 'transfer'
+                          AND t.paid_wei > CASE WHEN k.kind = 'relay' AND t.succeeded
                                                 THEN coalesce(j.allowance_wei, 0) ELSE 0 END) AS at_a_loss
 FROM relay_transactions t LEFT JOIN relay_jobs j ON j.id = t.job_id
+CROSS JOIN LATERAL (SELECT CASE WHEN j.kind = 'transfer' THEN 'transfer' ELSE t.kind END AS kind) k
 WHERE t.chain_id = $1 AND t.mined_block IS NOT NULL
-GROUP BY t.kind, t.succeeded ORDER BY t.kind, t.succeeded
+GROUP BY k.kind, t.succeeded ORDER BY k.kind, t.succeeded
 """
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerRow:
-    """Mined transactions of one kind (relay, noop) and outcome: what the executor paid
-    (wei), what the allowances of those that succeeded were worth (wei; a revert or a no-op
-    receives nothing), and how many paid more than they received."""
+    """Mined transactions of one kind (relay, noop, transfer: sponsored, nothing received) and
+    outcome: what the executor paid (wei), what the allowances of those that succeeded were
+    worth (wei; a revert, a no-op or a transfer receives nothing), and how many paid more than
+    they received (never counted for a transfer)."""
 
     kind: str
     succeeded: bool
@@ -231,6 +235,7 @@ class LiveTx:
     input_token: str | None
     to: str | None
     data: bytes | None
+    job_kind: str | None = None  # the job's kind (retire, transfer); None for a hole's no-op
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> LiveTx:
@@ -250,6 +255,7 @@ class LiveTx:
             input_token=row["input_token"],
             to=row["settlement"],
             data=None if row["call_data"] is None else bytes(row["call_data"]),
+            job_kind=row["job_kind"],
         )
 
     def signed(self) -> SignedTx:

@@ -17,7 +17,7 @@ from typing import Any, Final
 import asyncpg
 
 from relayer.domain.errors import RelayerError
-from relayer.domain.states import JobState, sources_of
+from relayer.domain.states import JobKind, JobState, sources_of
 from relayer.store.pool import Database
 
 NOTIFY_CHANNEL: Final = "relay_job_states"  # "<job id>:<state>" (migration 0008)
@@ -48,9 +48,9 @@ INSERT_JOB: Final = """
 INSERT INTO relay_jobs (chain_id, bound_nonce, salt, scheme, payer, input_token, auth_value,
                         gas_allowance, request_hash, settlement, call_data, summary, permit_key,
                         auth_expires_at, quote_total, supply_source, supply_id, supply_token_id,
-                        supply_units, state)
+                        supply_units, kind, api_key_id, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17, $18, $19,
-        'accepted')
+        $20, $21, 'accepted')
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
@@ -232,10 +232,11 @@ UPDATE relay_jobs SET state = 'confirmed', confirmed_at = now(), updated_at = no
 WHERE chain_id = $1 AND state = 'mined' AND block_number <= $2
 RETURNING *
 """
-# Mark the confirmed jobs of these transactions indexed.
+# Mark the confirmed retirement jobs of these transactions indexed (a transfer is final at
+# confirmed: domain.states.can_move).
 MARK_INDEXED: Final = """
 UPDATE relay_jobs SET state = 'indexed', indexed_at = now(), updated_at = now()
-WHERE chain_id = $1 AND state = 'confirmed' AND tx_hash = ANY($2::bytea[])
+WHERE chain_id = $1 AND state = 'confirmed' AND kind = 'retire' AND tx_hash = ANY($2::bytea[])
 RETURNING *
 """
 
@@ -279,7 +280,10 @@ class SupplyAhead:
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """What ``reserve`` records for an accepted request. Money in atomic units, times in
-    unix seconds (``auth_expires_at`` at most 2**63 - 1)."""
+    unix seconds (``auth_expires_at`` at most 2**63 - 1). ``kind`` is ``retire`` (a
+    settlement call) or ``transfer`` (``transferWithAuthorization`` on the token, which
+    ``settlement`` then names); ``api_key_id`` names who pays a transfer's gas (None: the
+    operator)."""
 
     chain_id: int
     bound_nonce: bytes
@@ -297,11 +301,14 @@ class NewJob:
     summary: dict[str, Any]
     quote_total: int
     supply: SupplyTake | None = None
+    kind: JobKind = "retire"
+    api_key_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection."""
+    """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection;
+    ``kind`` as :class:`NewJob`'s (a ``transfer`` is final at confirmed)."""
 
     id: int
     chain_id: int
@@ -329,6 +336,8 @@ class Job:
     allowance_wei: int | None = None
     auth_value: int = 0
     supply: SupplyTake | None = None
+    kind: JobKind = "retire"
+    api_key_id: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -362,6 +371,8 @@ class Job:
             allowance_wei=opt_int(row["allowance_wei"]),
             auth_value=int(row["auth_value"]),
             supply=_supply_of(row),
+            kind=row["kind"],
+            api_key_id=opt_int(row["api_key_id"]),
         )
 
 
@@ -640,6 +651,8 @@ def _job_args(new: NewJob) -> tuple[Any, ...]:
             if new.supply is None
             else (new.supply.source, new.supply.source_id, new.supply.token_id, new.supply.units)
         ),
+        new.kind,
+        new.api_key_id,
     )
 
 

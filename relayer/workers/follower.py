@@ -245,7 +245,7 @@ class ChainFollower:
         for target, jobs in moved.items():
             for job in jobs:
                 self.metrics.job_transitions.labels(target.value).inc()
-                if target is JobState.MINED:
+                if target is JobState.MINED and job.kind == "retire":  # a transfer's gas is sponsored
                     self.metrics.allowance_received_wei.inc(job.allowance_wei or 0)
                 self.metrics.observe_stage(
                     "submitted_to_mined",

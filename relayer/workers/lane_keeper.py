@@ -185,7 +185,9 @@ class LaneKeeper:
 
     async def _view(self, tx: LiveTx) -> LaneTx:
         ceiling = None
-        if tx.kind == "relay" and tx.gas_allowance is not None:
+        if tx.kind == "relay" and tx.job_kind == "transfer":
+            ceiling = self.gas.sponsored_ceiling()  # no allowance pays a transfer's gas
+        elif tx.kind == "relay" and tx.gas_allowance is not None:
             ceiling = await self.gas.ceiling(
                 tx.gas_allowance, tx.gas_limit, tx.input_token == self.usdc, len(tx.data or b"")
             )

@@ -24,8 +24,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, Literal
 
-from relayer.chain import codec
 from relayer.chain.blocks import BlockReader
+from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.types import Receipt
@@ -42,7 +42,6 @@ LOST_EVERY_S: Final = 1.0
 """The broadcaster looks for lost jobs at most this often."""
 LOST_BATCH: Final = 16
 """At most this many lost jobs are signed again or ended per look."""
-SETTLEMENT: Final = "RetirementSettlement"
 NONCE_TAKEN: Final = Rejection(
     "invalid_auth_payload",
     "a transaction this relay did not sign took the executor nonce of this retirement, and its "
@@ -166,7 +165,7 @@ class LostNonces:
         if not jobs:
             return []
         calls = [
-            (job.settlement, job.call_data, job.gas_limit or 0, codec.function(SETTLEMENT, _function(job)))
+            (job.settlement, job.call_data, job.gas_limit or 0, relayed_function(job.kind, job.scheme))
             for job in jobs
         ]
         good: list[int] = []
@@ -218,4 +217,4 @@ def _pending(tx: NonceTx) -> PendingTx:
 
 
 def _function(job: Job) -> str:
-    return "retireWithAuthorization" if job.scheme == "eip3009" else "retireWithPermit"
+    return relayed_function(job.kind, job.scheme).name

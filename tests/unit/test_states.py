@@ -6,7 +6,16 @@ import itertools
 
 import pytest
 
-from relayer.domain.states import TERMINAL, TRANSITIONS, UNSIGNED, JobState, can_move, sources_of
+from relayer.domain.states import (
+    FINAL,
+    TERMINAL,
+    TRANSITIONS,
+    UNSIGNED,
+    JobState,
+    can_move,
+    sources_of,
+    terminal,
+)
 
 S = JobState
 SIGNED_OR_LATER = frozenset(JobState) - UNSIGNED
@@ -179,3 +188,19 @@ def test_literal_sql_moves_in_the_store_are_allowed_by_the_table() -> None:
             for source in re.findall(r"'(\w+)'", match.group(2)):
                 found.add((JobState(source), JobState(match.group(1))))
     assert found == set(relay_jobs.FIXED_TRANSITIONS), found ^ set(relay_jobs.FIXED_TRANSITIONS)
+
+
+def test_a_transfer_is_final_at_confirmed() -> None:
+    path = [S.ACCEPTED, S.SIMULATED, S.SIGNED, S.SUBMITTED, S.MINED, S.CONFIRMED]
+    assert all(can_move(a, b, "transfer") for a, b in itertools.pairwise(path))
+    assert not can_move(S.CONFIRMED, S.INDEXED, "transfer")
+    assert can_move(S.CONFIRMED, S.INDEXED, "retire")
+    assert can_move(S.CONFIRMED, S.SUBMITTED, "transfer")  # a reorg still takes it back
+    assert FINAL == {"retire": S.INDEXED, "transfer": S.CONFIRMED}
+    assert S.CONFIRMED in terminal("transfer") and S.CONFIRMED not in terminal("retire")
+    assert S.INDEXED in terminal("retire") and S.INDEXED not in terminal("transfer")
+
+
+@pytest.mark.parametrize(("source", "target"), sorted(EXPECTED_EDGES - {(S.CONFIRMED, S.INDEXED)}))
+def test_a_transfer_takes_every_other_edge_of_the_one_table(source: JobState, target: JobState) -> None:
+    assert can_move(source, target, "transfer")
