@@ -16,6 +16,7 @@ from typing import Final
 from aiohttp import web
 
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
+from relayer.api.facilitator import add_facilitator_routes
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
@@ -28,9 +29,12 @@ from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.config import ConfigError, Settings
+from relayer.domain.chains import usdc_domain_name
+from relayer.domain.verify import TokenDomain
 from relayer.metrics import Metrics
 from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
+from relayer.service.facilitator import Facilitator
 from relayer.service.gas import GasPricer
 from relayer.service.market.marketplace import Marketplace
 from relayer.service.market.snapshot import IndexedChain
@@ -89,6 +93,7 @@ class Runtime:
     simulator: Simulator
     catalogue: CatalogueStore
     marketplace: Marketplace
+    facilitator: Facilitator
     extra_chains: list[ExtraChain] = field(default_factory=list)
     extra_nodes: list[ChainNode] = field(default_factory=list)
     signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
@@ -188,6 +193,20 @@ async def _check_identity(db: Database, chain_id: int, genesis: bytes) -> None:
         )
 
 
+def _facilitator(
+    settings: Settings, relay: Relay, node: ChainNode, signers: list[ExecutorSigner]
+) -> Facilitator:
+    """The x402 facilitator: ``exact`` payments in this chain's USDC, settled by the relay."""
+    domain = TokenDomain(settings.chain_id, node.contracts.usdc, usdc_domain_name(settings.chain_id), "2")
+    return Facilitator(
+        relay,
+        domain,
+        [s.address for s in signers],
+        settings.facilitator_settle_wait_s,
+        settings.facilitator_expiry_margin_s,
+    )
+
+
 def _wire(
     settings: Settings,
     dsn: str,
@@ -262,6 +281,7 @@ def _wire(
         deploy_block=deploy_block,
         catalogue=catalogue,
         marketplace=marketplace,
+        facilitator=_facilitator(settings, relay, node, signers),
         extra_chains=extra_chains,
     )
 
@@ -395,6 +415,13 @@ def _readiness(rt: Runtime) -> Callable[[], Awaitable[bool]]:
     return Readiness(rt.db, rt.jobs, rt.node, rt.tasks, leased)
 
 
+def _mount(app: web.Application, rt: Runtime) -> None:
+    """The surfaces beside the x402 endpoint: the marketplace API and the x402 facilitator
+    (which authenticates with the marketplace's API keys)."""
+    add_routes(app, rt.marketplace)
+    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys)
+
+
 def make_web_app(rt: Runtime) -> web.Application:
     """The HTTP application over this runtime's services."""
     return build_app(
@@ -402,7 +429,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.metrics,
         _readiness(rt),
         rt.settings.max_body_bytes,
-        lambda app: add_routes(app, rt.marketplace),
+        lambda app: _mount(app, rt),
         version_hosts(rt.settings),
         x402_info(rt.settings, rt.services.supply),
         RateLimit(

@@ -183,6 +183,12 @@ class Settings(BaseSettings):
         "gasless relay (64 hex digits); without it POST /orders answers 503",
     )
     quote_lifetime_s: int = Field(default=300, gt=0, description="How long a marketplace quote is valid, s.")
+    facilitator_settle_wait_s: float = Field(
+        default=20.0, gt=0, description="How long /facilitator/settle waits for confirmation, seconds."
+    )
+    facilitator_expiry_margin_s: int = Field(
+        default=12, ge=0, description="validBefore must be this far ahead for /facilitator, seconds."
+    )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
     resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")

@@ -6,6 +6,8 @@ wire format (:data:`BODIES`).
   ``{...context, error, message, x402FacilitatorVersion}``.
 - marketplace API (marketplace-api.md): ``{statusCode, error, message, code, ...context}``,
   ``error`` being the status's HTTP reason phrase and ``code`` the registry code.
+- x402 facilitator (``/facilitator``): ``{error, message}`` (payments themselves are answered
+  200 with ``isValid``/``success`` false and the spec's reason).
 
 The envelope's own fields win over context fields of the same name.
 """
@@ -22,7 +24,7 @@ from aiohttp import web
 
 from relayer.domain.errors import X402_FACILITATOR_VERSION, RelayerError
 
-Surface = Literal["x402", "marketplace"]
+Surface = Literal["x402", "marketplace", "facilitator"]
 
 
 def status_of(error: RelayerError) -> int:
@@ -52,13 +54,20 @@ def marketplace_body(error: RelayerError) -> dict[str, Any]:
     return {**envelope, **{k: v for k, v in error.context.items() if k not in envelope}}
 
 
+def facilitator_body(error: RelayerError) -> dict[str, Any]:
+    """The x402 facilitator's small body ``{error, message}`` (a refusal that is not about the
+    payment: 401 without an API key, 400 not JSON, 404, 429)."""
+    return {"error": error.code, "message": error.message}
+
+
 BODIES: Final[Mapping[Surface, Callable[[RelayerError], dict[str, Any]]]] = MappingProxyType(
-    {"x402": x402_body, "marketplace": marketplace_body}
+    {"x402": x402_body, "marketplace": marketplace_body, "facilitator": facilitator_body}
 )
 """The body of an error on each surface (the status is :func:`status_of` on both)."""
 _ENCODE: Final[Mapping[Surface, Callable[[dict[str, Any]], str]]] = MappingProxyType(
     {
         "x402": json.dumps,
+        "facilitator": json.dumps,
         "marketplace": lambda body: json.dumps(body, separators=(",", ":"), ensure_ascii=False),
     }
 )

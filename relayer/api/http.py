@@ -196,9 +196,11 @@ async def read_json(request: web.Request, parse_float: Callable[[str], Any] | No
 
 def _surface(path: str) -> Surface:
     """The surface a path belongs to (whose error body it answers): the x402 endpoint's
-    paths, or else the marketplace API's."""
+    paths, the x402 facilitator's, or else the marketplace API's."""
     x402 = path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
-    return "x402" if x402 else "marketplace"
+    if x402:
+        return "x402"
+    return "facilitator" if path == "/facilitator" or path.startswith("/facilitator/") else "marketplace"
 
 
 @web.middleware

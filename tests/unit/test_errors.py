@@ -261,7 +261,7 @@ def test_an_error_record_has_no_http_and_round_trips() -> None:
 @pytest.mark.parametrize("code", sorted(REGISTRY))
 def test_every_code_answers_the_registry_status_in_each_surface_body(code: str) -> None:
     err = Rejection(code, "why", leftToSell="5", error="ignored", statusCode=1)
-    assert set(BODIES) == {"x402", "marketplace"}
+    assert set(BODIES) == {"x402", "marketplace", "facilitator"}
     assert status_of(err) == REGISTRY[code].http_status
     market = marketplace_body(err)
     assert list(market)[:4] == ["statusCode", "error", "message", "code"]

@@ -1,0 +1,257 @@
+"""HTTP surface of the standard x402 v2 facilitator, under ``/facilitator`` on the daemon
+(design: docs/design/x402-v2.md, (a) Facilitator bodies and C2):
+
+- ``GET /facilitator/supported`` (public): the kinds, extensions and signers served.
+- ``POST /facilitator/verify`` and ``POST /facilitator/settle`` (``Authorization: Bearer``
+  with a marketplace API key; 401 ``{error, message}`` without one): the body is
+  ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
+  answered HTTP 200 with ``isValid``/``success`` false and the spec's reason, since the SDKs
+  treat any other status as a transport error; a body that is not one JSON object is 400.
+
+Not yet served: the ``payment-identifier`` extension, discovery, per-key rate limits and
+gas budgets (a later part of issue 19).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
+
+from aiohttp import web
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+
+from relayer.api.errors import error_response
+from relayer.api.http import METRICS, read_json
+from relayer.domain.addresses import checksum_address
+from relayer.domain.errors import Rejection, RelayerError
+from relayer.domain.models import StrictModel
+from relayer.domain.verify import TransferAuthorization
+from relayer.service.facilitator import X402_VERSION, Facilitator, Payment, Requirements, Settlement
+from relayer.service.market.keys import ApiKeys
+
+FACILITATOR: Final = web.AppKey("facilitator", Facilitator)
+FACILITATOR_KEYS: Final = web.AppKey("facilitator_keys", ApiKeys)
+PREFIX: Final = "/facilitator"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
+Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$")]
+Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
+Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
+Text = Annotated[str, StringConstraints(max_length=200)]
+
+
+class _Strict(StrictModel):
+    """Unknown keys refused (:class:`StrictModel`), and no type coercion (an amount is a
+    decimal string, ``maxTimeoutSeconds`` an integer)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class AuthorizationModel(_Strict):
+    """EIP-3009 ``TransferWithAuthorization`` fields as the exact EVM scheme sends them."""
+
+    from_: Address = Field(alias="from")
+    to: Address
+    value: Uint
+    validAfter: Uint
+    validBefore: Uint
+    nonce: Bytes32
+
+
+class ExactPayloadModel(_Strict):
+    authorization: AuthorizationModel
+    signature: Signature
+
+
+class RequirementsModel(_Strict):
+    """x402 ``PaymentRequirements`` (``extra`` free-form)."""
+
+    scheme: Text
+    network: Text
+    asset: Address
+    amount: Uint
+    payTo: Address
+    maxTimeoutSeconds: int = Field(ge=0, le=10**9)
+    extra: dict[str, Any] | None = None
+
+
+class PaymentPayloadModel(_Strict):
+    """x402 ``PaymentPayload`` (``resource`` and ``extensions`` free-form)."""
+
+    x402Version: Literal[2]
+    payload: ExactPayloadModel
+    accepted: RequirementsModel
+    resource: dict[str, Any] | None = None
+    extensions: dict[str, Any] | None = None
+
+
+class FacilitatorRequestModel(_Strict):
+    """The body of ``/verify`` and ``/settle``."""
+
+    x402Version: Literal[2]
+    paymentPayload: PaymentPayloadModel
+    paymentRequirements: RequirementsModel
+
+
+def guarded(handler: Handler) -> Handler:
+    """Answer a refusal of a facilitator handler (401, 400) in the facilitator's small body
+    ``{error, message}``; anything else is the envelope's 500."""
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RelayerError as error:
+            request.app[METRICS].error_responses.labels(error.code).inc()
+            return error_response(error, "facilitator")
+
+    return run
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(body), status=status, content_type="application/json")
+
+
+def _requirements(m: RequirementsModel) -> Requirements:
+    return Requirements(
+        m.scheme, m.network, m.asset, int(m.amount), m.payTo, m.maxTimeoutSeconds, m.extra or {}
+    )
+
+
+def _payment(m: FacilitatorRequestModel) -> Payment:
+    a, signature = m.paymentPayload.payload.authorization, m.paymentPayload.payload.signature
+    authorization = TransferAuthorization(
+        checksum_address(a.from_),
+        checksum_address(a.to),
+        int(a.value),
+        int(a.validAfter),
+        int(a.validBefore),
+        bytes.fromhex(a.nonce[2:]),
+        bytes.fromhex(signature[2:]),
+    )
+    return Payment(
+        _requirements(m.paymentRequirements), _requirements(m.paymentPayload.accepted), authorization
+    )
+
+
+def _payer_of(body: dict[str, Any]) -> str | None:
+    """``paymentPayload.payload.authorization.from`` when it is an address, for refusals."""
+    try:
+        payer = body["paymentPayload"]["payload"]["authorization"]["from"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(payer, str) or re.fullmatch(r"0x[0-9a-fA-F]{40}", payer) is None:
+        return None
+    return checksum_address(payer)
+
+
+def _version_ok(body: dict[str, Any]) -> bool:
+    inner = body.get("paymentPayload")
+    versions = [body.get("x402Version"), inner.get("x402Version") if isinstance(inner, dict) else None]
+    return all(type(v) is int and v == X402_VERSION for v in versions)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """A request authenticated and read: the API key's id, the model (None when the payload
+    is refused before any check: ``reason`` and ``message`` say why), the raw body."""
+
+    key_id: int
+    model: FacilitatorRequestModel | None
+    body: dict[str, Any]
+    reason: str = ""
+    message: str = ""
+
+
+async def _parsed(request: web.Request) -> _Parsed:
+    """Authenticate (401 without a valid key), read (400 unless one JSON object) and
+    validate the body."""
+    keys = request.app[FACILITATOR_KEYS]
+    key_id = await keys.authenticate(request.headers.get("Authorization"))
+    try:
+        body = await read_json(request)
+    except ValueError as exc:
+        raise Rejection("invalid_json", str(exc)) from None
+    if not isinstance(body, dict):
+        raise Rejection("invalid_json", "one JSON object is expected")
+    if not _version_ok(body):
+        return _Parsed(key_id, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
+    try:
+        return _Parsed(key_id, FacilitatorRequestModel.model_validate(body), body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return _Parsed(key_id, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
+
+
+@guarded
+async def supported(request: web.Request) -> web.Response:
+    f = request.app[FACILITATOR]
+    return _json(
+        {
+            "kinds": [{"x402Version": X402_VERSION, "scheme": "exact", "network": f.network}],
+            "extensions": [],
+            "signers": {"eip155:*": list(f.executors)},
+        }
+    )
+
+
+@guarded
+async def verify(request: web.Request) -> web.Response:
+    p = await _parsed(request)
+    if p.model is None:
+        refused = {"isValid": False, "invalidReason": p.reason, "invalidMessage": p.message}
+        return _json(_drop_none({**refused, "payer": _payer_of(p.body)}))
+    verdict = await request.app[FACILITATOR].verify(_payment(p.model), int(time.time()))
+    return _json(
+        _drop_none(
+            {
+                "isValid": verdict.valid,
+                "invalidReason": verdict.reason,
+                "invalidMessage": verdict.message,
+                "payer": verdict.payer,
+            }
+        )
+    )
+
+
+@guarded
+async def settle(request: web.Request) -> web.Response:
+    f = request.app[FACILITATOR]
+    p = await _parsed(request)
+    if p.model is None:
+        refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
+        return _json(_settle_body(refused, f.network))
+    settled = await f.settle(_payment(p.model), int(time.time()), api_key_id=p.key_id)
+    return _json(_settle_body(settled, f.network))
+
+
+def _settle_body(s: Settlement, network: str) -> dict[str, Any]:
+    return _drop_none(
+        {
+            "success": s.success,
+            "errorReason": s.reason,
+            "errorMessage": s.message,
+            "payer": s.payer or None,
+            "transaction": s.transaction,
+            "network": network,
+            "amount": None if s.amount is None else str(s.amount),
+        }
+    )
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def add_facilitator_routes(app: web.Application, facilitator: Facilitator, keys: ApiKeys) -> None:
+    """Mount the facilitator routes under :data:`PREFIX` on the daemon's application."""
+    app[FACILITATOR] = facilitator
+    app[FACILITATOR_KEYS] = keys
+    app.router.add_get(f"{PREFIX}/supported", supported)
+    app.router.add_post(f"{PREFIX}/verify", verify)
+    app.router.add_post(f"{PREFIX}/settle", settle)

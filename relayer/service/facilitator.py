@@ -1,0 +1,231 @@
+"""The standard x402 v2 facilitator (scheme ``exact``, EIP-3009 ``transferWithAuthorization``)
+over the relay (design: docs/design/x402-v2.md, C2). ``verify`` runs the pure checks, then
+one balance read; ``settle`` takes the verified transfer into the relay's pipeline (journal
+before broadcast, nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a
+bounded time for its answer. One authorization is one job whoever asks, so a repeated settle
+of the same payload answers from the same job: never a second transfer.
+
+The answers are typed (:class:`Verdict`, :class:`Settlement`) with the x402 spec's reason
+names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from relayer.chain.errors import ChainRevert
+from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.states import UNSIGNED, JobState
+from relayer.domain.verify import (
+    TokenDomain,
+    TransferAuthorization,
+    TransferRefusal,
+    TransferRequirement,
+    VerifiedTransfer,
+    verify_transfer,
+)
+from relayer.service.outcome import TransferOutcome
+from relayer.service.relay import Relay
+from relayer.store.relay_jobs import Job
+
+log = logging.getLogger(__name__)
+
+X402_VERSION: Final = 2
+SCHEME: Final = "exact"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """x402 ``PaymentRequirements`` (or the payload's echoed ``accepted``), typed: addresses
+    as given (compared case-insensitively), ``amount`` in atomic units."""
+
+    scheme: str
+    network: str
+    asset: str
+    amount: int
+    pay_to: str
+    max_timeout_s: int
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Payment:
+    """One verify or settle request: the requirements the resource server asks for, the
+    ``accepted`` entry the client echoed, and the client's signed authorization."""
+
+    requirements: Requirements
+    accepted: Requirements
+    authorization: TransferAuthorization
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A refusal: an x402 reason name and a sentence for people."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer of verify: ``valid``, the payer, and the reason when invalid."""
+
+    valid: bool
+    payer: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The answer of settle: ``success``; ``transaction`` the hash (``0x…``; empty when
+    nothing was sent); ``reason`` on failure (``settlement_pending`` when the transaction is
+    not yet confirmed: settle the same payload again for the final answer)."""
+
+    success: bool
+    payer: str
+    transaction: str = ""
+    amount: int | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class Facilitator:
+    """Verify and settle standard ``exact`` payments in the served token on the relay's chain."""
+
+    def __init__(
+        self,
+        relay: Relay,
+        domain: TokenDomain,
+        executors: list[str],
+        settle_wait_s: float,
+        expiry_margin_s: int,
+    ) -> None:
+        self.relay = relay
+        self.domain = domain
+        self.executors = list(executors)
+        self.settle_wait_s = settle_wait_s
+        self.expiry_margin_s = expiry_margin_s
+        self.network = f"eip155:{domain.chain_id}"
+
+    def check(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
+        """The pure checks, cheapest first (scheme, network, the requirements against what
+        the client accepted and the token served, then :func:`verify_transfer`: recipient,
+        exact value, validity window, signature). No I/O."""
+        req, acc = payment.requirements, payment.accepted
+        if req.scheme != SCHEME or acc.scheme != SCHEME:
+            return Refused("unsupported_scheme", f"only scheme {SCHEME!r} is supported")
+        if req.network != self.network or acc.network != self.network:
+            return Refused("invalid_network", f"only network {self.network} is served")
+        if req.asset.lower() != self.domain.address.lower():
+            return Refused("invalid_payment_requirements", "the asset is not the token served")
+        if _core(req) != _core(acc):
+            return Refused("invalid_payment_requirements", "accepted does not match the requirements")
+        name, version = req.extra.get("name"), req.extra.get("version")
+        if name is None or version is None:
+            return Refused("missing_eip712_domain", "extra.name and extra.version are required")
+        if (name, version) != (self.domain.name, self.domain.version):
+            return Refused("invalid_payment_requirements", "extra.name/version is not the token's domain")
+        requirement = TransferRequirement(req.asset, req.pay_to, req.amount)
+        out = verify_transfer(
+            payment.authorization, requirement, self.domain, now, margin_s=self.expiry_margin_s
+        )
+        if isinstance(out, TransferRefusal):
+            return Refused(out.reason, out.message)
+        return out
+
+    async def verify(self, payment: Payment, now: int) -> Verdict:
+        """The pure checks, then one read of the payer's balance (at the latest block)."""
+        payer = payment.authorization.payer
+        checked = self.check(payment, now)
+        if isinstance(checked, Refused):
+            return Verdict(False, payer, checked.reason, checked.message)
+        try:
+            held = await self.relay.supply.chain.balance_now(checked.token, payer)
+        except RelayerError as exc:
+            log.warning("facilitator verify failed", extra={"error": exc.code})
+            return Verdict(False, payer, "unexpected_verify_error", "the chain node could not be read")
+        if held < checked.value:
+            return Verdict(False, payer, "insufficient_funds", "the payer's balance does not cover the value")
+        return Verdict(True, payer)
+
+    async def settle(self, payment: Payment, now: int, api_key_id: int | None = None) -> Settlement:
+        """The pure checks, then the relay's ``transfer`` job (the same job for the same
+        authorization), waited for at most ``settle_wait_s``: confirmed is success; still on
+        its way once signed is ``settlement_pending`` with the hash; never signed within the
+        wait, the job is cancelled (it can then never be sent) and the answer is a failure."""
+        payer = payment.authorization.payer
+        checked = self.check(payment, now)
+        if isinstance(checked, Refused):
+            return Settlement(False, payer, reason=checked.reason, message=checked.message)
+        try:
+            job = await self._job(checked, now, api_key_id)
+            if isinstance(job, Settlement):
+                return job
+            outcome = await self.relay.outcomes.wait_transfer(job.id, self.settle_wait_s)
+        except Rejection as exc:
+            return _refused_settle(payer, exc)
+        except Unavailable as exc:
+            log.warning("facilitator settle failed", extra={"error": exc.code})
+            return Settlement(False, payer, reason="unexpected_settle_error", message=exc.message)
+        if not outcome.final and outcome.tx_hash is None:
+            outcome = await self._cancel_unsigned(outcome)
+        return _settled(payer, checked.value, outcome)
+
+    async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
+        """The authorization's job, or the failure answer when the relay refused it."""
+        try:
+            return await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
+        except ChainRevert as exc:
+            job = await self.relay.jobs.find_by_salt(verified.chain_id, verified.salt)
+            if job is not None:
+                return job  # the simulation reverted: its outcome says why (or a front-run)
+            return Settlement(False, verified.payer, reason="insufficient_funds", message=exc.message)
+
+    async def _cancel_unsigned(self, outcome: TransferOutcome) -> TransferOutcome:
+        """A job not signed within the wait is moved to rejected (the broadcaster cannot sign
+        it afterwards), so a failure answer is never followed by a charge; if it was signed
+        meanwhile, its pending answer with the hash."""
+        job = outcome.job
+        if job.state in UNSIGNED and job.state is not JobState.REJECTED:
+            reason = Rejection("payment_unavailable", "not signed within the facilitator's settle wait")
+            moved = await self.relay.jobs.move(job.id, JobState.REJECTED, error=reason)
+            if moved is not None:
+                return TransferOutcome(moved, False, True, None, error=reason.record())
+        return await self.relay.outcomes.wait_transfer(job.id, 0)
+
+
+def _core(r: Requirements) -> tuple[str, str, str, int, str, int]:
+    return (r.scheme, r.network, r.asset.lower(), r.amount, r.pay_to.lower(), r.max_timeout_s)
+
+
+def _hex(tx_hash: bytes | None) -> str:
+    return "" if not tx_hash else "0x" + tx_hash.hex()
+
+
+def _settled(payer: str, value: int, outcome: TransferOutcome) -> Settlement:
+    """The settle answer of a transfer job's outcome."""
+    tx = _hex(outcome.tx_hash)
+    if outcome.success:
+        return Settlement(True, payer, tx, amount=value)
+    if not outcome.final:
+        return Settlement(False, payer, tx, reason="settlement_pending", message="not yet confirmed")
+    message = str((outcome.error or {}).get("message") or outcome.job.state.value)
+    if outcome.job.state in (JobState.REVERTED, JobState.REJECTED) and (outcome.error or {}).get("code") in (
+        None,
+        "contract_revert",
+        "transaction_reverted",
+    ):
+        return Settlement(False, payer, tx, reason="invalid_transaction_state", message=message)
+    return Settlement(False, payer, tx, reason="unexpected_settle_error", message=message)
+
+
+def _refused_settle(payer: str, exc: Rejection) -> Settlement:
+    """The settle answer of a relay refusal before anything was signed."""
+    if exc.code == "invalid_auth_payload":
+        reason = "invalid_exact_evm_payload_authorization_valid_before"
+    else:
+        reason = "unexpected_settle_error"
+    return Settlement(False, payer, reason=reason, message=exc.message)

@@ -1,0 +1,219 @@
+"""The standard x402 v2 facilitator under ``/facilitator`` through HTTP, on real anvil and
+Postgres: supported lists the chain; verify answers isValid with the payer, or false with the
+spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
+verify and settle need an API key; settle pays payTo exactly once (a repeated settle answers
+the same transaction from the same job); a settle the node holds unmined answers
+``settlement_pending`` with the hash, and the same settle after mining answers success."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from web3 import Web3
+
+from relayer.admin import create_api_key
+from relayer.domain import eip712
+from relayer.domain.chains import usdc_domain_name
+from tests.chain_helpers import token_balance
+from tests.conftest import Daemon
+
+pytestmark = pytest.mark.integration
+
+PAYER_INDEX = 2  # as test_transfers: its USDC is spare
+
+
+@pytest.fixture(scope="module")
+async def api_key(daemon: Daemon) -> AsyncIterator[str]:
+    yield await create_api_key(daemon.runtime.settings, f"facilitator-{uuid.uuid4().hex[:6]}")
+
+
+def network(d: Daemon) -> str:
+    return f"eip155:{d.chain['chainId']}"
+
+
+def requirements(d: Daemon, pay_to: str, amount: int) -> dict[str, Any]:
+    return {
+        "scheme": "exact",
+        "network": network(d),
+        "asset": d.chain["contracts"]["usdc"],
+        "amount": str(amount),
+        "payTo": pay_to,
+        "maxTimeoutSeconds": 300,
+        "extra": {"name": usdc_domain_name(d.chain["chainId"]), "version": "2"},
+    }
+
+
+def payment(
+    d: Daemon,
+    pay_to: str,
+    amount: int,
+    *,
+    value: int | None = None,
+    to: str | None = None,
+    valid_before: int | None = None,
+    key: str | None = None,
+    payer: str | None = None,
+) -> dict[str, Any]:
+    """A facilitator request body as the SDK sends it, signed by the payer (or by ``key``)."""
+    who = d.chain["payers"][PAYER_INDEX]
+    chain_id, usdc = d.chain["chainId"], d.chain["contracts"]["usdc"]
+    auth = {
+        "from": payer or who["address"],
+        "to": to or pay_to,
+        "value": str(amount if value is None else value),
+        "validAfter": "0",
+        "validBefore": str(valid_before or int(time.time()) + 300),
+        "nonce": "0x" + os.urandom(32).hex(),
+    }
+    typed = eip712.transfer_with_authorization(
+        chain_id=chain_id,
+        usdc=usdc,
+        payer=auth["from"],
+        to=auth["to"],
+        value=int(auth["value"]),
+        valid_after=0,
+        valid_before=int(auth["validBefore"]),
+        nonce=bytes.fromhex(auth["nonce"][2:]),
+        name=usdc_domain_name(chain_id),
+        version="2",
+    )
+    signed = Account.sign_message(encode_typed_data(full_message=typed), key or who["privateKey"])
+    req = requirements(d, pay_to, amount)
+    return {
+        "x402Version": 2,
+        "paymentPayload": {
+            "x402Version": 2,
+            "payload": {"authorization": auth, "signature": "0x" + bytes(signed.signature).hex()},
+            "accepted": req,
+            "resource": {"url": "http://example.test/paid", "mimeType": "application/json"},
+        },
+        "paymentRequirements": req,
+    }
+
+
+async def call(d: Daemon, path: str, body: dict[str, Any], key: str | None) -> tuple[int, dict[str, Any]]:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    async with d.session.post(f"{d.base_url}/facilitator/{path}", json=body, headers=headers) as r:
+        return r.status, await r.json(content_type=None)
+
+
+def fresh_address() -> str:
+    return str(Account.create().address)
+
+
+async def test_supported_lists_the_chain_and_the_executors(daemon: Daemon) -> None:
+    status, body = await daemon.get("/facilitator/supported")
+    assert status == 200, body
+    assert body["kinds"] == [{"x402Version": 2, "scheme": "exact", "network": network(daemon)}]
+    assert body["extensions"] == []
+    assert body["signers"] == {"eip155:*": [daemon.chain["executor"]["address"]]}
+
+
+async def test_verify_and_settle_need_an_api_key(daemon: Daemon, api_key: str) -> None:
+    body = payment(daemon, fresh_address(), 1_000)
+    for path in ("verify", "settle"):
+        for key in (None, "mk_000000000000_nope"):
+            status, answer = await call(daemon, path, body, key)
+            assert status == 401, answer
+            assert answer == {"error": "unauthorized", "message": answer["message"]}
+    status, answer = await call(daemon, "verify", body, api_key)
+    assert status == 200 and answer["isValid"] is True, answer
+
+
+async def test_verify_of_a_good_payload_is_valid_with_its_payer(daemon: Daemon, api_key: str) -> None:
+    status, answer = await call(daemon, "verify", payment(daemon, fresh_address(), 12_345), api_key)
+    assert status == 200
+    assert answer == {"isValid": True, "payer": daemon.chain["payers"][PAYER_INDEX]["address"]}
+
+
+async def test_invalid_payments_answer_200_with_the_reason(daemon: Daemon, api_key: str) -> None:
+    pay_to = fresh_address()
+    held = await token_balance(daemon.runtime.node, "usdc", daemon.chain["payers"][PAYER_INDEX]["address"])
+    stranger = Account.create()
+    cases = {
+        "invalid_exact_evm_payload_signature": payment(daemon, pay_to, 1_000, key=stranger.key.hex()),
+        "invalid_exact_evm_payload_authorization_valid_before": payment(
+            daemon, pay_to, 1_000, valid_before=int(time.time()) + 2
+        ),
+        "invalid_exact_evm_payload_recipient_mismatch": payment(daemon, pay_to, 1_000, to=fresh_address()),
+        "invalid_exact_evm_payload_authorization_value_mismatch": payment(daemon, pay_to, 1_000, value=999),
+        "insufficient_funds": payment(daemon, pay_to, held + 1),
+    }
+    bad_network = payment(daemon, pay_to, 1_000)
+    bad_network["paymentRequirements"]["network"] = "eip155:1"
+    cases["invalid_network"] = bad_network
+    bad_version = payment(daemon, pay_to, 1_000)
+    bad_version["paymentPayload"]["x402Version"] = 1
+    cases["invalid_x402_version"] = bad_version
+    bad_shape = payment(daemon, pay_to, 1_000)
+    bad_shape["paymentPayload"]["payload"]["signature"] = "0x12"
+    cases["invalid_payload"] = bad_shape
+    for reason, body in cases.items():
+        status, answer = await call(daemon, "verify", body, api_key)
+        assert status == 200, answer
+        assert (answer["isValid"], answer["invalidReason"]) == (False, reason), answer
+        assert answer["payer"] == daemon.chain["payers"][PAYER_INDEX]["address"]
+    for reason in ("invalid_exact_evm_payload_signature", "insufficient_funds"):
+        status, answer = await call(daemon, "settle", cases[reason], api_key)
+        assert status == 200, answer
+        assert (answer["success"], answer["errorReason"], answer["transaction"]) == (False, reason, "")
+        assert answer["network"] == network(daemon)
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 0
+
+
+async def test_settle_pays_once_and_a_repeat_answers_the_same_transaction(
+    daemon: Daemon, api_key: str
+) -> None:
+    pay_to, value = fresh_address(), 43_210
+    body = payment(daemon, pay_to, value)
+    status, first = await call(daemon, "settle", body, api_key)
+    assert status == 200, first
+    assert first["success"] is True, first
+    assert first["network"] == network(daemon) and first["amount"] == str(value)
+    assert first["payer"] == daemon.chain["payers"][PAYER_INDEX]["address"]
+    assert first["transaction"].startswith("0x") and len(first["transaction"]) == 66
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+    status, again = await call(daemon, "settle", body, api_key)
+    assert status == 200 and again == first
+    jobs = await daemon.runtime.db.fetch(
+        "SELECT id, api_key_id FROM relay_jobs WHERE tx_hash = $1", bytes.fromhex(first["transaction"][2:])
+    )
+    assert len(jobs) == 1 and jobs[0]["api_key_id"] is not None
+    count = await daemon.runtime.db.fetchval(
+        "SELECT count(*) FROM relay_transactions WHERE job_id = $1", jobs[0]["id"]
+    )
+    assert count == 1
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+
+
+async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api_key: str) -> None:
+    pay_to, value = fresh_address(), 7_777
+    body = payment(daemon, pay_to, value)
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    facilitator = daemon.runtime.facilitator
+    wait = facilitator.settle_wait_s
+    facilitator.settle_wait_s = 3.0
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        status, pending = await call(daemon, "settle", body, api_key)
+        assert status == 200, pending
+        assert (pending["success"], pending["errorReason"]) == (False, "settlement_pending"), pending
+        assert pending["transaction"].startswith("0x") and len(pending["transaction"]) == 66
+        assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 0
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+        facilitator.settle_wait_s = wait
+    await asyncio.sleep(0.1)
+    status, final = await call(daemon, "settle", body, api_key)
+    assert status == 200, final
+    assert final["success"] is True and final["transaction"] == pending["transaction"], final
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
