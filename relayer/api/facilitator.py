@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 from aiohttp import web
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, ValidationError
 
 from relayer.api.errors import error_response
 from relayer.api.http import METRICS, read_json
@@ -39,7 +39,15 @@ PREFIX: Final = "/facilitator"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
-Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$")]
+
+
+def _uint256(text: str) -> str:
+    if int(text) >= 1 << 256:
+        raise ValueError("must be below 2**256")
+    return text
+
+
+Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$"), AfterValidator(_uint256)]
 Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
 Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
 Text = Annotated[str, StringConstraints(max_length=200)]

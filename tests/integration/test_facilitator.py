@@ -8,15 +8,19 @@ the same transaction from the same job); a settle the node holds unmined answers
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import requests
 from eth_account import Account
 from eth_account.messages import encode_typed_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from web3 import Web3
 
 from relayer.admin import create_api_key
@@ -217,3 +221,84 @@ async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api
     assert status == 200, final
     assert final["success"] is True and final["transaction"] == pending["transaction"], final
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+
+
+JSON_VALUES: Any = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**300), max_value=2**300)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=80)
+    | st.sampled_from(["0x", "0x" + "f" * 64, "0x" + "1" * 40, "9" * 80, str(2**256), "-1", "1e3"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path inside ``value`` (dict keys and list indexes)."""
+    out: list[tuple[Any, ...]] = []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        out.append((*prefix, k))
+        out.extend(_paths(v, (*prefix, k)))
+    return out
+
+
+def _mutate(body: dict[str, Any], draw: Callable[[Any], Any]) -> dict[str, Any]:
+    """``body`` with one to three mutations: a value replaced, a key dropped or one added."""
+    body = copy.deepcopy(body)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(body)))
+        parent: Any = body
+        for k in path[:-1]:
+            parent = parent[k]
+        action = draw(st.sampled_from(["replace", "drop", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(JSON_VALUES)
+        elif action == "drop" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent[draw(st.text(min_size=1, max_size=12))] = draw(JSON_VALUES)
+    return body
+
+
+async def test_generated_bad_bodies_answer_no_5xx_and_record_nothing(daemon: Daemon, api_key: str) -> None:
+    """Mutations of a valid body signed by a payer holding nothing: every answer is 200 with
+    isValid/success false (or 400 for a body that is not one JSON object), never 5xx, and
+    nothing is recorded for the payer."""
+    broke = Account.create()
+    base = payment(daemon, fresh_address(), 5_000, key=broke.key.hex(), payer=broke.address)
+    url, headers = f"{daemon.base_url}/facilitator", {"Authorization": f"Bearer {api_key}"}
+    seen: list[int] = []
+
+    def run() -> None:
+        with requests.Session() as session:
+
+            @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(st.data(), st.sampled_from(["verify", "settle"]))
+            def check(data: st.DataObject, path: str) -> None:
+                body = _mutate(base, data.draw)
+                r = session.post(f"{url}/{path}", json=body, headers=headers, timeout=30)
+                seen.append(r.status_code)
+                assert r.status_code in (200, 400), (r.status_code, r.text, body)
+                answer = r.json()
+                if r.status_code == 200:
+                    flag = "isValid" if path == "verify" else "success"
+                    assert answer[flag] is False, (answer, body)
+                else:
+                    assert set(answer) == {"error", "message"}, answer
+
+            check()
+            for raw in (b"", b"[]", b"{", b"\xff\xfe", b"null"):
+                r = session.post(
+                    f"{url}/settle", data=raw, headers={**headers, "Content-Type": "application/json"}
+                )
+                assert r.status_code == 400 and r.json()["error"] == "invalid_json", r.text
+
+    await asyncio.to_thread(run)
+    assert len(seen) >= 300 and all(s < 500 for s in seen)
+    recorded = await daemon.runtime.db.fetchval(
+        "SELECT count(*) FROM relay_jobs WHERE payer = $1", broke.address
+    )
+    assert recorded == 0
