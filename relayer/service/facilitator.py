@@ -10,6 +10,7 @@ names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 X402_VERSION: Final = 2
 SCHEME: Final = "exact"
+NONCE_USED: Final = "invalid_exact_evm_nonce_already_used"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,16 +139,23 @@ class Facilitator:
         return out
 
     async def verify(self, payment: Payment, now: int) -> Verdict:
-        """The pure checks, then one read of the payer's balance (at the latest block)."""
+        """The pure checks, then two reads at the latest block, in parallel: the payer's
+        balance and the token's ``authorizationState`` of the nonce (no simulation)."""
         payer = payment.authorization.payer
         checked = self.check(payment, now)
         if isinstance(checked, Refused):
             return Verdict(False, payer, checked.reason, checked.message)
+        chain = self.relay.supply.chain
         try:
-            held = await self.relay.supply.chain.balance_now(checked.token, payer)
+            held, used = await asyncio.gather(
+                chain.balance_now(checked.token, payer),
+                chain.authorization_state(checked.token, payer, checked.nonce),
+            )
         except RelayerError as exc:
             log.warning("facilitator verify failed", extra={"error": exc.code})
             return Verdict(False, payer, "unexpected_verify_error", "the chain node could not be read")
+        if used:
+            return Verdict(False, payer, NONCE_USED, "the authorization's nonce is already used")
         if held < checked.value:
             return Verdict(False, payer, "insufficient_funds", "the payer's balance does not cover the value")
         return Verdict(True, payer)
@@ -176,13 +185,20 @@ class Facilitator:
 
     async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
         """The authorization's job, or the failure answer when the relay refused it."""
+        job: Job | None
         try:
-            return await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
+            job = await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
         except ChainRevert as exc:
+            # recorded: the simulation reverted (its outcome says why, or shows a front-run);
+            # not recorded: the payer's balance, less its transfers in flight, is short
             job = await self.relay.jobs.find_by_salt(verified.chain_id, verified.salt)
-            if job is not None:
-                return job  # the simulation reverted: its outcome says why (or a front-run)
-            return Settlement(False, verified.payer, reason="insufficient_funds", message=exc.message)
+            if job is None:
+                return Settlement(False, verified.payer, reason="insufficient_funds", message=exc.message)
+        if str(job.summary.get("to", "")).lower() != verified.to.lower() or job.auth_value != verified.value:
+            # another authorization with the same (from, nonce): the token will never run this one
+            message = "another authorization with this nonce was settled"
+            return Settlement(False, verified.payer, reason=NONCE_USED, message=message)
+        return job
 
     async def _cancel_unsigned(self, outcome: TransferOutcome) -> TransferOutcome:
         """A job not signed within the wait is moved to rejected (the broadcaster cannot sign

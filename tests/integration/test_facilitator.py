@@ -65,6 +65,7 @@ def payment(
     valid_before: int | None = None,
     key: str | None = None,
     payer: str | None = None,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
     """A facilitator request body as the SDK sends it, signed by the payer (or by ``key``)."""
     who = d.chain["payers"][PAYER_INDEX]
@@ -75,7 +76,7 @@ def payment(
         "value": str(amount if value is None else value),
         "validAfter": "0",
         "validBefore": str(valid_before or int(time.time()) + 300),
-        "nonce": "0x" + os.urandom(32).hex(),
+        "nonce": nonce or "0x" + os.urandom(32).hex(),
     }
     typed = eip712.transfer_with_authorization(
         chain_id=chain_id,
@@ -196,6 +197,20 @@ async def test_settle_pays_once_and_a_repeat_answers_the_same_transaction(
     )
     assert count == 1
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+    # Once settled, the authorization's nonce is spent: verify says so.
+    status, verdict = await call(daemon, "verify", body, api_key)
+    assert (status, verdict["isValid"], verdict["invalidReason"]) == (
+        200,
+        False,
+        "invalid_exact_evm_nonce_already_used",
+    ), verdict
+    # Another authorization with the same nonce (to someone else) is refused, never paid.
+    nonce = body["paymentPayload"]["payload"]["authorization"]["nonce"]
+    other_to = fresh_address()
+    status, other = await call(daemon, "settle", payment(daemon, other_to, value, nonce=nonce), api_key)
+    assert status == 200 and other["success"] is False, other
+    assert (other["errorReason"], other["transaction"]) == ("invalid_exact_evm_nonce_already_used", "")
+    assert await token_balance(daemon.runtime.node, "usdc", other_to) == 0
 
 
 async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api_key: str) -> None:
