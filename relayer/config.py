@@ -187,7 +187,9 @@ class Settings(BaseSettings):
         default=20.0, gt=0, description="How long /facilitator/settle waits for confirmation, seconds."
     )
     facilitator_expiry_margin_s: int = Field(
-        default=12, ge=0, description="validBefore must be this far ahead for /facilitator, seconds."
+        default=30,
+        ge=30,
+        description="validBefore must be this far ahead for /facilitator, seconds (the relay takes 30).",
     )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------

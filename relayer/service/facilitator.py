@@ -20,6 +20,7 @@ from relayer.chain.errors import ChainRevert
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.states import UNSIGNED, JobState
 from relayer.domain.verify import (
+    AUTH_EXPIRY_MARGIN_S,
     TokenDomain,
     TransferAuthorization,
     TransferRefusal,
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 X402_VERSION: Final = 2
 SCHEME: Final = "exact"
 NONCE_USED: Final = "invalid_exact_evm_nonce_already_used"
+VALID_BEFORE: Final = "invalid_exact_evm_payload_authorization_valid_before"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,7 @@ class Facilitator:
         self.domain = domain
         self.executors = list(executors)
         self.settle_wait_s = settle_wait_s
-        self.expiry_margin_s = expiry_margin_s
+        self.expiry_margin_s = max(expiry_margin_s, AUTH_EXPIRY_MARGIN_S)  # what the relay takes
         self.network = f"eip155:{domain.chain_id}"
 
     def check(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
@@ -166,10 +168,10 @@ class Facilitator:
         its way once signed is ``settlement_pending`` with the hash; never signed within the
         wait, the job is cancelled (it can then never be sent) and the answer is a failure."""
         payer = payment.authorization.payer
-        checked = self.check(payment, now)
-        if isinstance(checked, Refused):
-            return Settlement(False, payer, reason=checked.reason, message=checked.message)
         try:
+            checked = await self._settleable(payment, now)
+            if isinstance(checked, Refused):
+                return Settlement(False, payer, reason=checked.reason, message=checked.message)
             job = await self._job(checked, now, api_key_id)
             if isinstance(job, Settlement):
                 return job
@@ -182,6 +184,23 @@ class Facilitator:
         if not outcome.final and outcome.tx_hash is None:
             outcome = await self._cancel_unsigned(outcome)
         return _settled(payer, checked.value, outcome)
+
+    async def _settleable(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
+        """:meth:`check`, except that a payload already taken (its job exists) is answered
+        from its job even once its window has closed: a repeated settle of a pending payment
+        gets the final answer, whenever it comes.
+
+        Raises:
+            Unavailable: the database failed.
+        """
+        checked = self.check(payment, now)
+        if not isinstance(checked, Refused) or checked.reason != VALID_BEFORE:
+            return checked
+        then = self.check(payment, payment.authorization.valid_after)  # as when it was valid
+        if isinstance(then, Refused):
+            return checked
+        job = await self.relay.jobs.find_by_salt(then.chain_id, then.salt)
+        return checked if job is None or job.state is JobState.REJECTED else then
 
     async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
         """The authorization's job, or the failure answer when the relay refused it."""
@@ -240,8 +259,5 @@ def _settled(payer: str, value: int, outcome: TransferOutcome) -> Settlement:
 
 def _refused_settle(payer: str, exc: Rejection) -> Settlement:
     """The settle answer of a relay refusal before anything was signed."""
-    if exc.code == "invalid_auth_payload":
-        reason = "invalid_exact_evm_payload_authorization_valid_before"
-    else:
-        reason = "unexpected_settle_error"
+    reason = VALID_BEFORE if exc.code == "invalid_auth_payload" else "unexpected_settle_error"
     return Settlement(False, payer, reason=reason, message=exc.message)

@@ -317,3 +317,19 @@ async def test_generated_bad_bodies_answer_no_5xx_and_record_nothing(daemon: Dae
         "SELECT count(*) FROM relay_jobs WHERE payer = $1", broke.address
     )
     assert recorded == 0
+
+
+async def test_a_settled_payment_answers_its_transaction_after_its_window_closed(
+    daemon: Daemon, api_key: str
+) -> None:
+    pay_to, value = fresh_address(), 3_333
+    margin = daemon.runtime.facilitator.expiry_margin_s
+    body = payment(daemon, pay_to, value, valid_before=int(time.time()) + margin + 4)
+    status, first = await call(daemon, "settle", body, api_key)
+    assert status == 200 and first["success"] is True, first
+    await asyncio.sleep(5)  # validBefore is now within the margin: a new payment would be refused
+    status, verdict = await call(daemon, "verify", body, api_key)
+    assert verdict["invalidReason"] == "invalid_exact_evm_payload_authorization_valid_before", verdict
+    status, again = await call(daemon, "settle", body, api_key)
+    assert status == 200 and again == first
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value

@@ -25,7 +25,7 @@ NOW = int(time.time())
 
 
 def facilitator() -> Facilitator:
-    return Facilitator(cast(Relay, None), DOMAIN, ["0x" + "11" * 20], 20.0, 12)
+    return Facilitator(cast(Relay, None), DOMAIN, ["0x" + "11" * 20], 20.0, 0)
 
 
 def requirements(**change: Any) -> Requirements:
@@ -95,7 +95,7 @@ def test_addresses_compare_case_insensitively() -> None:
     [
         (lambda: signed(value=1), "invalid_exact_evm_payload_authorization_value_mismatch"),
         (lambda: signed(to=USDC), "invalid_exact_evm_payload_recipient_mismatch"),
-        (lambda: signed(valid_before=NOW + 5), "invalid_exact_evm_payload_authorization_valid_before"),
+        (lambda: signed(valid_before=NOW + 25), "invalid_exact_evm_payload_authorization_valid_before"),
     ],
 )
 def test_authorizations_refused_with_their_reason(auth: Any, reason: str) -> None:
