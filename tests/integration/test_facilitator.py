@@ -333,3 +333,43 @@ async def test_a_settled_payment_answers_its_transaction_after_its_window_closed
     status, again = await call(daemon, "settle", body, api_key)
     assert status == 200 and again == first
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+
+
+async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
+    daemon: Daemon, api_key: str
+) -> None:
+    """With no wait at all the job is often not yet signed: it is cancelled (rejected, so
+    the broadcaster can never send it) and the answer is a failure, and nothing is paid until
+    someone settles the payload again (a new attempt, answered truthfully); when the
+    broadcaster signed it first, the answer is pending with the hash and a repeated settle
+    is success with that transaction."""
+    facilitator = daemon.runtime.facilitator
+    wait, answers = facilitator.settle_wait_s, []
+    facilitator.settle_wait_s = 0.0
+    try:
+        bodies = [(to, payment(daemon, to, 1_111)) for to in (fresh_address() for _ in range(4))]
+        for to, body in bodies:
+            status, answer = await call(daemon, "settle", body, api_key)
+            assert status == 200, answer
+            answers.append((to, body, answer))
+    finally:
+        facilitator.settle_wait_s = wait
+    await asyncio.sleep(2)
+    for to, body, answer in answers:
+        if answer["errorReason"] == "settlement_pending":
+            assert len(answer["transaction"]) == 66
+            status, final = await call(daemon, "settle", body, api_key)
+            assert final["success"] is True and final["transaction"] == answer["transaction"], final
+            assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
+        else:
+            assert (answer["success"], answer["errorReason"], answer["transaction"]) == (
+                False,
+                "unexpected_settle_error",
+                "",
+            ), answer
+            assert await token_balance(daemon.runtime.node, "usdc", to) == 0  # cancelled: never sent
+            # Settling it again is a new attempt, answered truthfully: paid once, now.
+            status, again = await call(daemon, "settle", body, api_key)
+            assert again["success"] is True, again
+            assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
+    print("no-wait settles:", [a["errorReason"] if not a["success"] else "success" for _, _, a in answers])
