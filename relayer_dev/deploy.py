@@ -979,26 +979,7 @@ def _seed_retirements(
         else:
             source, source_id = SOURCE_LISTING, spec.listing_id
             token_id = listings[spec.listing_id]["tokenId"]
-        retirement = Retirement(
-            source=source,
-            source_id=source_id,
-            credit_token=p.credits.address,
-            token_id=token_id,
-            amount=spec.units,
-            input_token=tokens[spec.input_token].address,
-            gas_allowance=0,
-            details=RetirementDetails(
-                retiring_address=deployer.address,
-                beneficiary_address=beneficiary_address(spec.beneficiary),
-                beneficiary_string=spec.beneficiary,
-                retiring_entity_string=spec.retiring_entity,
-                retirement_message=spec.message,
-                beneficiary_location=spec.location,
-                consumption_country_code=spec.country,
-                consumption_period_start=spec.period[0],
-                consumption_period_end=spec.period[1],
-            ),
-        )
+        retirement = _seed_retirement(spec, source, source_id, token_id, p, tokens, deployer.address)
         cost, fee = (int(v) for v in p.settlement.functions.quote(retirement.as_tuple()).call())
         max_input = cost + fee
         if source == SOURCE_CARBON_CLASS:
@@ -1028,34 +1009,80 @@ def _seed_retirements(
         args = events[0]["args"]
         tx_hash = "0x" + bytes(receipt["transactionHash"]).hex()
         index = int(args["retirementIndex"])
-        details = retirement.details
         rows.append(
-            {
-                "id": f"{tx.chain_id}-{tx_hash}-{index}",
-                "transactionHash": tx_hash,
-                "retirementIndex": index,
-                "blockNumber": int(receipt["blockNumber"]),
-                "source": "carbonClass" if retirement.source == SOURCE_CARBON_CLASS else "listing",
-                "sourceId": retirement.source_id,
-                "carbonClass": spec.carbon_class,
-                "tokenId": retirement.token_id,
-                "amountUnits": retirement.amount,
-                "inputToken": spec.input_token,
-                "value": str(args["value"]),
-                "retirementCost": str(args["retirementCost"]),
-                "fee": str(args["fee"]),
-                "refunded": str(args["refunded"]),
-                "payer": deployer.address,
-                "beneficiary": details.beneficiary_address,
-                "beneficiaryName": details.beneficiary_string,
-                "retiringEntity": details.retiring_entity_string,
-                "message": details.retirement_message,
-                "beneficiaryLocation": details.beneficiary_location,
-                "consumptionCountryCode": details.consumption_country_code,
-                "consumptionPeriodStart": details.consumption_period_start,
-                "consumptionPeriodEnd": details.consumption_period_end,
-            }
+            _seeded_row(tx.chain_id, tx_hash, index, receipt, args, spec, retirement, deployer.address)
         )
         if retirement.source == SOURCE_LISTING:
             listings[retirement.source_id]["leftToSell"] -= retirement.amount
     return rows
+
+
+def _seed_retirement(
+    spec: RetirementSpec,
+    source: int,
+    source_id: int,
+    token_id: int,
+    p: _Protocol,
+    tokens: dict[str, Any],
+    retiring: str,
+) -> Retirement:
+    """The retirement of one :data:`SEED_RETIREMENTS` entry, retired by ``retiring``."""
+    return Retirement(
+        source=source,
+        source_id=source_id,
+        credit_token=p.credits.address,
+        token_id=token_id,
+        amount=spec.units,
+        input_token=tokens[spec.input_token].address,
+        gas_allowance=0,
+        details=RetirementDetails(
+            retiring_address=retiring,
+            beneficiary_address=beneficiary_address(spec.beneficiary),
+            beneficiary_string=spec.beneficiary,
+            retiring_entity_string=spec.retiring_entity,
+            retirement_message=spec.message,
+            beneficiary_location=spec.location,
+            consumption_country_code=spec.country,
+            consumption_period_start=spec.period[0],
+            consumption_period_end=spec.period[1],
+        ),
+    )
+
+
+def _seeded_row(
+    chain_id: int,
+    tx_hash: str,
+    index: int,
+    receipt: Any,
+    args: Any,
+    spec: RetirementSpec,
+    retirement: Retirement,
+    payer: str,
+) -> dict[str, Any]:
+    """One ``seededRetirements`` entry (see :func:`_seed_retirements`)."""
+    details = retirement.details
+    return {
+        "id": f"{chain_id}-{tx_hash}-{index}",
+        "transactionHash": tx_hash,
+        "retirementIndex": index,
+        "blockNumber": int(receipt["blockNumber"]),
+        "source": "carbonClass" if retirement.source == SOURCE_CARBON_CLASS else "listing",
+        "sourceId": retirement.source_id,
+        "carbonClass": spec.carbon_class,
+        "tokenId": retirement.token_id,
+        "amountUnits": retirement.amount,
+        "inputToken": spec.input_token,
+        "value": str(args["value"]),
+        "retirementCost": str(args["retirementCost"]),
+        "fee": str(args["fee"]),
+        "refunded": str(args["refunded"]),
+        "payer": payer,
+        "beneficiary": details.beneficiary_address,
+        "beneficiaryName": details.beneficiary_string,
+        "retiringEntity": details.retiring_entity_string,
+        "message": details.retirement_message,
+        "beneficiaryLocation": details.beneficiary_location,
+        "consumptionCountryCode": details.consumption_country_code,
+        "consumptionPeriodStart": details.consumption_period_start,
+        "consumptionPeriodEnd": details.consumption_period_end,
+    }

@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -335,19 +336,7 @@ def up(
     for chain in chains[1:]:
         if chain.chain_id in deployed:
             _write_json(devdata / chain.description_file, deployed[chain.chain_id])
-    described = {
-        "x402BaseUrl": x402_base_url,
-        "marketplaceBaseUrl": marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api"),
-        "chains": [
-            {
-                "chainId": chain.chain_id,
-                "name": chain.name,
-                "rpcUrl": chain.rpc_url,
-                "deploymentFile": str((devdata / chain.description_file).resolve()),
-            }
-            for chain in chains
-        ],
-    }
+    described = _described(devdata, chains, x402_base_url, marketplace_base_url)
     if reused[0] is not None:  # keep what it records, add what an older `up` did not
         missing = {k: v for k, v in described.items() if k not in primary}
         if not missing:
@@ -368,6 +357,26 @@ def up(
     )
     log.info("devnet: wrote %s", devdata / chains[0].description_file)
     return primary
+
+
+def _described(
+    devdata: Path, chains: Sequence[LocalChain], x402_base_url: str, marketplace_base_url: str | None
+) -> dict[str, Any]:
+    """What ``devnet.json`` records beside the first chain's description: the daemon's base
+    URLs and one entry per local chain (see :func:`up`)."""
+    return {
+        "x402BaseUrl": x402_base_url,
+        "marketplaceBaseUrl": marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api"),
+        "chains": [
+            {
+                "chainId": chain.chain_id,
+                "name": chain.name,
+                "rpcUrl": chain.rpc_url,
+                "deploymentFile": str((devdata / chain.description_file).resolve()),
+            }
+            for chain in chains
+        ],
+    }
 
 
 def _reusable(devdata: Path, chain: LocalChain) -> dict[str, Any] | None:
