@@ -375,15 +375,33 @@ class ExecutorLane:
             await conn.execute(REJECT_EXPIRING, self.chain_id, expiry_margin_s, json.dumps(expired.record()))
             if not job_ids:
                 return signed
-            for row in await conn.fetch(CLAIM_SIMULATED, self.chain_id, len(job_ids), list(job_ids)):
-                job = Job.from_row(row)
-                nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
-                if nonce is None:
-                    raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
-                tx = sign(job, int(nonce))
-                await self._insert(conn, executor, tx)
-                await conn.execute(MARK_SIGNED, job.id, tx.tx_hash, executor, tx.nonce)
-                signed.append(tx)
+            rows = await conn.fetch(CLAIM_SIMULATED, self.chain_id, len(job_ids), list(job_ids))
+            return await self._sign_in_order(conn, executor, rows, sign, MARK_SIGNED)
+
+    async def _sign_in_order(
+        self,
+        conn: PoolConnectionProxy[asyncpg.Record],
+        executor: str,
+        rows: Sequence[asyncpg.Record],
+        sign: Callable[[Job, int], SignedTx],
+        mark: str,
+    ) -> list[SignedTx]:
+        """Sign each claimed job at the lane's next nonce, journal it and mark it with
+        ``mark`` (signed, or signed again), inside the caller's fenced transaction.
+
+        Raises:
+            LaneNotReconciled: the executor's nonce lane is missing.
+        """
+        signed: list[SignedTx] = []
+        for row in rows:
+            job = Job.from_row(row)
+            nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
+            if nonce is None:
+                raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
+            tx = sign(job, int(nonce))
+            await self._insert(conn, executor, tx)
+            await conn.execute(mark, job.id, tx.tx_hash, executor, tx.nonce)
+            signed.append(tx)
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[Job]:
@@ -555,16 +573,8 @@ class ExecutorLane:
             return signed
         async with self.db.transaction() as conn:
             await self._fence(conn, executor, epoch)
-            for row in await conn.fetch(CLAIM_LOST, self.chain_id, list(job_ids)):
-                job = Job.from_row(row)
-                nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
-                if nonce is None:
-                    raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
-                tx = sign(job, int(nonce))
-                await self._insert(conn, executor, tx)
-                await conn.execute(MARK_RESIGNED, job.id, tx.tx_hash, executor, tx.nonce)
-                signed.append(tx)
-        return signed
+            rows = await conn.fetch(CLAIM_LOST, self.chain_id, list(job_ids))
+            return await self._sign_in_order(conn, executor, rows, sign, MARK_RESIGNED)
 
     async def drop_lost(self, job_id: int, error: RelayerError) -> Job | None:
         """End a lost job (dropped) with ``error``, or with the error it already holds (a
