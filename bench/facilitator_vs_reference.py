@@ -397,6 +397,34 @@ async def reference_side(
     return out
 
 
+async def stage_means(dsn: str) -> dict[str, Any]:
+    """Mean seconds between the state stamps of our confirmed transfer jobs (accepted ->
+    simulated -> signed -> submitted -> mined -> confirmed), and how many transactions a
+    mined block carried: where a settle's latency goes inside the daemon."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            """
+            SELECT avg(extract(epoch FROM simulated_at - accepted_at)) AS accepted_simulated,
+                   avg(extract(epoch FROM signed_at - simulated_at)) AS simulated_signed,
+                   avg(extract(epoch FROM submitted_at - signed_at)) AS signed_submitted,
+                   avg(extract(epoch FROM mined_at - submitted_at)) AS submitted_mined,
+                   avg(extract(epoch FROM confirmed_at - mined_at)) AS mined_confirmed,
+                   count(DISTINCT date_trunc('second', mined_at)) AS mined_seconds,
+                   count(*) AS jobs
+            FROM relay_jobs WHERE state = 'confirmed'
+            """
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return {
+        k: (round(float(v), 3) if v is not None and not isinstance(v, int) else v) for k, v in row.items()
+    }
+
+
 async def our_side(
     args: argparse.Namespace, info: dict[str, Any], state: Path, dsn: str, bodies: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -408,7 +436,8 @@ async def our_side(
     key = bench_api_key(envs[0])
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs = [start_daemon("all", env, log) for env in envs]
+        profiles = [Path(f"{args.profile}.{i}") if args.profile else None for i in range(count)]
+        procs = [start_daemon("all", env, log, profile) for env, profile in zip(envs, profiles, strict=True)]
         bases = [f"http://127.0.0.1:{port}" for port in ports]
         for base in bases:
             await wait_ready(f"{base}/readyz", procs, log)
@@ -427,6 +456,8 @@ async def our_side(
             print(
                 f"ours, {AFTER_DROP} payments after the drop: {out['after'].summary(AFTER_DROP)}", flush=True
             )
+        out["stages"] = await stage_means(dsn)
+        print(f"ours, mean seconds between a transfer job's stamps: {out['stages']}", flush=True)
         return out
     finally:
         stop_processes(procs)
@@ -516,6 +547,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenario", choices=("default", "two-instances", "dropped"), default="default")
     parser.add_argument("--block-time", type=float, default=1.0, help="anvil's block time, seconds")
     parser.add_argument("--gas-limit", type=int, default=1_000_000_000, help="anvil's block gas limit")
+    parser.add_argument(
+        "--profile", help="run our daemon(s) under cProfile, writing PROFILE.<i> when stopped"
+    )
     parser.add_argument(
         "--stall-seconds",
         type=float,
