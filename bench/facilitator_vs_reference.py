@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -173,6 +174,14 @@ def reference_facilitators(key: str, rpc_url: str, count: int) -> list[x402Facil
     return out
 
 
+def reference_reason(reason: str | None, message: str | None) -> str:
+    """The SDK's reason, with the node's words when a send failed (its message is the
+    node's JSON-RPC error, e.g. ``{'code': -32003, 'message': 'nonce too low'}``)."""
+    said = str(message or "")
+    node = said.split("'message': '", 1)[1].split("'", 1)[0] if "'message': '" in said else ""
+    return f"{reason} ({node})" if node else str(reason)
+
+
 def run_reference(
     facilitators: list[x402FacilitatorSync],
     payloads: list[PaymentPayload],
@@ -195,7 +204,7 @@ def run_reference(
             if answer.success:
                 return "ok", "", elapsed
             if answer.error_reason != PENDING:
-                return "failed", str(answer.error_reason), elapsed
+                return "failed", reference_reason(answer.error_reason, answer.error_message), elapsed
             if elapsed >= stall_s:
                 return "stall", PENDING, elapsed
             time.sleep(0.1)
@@ -561,6 +570,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     options = parse()
+    # the SDK logs every failed send; the failures are counted and summed up in the figures
+    logging.getLogger("x402").setLevel(logging.ERROR)
     asyncio.run(
         in_scratch_database(
             ROOT,
