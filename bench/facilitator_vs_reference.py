@@ -15,8 +15,8 @@ the same shape:
 A ``settlement_pending`` answer is followed by the same request again (as a resource server
 would) and the latency is counted to the final answer. Failures are non-success final answers
 and exceptions; a stall is a request without a final answer ``--stall-seconds`` (120) after it
-began, and when no answer at all arrives for that long the requests still open (running or
-queued) are counted as stalls and the side's run ends. Afterwards the chain is read: each
+began, and when no final answer at all arrives for that long the requests still open (running
+or queued) are counted as stalls and the side's run ends. Afterwards the chain is read: each
 payer must have paid exactly once when its answer was a success, and not at all otherwise.
 
 Scenarios (``--scenario``):
@@ -44,6 +44,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -205,10 +206,11 @@ def run_reference(
                 return "ok", "", elapsed
             if answer.error_reason != PENDING:
                 return "failed", reference_reason(answer.error_reason, answer.error_message), elapsed
-            if elapsed >= stall_s:
+            if elapsed >= stall_s or abandoned.is_set():
                 return "stall", PENDING, elapsed
             time.sleep(0.1)
 
+    abandoned = threading.Event()
     tally = Tally()
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="reference-settle")
     started = time.perf_counter()
@@ -216,17 +218,22 @@ def run_reference(
         pool.submit(one, i): i for i in range(len(payloads))
     }
     open_futures = set(futures)
-    last_answer = time.perf_counter()
+    last_answer = last_final = time.perf_counter()
     while open_futures:
         done, open_futures = wait(open_futures, timeout=1.0, return_when=FIRST_COMPLETED)
         for f in done:
-            tally.record(futures[f], *f.result())
+            outcome = f.result()
+            tally.record(futures[f], *outcome)
             last_answer = time.perf_counter()
-        if not done and time.perf_counter() - last_answer > stall_s:
-            break
+            last_final = last_answer if outcome[0] != "stall" else last_final
+        if time.perf_counter() - last_final > stall_s:
+            break  # no final answer for stall_s: what is still open (running or queued) stalls
     tally.wall_s = last_answer - started
     tally.stalls += len(open_futures)
-    pool.shutdown(wait=False, cancel_futures=True)  # running settles end within their receipt wait
+    # Settles still running end within the SDK's receipt wait (120 s); they are waited for, so
+    # that their receipt polling does not load the node and the CPU while the next phase runs.
+    abandoned.set()
+    pool.shutdown(wait=True, cancel_futures=True)
     return tally
 
 
@@ -269,16 +276,18 @@ async def run_ours(
         started = time.perf_counter()
         tasks = {asyncio.ensure_future(one(session, i)): i for i in range(len(bodies))}
         open_tasks: set[asyncio.Future[tuple[str, str, float]]] = set(tasks)
-        last_answer = time.perf_counter()
+        last_answer = last_final = time.perf_counter()
         while open_tasks:
             done, open_tasks = await asyncio.wait(
                 open_tasks, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
             )
             for t in done:
-                tally.record(tasks[t], *t.result())
+                outcome = t.result()
+                tally.record(tasks[t], *outcome)
                 last_answer = time.perf_counter()
-            if not done and time.perf_counter() - last_answer > stall_s:
-                break
+                last_final = last_answer if outcome[0] != "stall" else last_final
+            if time.perf_counter() - last_final > stall_s:
+                break  # no final answer for stall_s: what is still open stalls
         tally.wall_s = last_answer - started
         tally.stalls += len(open_tasks)
         for t in open_tasks:
