@@ -116,12 +116,13 @@ class Tally:
         ordered = sorted(self.latencies)
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3) if ordered else None
 
-    def per_second(self, n: int) -> float:
-        return n / self.wall_s if self.wall_s > 0 else 0.0
+    def per_second(self) -> float:
+        """Successful settles a second over the wall time (``n`` of them when none failed)."""
+        return len(self.latencies) / self.wall_s if self.wall_s > 0 else 0.0
 
     def summary(self, n: int) -> str:
         return (
-            f"{len(self.latencies)}/{n} settled in {self.wall_s:.2f} s = {self.per_second(n):.2f}/s; "
+            f"{len(self.latencies)}/{n} settled in {self.wall_s:.2f} s = {self.per_second():.2f}/s; "
             f"p50 {self.pct(0.5)} s, p95 {self.pct(0.95)} s, max {self.pct(1.0)} s; "
             f"failures {sum(self.failures.values())} {dict(self.failures)}; stalls {self.stalls}"
         )
@@ -488,9 +489,9 @@ def figures(
     n = args.n
     r, o = ref["main"], ours["main"]
     line: dict[str, Any] = {
-        "oursPerSecond": round(o.per_second(n), 2),
-        "referencePerSecond": round(r.per_second(n), 2),
-        "ratio": round(o.per_second(n) / r.per_second(n), 2) if r.per_second(n) else None,
+        "oursPerSecond": round(o.per_second(), 2),
+        "referencePerSecond": round(r.per_second(), 2),
+        "ratio": round(o.per_second() / r.per_second(), 2) if r.per_second() else None,
         "oursP50Seconds": o.pct(0.5),
         "oursP95Seconds": o.pct(0.95),
         "referenceP50Seconds": r.pct(0.5),
