@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
     RELAYER,
+    cpu_seconds,
     daemon_env,
     free_port,
     fund,
@@ -405,9 +406,13 @@ async def reference_side(
         )
 
     sender = Account.from_key(key).address
+    cpu = time.process_time()
     tally, dropped = await with_drop(info["rpcUrl"], sender, args.scenario == "dropped", run(payloads[:n]))
-    print(f"reference ({count} facilitator object(s), one key): {tally.summary(n)}", flush=True)
-    out: dict[str, Any] = {"main": tally, "dropped": dropped}
+    cpu = time.process_time() - cpu  # this process: the SDK's threads (and this client's loop)
+    print(
+        f"reference ({count} facilitator object(s), one key): {tally.summary(n)}; CPU {cpu:.2f} s", flush=True
+    )
+    out: dict[str, Any] = {"main": tally, "dropped": dropped, "cpuMsPerSettle": round(1000 * cpu / n, 1)}
     if args.scenario == "dropped":
         out["after"] = await run(payloads[n:])()
         print(
@@ -467,9 +472,14 @@ async def our_side(
             return lambda: run_ours(bases, key, part, args.concurrency, args.stall_seconds)
 
         sender = info["executor"]["address"]
+        cpu_before = [cpu_seconds(p.pid) for p in procs]
         tally, dropped = await with_drop(info["rpcUrl"], sender, args.scenario == "dropped", run(bodies[:n]))
-        print(f"ours ({count} x relayer all, one executor key): {tally.summary(n)}", flush=True)
-        out: dict[str, Any] = {"main": tally, "dropped": dropped}
+        cpu = sum(cpu_seconds(p.pid) - before for p, before in zip(procs, cpu_before, strict=True))
+        print(
+            f"ours ({count} x relayer all, one executor key): {tally.summary(n)}; daemon CPU {cpu:.2f} s",
+            flush=True,
+        )
+        out: dict[str, Any] = {"main": tally, "dropped": dropped, "cpuMsPerSettle": round(1000 * cpu / n, 1)}
         if args.scenario == "dropped":
             out["after"] = await run(bodies[n:])()
             print(
@@ -505,6 +515,8 @@ def figures(
         "n": n,
         "concurrency": args.concurrency,
         "scenario": args.scenario,
+        "oursDaemonCpuMsPerSettle": ours["cpuMsPerSettle"],
+        "referenceCpuMsPerSettle": ref["cpuMsPerSettle"],
         "blockTimeSeconds": args.block_time,
         **checks,
     }
