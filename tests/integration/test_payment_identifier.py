@@ -82,7 +82,8 @@ async def test_same_id_same_payload_settles_once_with_the_same_transaction(
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value  # one transfer
     assert await transactions_of_payment(daemon, first["transaction"]) == 1
     row = await daemon.runtime.db.fetchrow(
-        "SELECT p.scope, j.tx_hash FROM x402_payment_ids p JOIN relay_jobs j ON j.id = p.job_id WHERE p.id = $1",
+        "SELECT p.scope, j.tx_hash FROM x402_payment_ids p JOIN relay_jobs j ON j.id = p.job_id "
+        "WHERE p.id = $1",
         pid,
     )
     assert row is not None and row["scope"].startswith("facilitator:")
