@@ -1,15 +1,21 @@
 """HTTP surface of the standard x402 v2 facilitator, under ``/facilitator`` on the daemon
 (design: docs/design/x402-v2.md, (a) Facilitator bodies and C2):
 
-- ``GET /facilitator/supported`` (public): the kinds, extensions and signers served.
+- ``GET /facilitator/supported`` (public): the kinds, extensions (``payment-identifier``)
+  and signers served.
 - ``POST /facilitator/verify`` and ``POST /facilitator/settle`` (``Authorization: Bearer``
   with a marketplace API key; 401 ``{error, message}`` without one): the body is
   ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
   answered HTTP 200 with ``isValid``/``success`` false and the spec's reason, since the SDKs
   treat any other status as a transport error; a body that is not one JSON object is 400.
+- ``payment-identifier`` (x402-foundation/x402 specs/extensions/payment_identifier.md):
+  ``paymentPayload.extensions["payment-identifier"].info.id`` is read here with the SHA-256
+  of the payload's canonical JSON (:func:`payment_identifier`); a malformed extension or id
+  is ``invalid_payload`` (200); the same id with another payload on settle is 409
+  ``{error: "payment_identifier_conflict", message}`` (the service's refusal, rendered by
+  :mod:`relayer.api.errors` on the facilitator surface).
 
-Not yet served: the ``payment-identifier`` extension, discovery, per-key rate limits and
-gas budgets (a later part of issue 19).
+Not yet served: discovery, per-key rate limits and gas budgets (a later part of issue 19).
 """
 
 from __future__ import annotations

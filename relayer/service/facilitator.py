@@ -1,9 +1,34 @@
 """The standard x402 v2 facilitator (scheme ``exact``, EIP-3009 ``transferWithAuthorization``)
-over the relay (design: docs/design/x402-v2.md, C2). ``verify`` runs the pure checks, then
-one balance read; ``settle`` takes the verified transfer into the relay's pipeline (journal
-before broadcast, nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a
-bounded time for its answer. One authorization is one job whoever asks, so a repeated settle
-of the same payload answers from the same job: never a second transfer.
+over the relay (design: docs/design/x402-v2.md, C2).
+
+``verify`` runs the pure checks, then the spec's simulation: the payer's balance and one
+``eth_call`` of ``transferWithAuthorization`` from an executor, in one JSON-RPC batch; the
+balance is compared to the value less what the payer's jobs not yet mined may still take.
+
+``settle`` takes the verified transfer into the relay's pipeline (journal before broadcast,
+nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a bounded time for
+its answer. One authorization is one job whoever asks, so a repeated settle of the same
+payload answers from the same job: never a second transfer. A front-runner who sends the
+payer's authorization to the token first makes ours revert (or its simulation): the answer is
+success with **that** transaction once it is at the chain's confirmation depth, and
+``settlement_pending`` with its hash until then.
+
+Cancelled settles: a job not signed within the wait is moved to ``rejected`` (the broadcaster
+can then never send it) and the answer is a failure, so a failure is never followed by a
+charge. A later settle of the same payload is a **new attempt** (the rejected job is reopened
+and checked again, under the same payment identifier too): the payer signed it, and a client
+that retries wants it paid; it is answered truthfully, and still at most once.
+
+``payment-identifier``: the id is scoped ``facilitator:<api key id>`` and bound to the exact
+payload (:mod:`relayer.store.payment_ids`). It is looked up first (a resend may no longer
+verify): another payload → ``payment_identifier_conflict`` (409); this payload with a live
+job → that job's answer, recomputed. A new id is claimed after the pure checks and before
+the job is made; the job is linked right after it is made. Races: two requests with the same
+id and different payloads both claim, the primary key lets one win, the other reads the
+winner's hash and is refused before anything of it is recorded; the same id and payload
+twice both reach the one job of their authorization (the salt's uniqueness). A claim whose
+settle failed before making a job (insufficient funds, an outage) keeps the id bound to that
+payload: resending it is a new attempt, another payload under it a conflict.
 
 The answers are typed (:class:`Verdict`, :class:`Settlement`) with the x402 spec's reason
 names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""

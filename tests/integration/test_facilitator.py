@@ -3,7 +3,10 @@ Postgres: supported lists the chain; verify answers isValid with the payer, or f
 spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
 verify and settle need an API key; settle pays payTo exactly once (a repeated settle answers
 the same transaction from the same job); a settle the node holds unmined answers
-``settlement_pending`` with the hash, and the same settle after mining answers success."""
+``settlement_pending`` with the hash, and the same settle after mining answers success.
+Verify simulates the transfer (a nonce used elsewhere is refused) and counts the payer's
+transfers in flight; a front-runner's transaction is success only once at the confirmation
+depth; a settle cancelled unsigned is a new attempt when settled again."""
 
 from __future__ import annotations
 
