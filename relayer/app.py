@@ -51,6 +51,7 @@ from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.orders import Orders
+from relayer.store.payment_ids import PaymentIds
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
@@ -204,6 +205,7 @@ def _facilitator(
         [s.address for s in signers],
         settings.facilitator_settle_wait_s,
         settings.facilitator_expiry_margin_s,
+        PaymentIds(relay.jobs.db),
     )
 
 
@@ -225,7 +227,9 @@ def _wire(
     supply = Supply(reads, settings, project_records)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, supply, settings.public_base_url)
-    outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch)
+    outcomes = Outcomes(
+        jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch, settings.depth()
+    )
     prepare = Prepare(supply, reads, gas, settings)
     simulator = Simulator(
         executor,

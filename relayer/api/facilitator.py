@@ -1,19 +1,26 @@
 """HTTP surface of the standard x402 v2 facilitator, under ``/facilitator`` on the daemon
 (design: docs/design/x402-v2.md, (a) Facilitator bodies and C2):
 
-- ``GET /facilitator/supported`` (public): the kinds, extensions and signers served.
+- ``GET /facilitator/supported`` (public): the kinds, extensions (``payment-identifier``)
+  and signers served.
 - ``POST /facilitator/verify`` and ``POST /facilitator/settle`` (``Authorization: Bearer``
   with a marketplace API key; 401 ``{error, message}`` without one): the body is
   ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
   answered HTTP 200 with ``isValid``/``success`` false and the spec's reason, since the SDKs
   treat any other status as a transport error; a body that is not one JSON object is 400.
+- ``payment-identifier`` (x402-foundation/x402 specs/extensions/payment_identifier.md):
+  ``paymentPayload.extensions["payment-identifier"].info.id`` is read here with the SHA-256
+  of the payload's canonical JSON (:func:`payment_identifier`); a malformed extension or id
+  is ``invalid_payload`` (200); the same id with another payload on settle is 409
+  ``{error: "payment_identifier_conflict", message}`` (the service's refusal, rendered by
+  :mod:`relayer.api.errors` on the facilitator surface).
 
-Not yet served: the ``payment-identifier`` extension, discovery, per-key rate limits and
-gas budgets (a later part of issue 19).
+Not yet served: discovery, per-key rate limits and gas budgets (a later part of issue 19).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -30,8 +37,17 @@ from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.models import StrictModel
 from relayer.domain.verify import TransferAuthorization
-from relayer.service.facilitator import X402_VERSION, Facilitator, Payment, Requirements, Settlement
+from relayer.service.facilitator import (
+    PAYMENT_IDENTIFIER,
+    X402_VERSION,
+    Facilitator,
+    Payment,
+    PaymentIdentifier,
+    Requirements,
+    Settlement,
+)
 from relayer.service.market.keys import ApiKeys
+from relayer.store.payment_ids import ID_PATTERN
 
 FACILITATOR: Final = web.AppKey("facilitator", Facilitator)
 FACILITATOR_KEYS: Final = web.AppKey("facilitator_keys", ApiKeys)
@@ -107,8 +123,8 @@ class FacilitatorRequestModel(_Strict):
 
 
 def guarded(handler: Handler) -> Handler:
-    """Answer a refusal of a facilitator handler (401, 400) in the facilitator's small body
-    ``{error, message}``; anything else is the envelope's 500."""
+    """Answer a refusal of a facilitator handler (401, 400, 409) in the facilitator's small
+    body ``{error, message}``; anything else is the envelope's 500."""
 
     async def run(request: web.Request) -> web.StreamResponse:
         try:
@@ -130,7 +146,38 @@ def _requirements(m: RequirementsModel) -> Requirements:
     )
 
 
-def _payment(m: FacilitatorRequestModel) -> Payment:
+def payment_identifier(body: dict[str, Any]) -> PaymentIdentifier | None:
+    """The ``payment-identifier`` extension of a validated body's ``paymentPayload``: its
+    ``info.id`` and the SHA-256 of the payload's canonical JSON (keys sorted, compact, UTF-8:
+    the same payload hashes the same whichever SDK ordered its keys). None when the extension
+    or its id is absent (the server's declaration echoed back carries no id).
+
+    Raises:
+        ValueError: the extension is malformed (``info`` not an object, ``required`` not a
+            boolean) or its ``id`` is not 16-128 of ``[A-Za-z0-9_-]`` (the spec's format).
+    """
+    extensions = body["paymentPayload"].get("extensions") or {}
+    extension = extensions.get(PAYMENT_IDENTIFIER)
+    if extension is None:
+        return None
+    info = extension.get("info") if isinstance(extension, dict) else None
+    if not isinstance(info, dict) or not isinstance(info.get("required", False), bool):
+        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info must be an object with a boolean 'required'")
+    pid = info.get("id")
+    if pid is None:
+        return None
+    if not isinstance(pid, str) or ID_PATTERN.fullmatch(pid) is None:
+        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info.id must be 16-128 of A-Z a-z 0-9 _ -")
+    try:
+        canonical = json.dumps(
+            body["paymentPayload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    except (RecursionError, ValueError):  # nested as deep as the parser allowed
+        raise ValueError("paymentPayload is nested too deeply") from None
+    return PaymentIdentifier(pid, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest())
+
+
+def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = None) -> Payment:
     a, signature = m.paymentPayload.payload.authorization, m.paymentPayload.payload.signature
     authorization = TransferAuthorization(
         checksum_address(a.from_),
@@ -142,7 +189,10 @@ def _payment(m: FacilitatorRequestModel) -> Payment:
         bytes.fromhex(signature[2:]),
     )
     return Payment(
-        _requirements(m.paymentRequirements), _requirements(m.paymentPayload.accepted), authorization
+        _requirements(m.paymentRequirements),
+        _requirements(m.paymentPayload.accepted),
+        authorization,
+        identifier,
     )
 
 
@@ -173,6 +223,11 @@ class _Parsed:
     body: dict[str, Any]
     reason: str = ""
     message: str = ""
+    identifier: PaymentIdentifier | None = None
+
+    def payment(self) -> Payment:
+        assert self.model is not None
+        return _payment(self.model, self.identifier)
 
 
 async def _parsed(request: web.Request) -> _Parsed:
@@ -189,11 +244,16 @@ async def _parsed(request: web.Request) -> _Parsed:
     if not _version_ok(body):
         return _Parsed(key_id, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
     try:
-        return _Parsed(key_id, FacilitatorRequestModel.model_validate(body), body)
+        model = FacilitatorRequestModel.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         return _Parsed(key_id, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
+    try:
+        identifier = payment_identifier(body)
+    except ValueError as exc:
+        return _Parsed(key_id, None, body, "invalid_payload", str(exc))
+    return _Parsed(key_id, model, body, identifier=identifier)
 
 
 @guarded
@@ -202,7 +262,7 @@ async def supported(request: web.Request) -> web.Response:
     return _json(
         {
             "kinds": [{"x402Version": X402_VERSION, "scheme": "exact", "network": f.network}],
-            "extensions": [],
+            "extensions": [PAYMENT_IDENTIFIER],
             "signers": {"eip155:*": list(f.executors)},
         }
     )
@@ -214,7 +274,7 @@ async def verify(request: web.Request) -> web.Response:
     if p.model is None:
         refused = {"isValid": False, "invalidReason": p.reason, "invalidMessage": p.message}
         return _json(_drop_none({**refused, "payer": _payer_of(p.body)}))
-    verdict = await request.app[FACILITATOR].verify(_payment(p.model), int(time.time()))
+    verdict = await request.app[FACILITATOR].verify(p.payment(), int(time.time()))
     return _json(
         _drop_none(
             {
@@ -234,7 +294,7 @@ async def settle(request: web.Request) -> web.Response:
     if p.model is None:
         refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
         return _json(_settle_body(refused, f.network))
-    settled = await f.settle(_payment(p.model), int(time.time()), api_key_id=p.key_id)
+    settled = await f.settle(p.payment(), int(time.time()), api_key_id=p.key_id)
     return _json(_settle_body(settled, f.network))
 
 

@@ -25,18 +25,23 @@ class ErrorSpec:
     """One row of the error table: a code and the one HTTP status it answers on every
     surface. ``surface`` is ``"x402"`` for the x402 spec's codes (and its declared
     extensions), which the marketplace API answers too; ``"marketplace"`` for a code only
-    the marketplace API answers (never published as an x402 code)."""
+    the marketplace API answers (never published as an x402 code); ``"facilitator"`` for a
+    code only the x402 facilitator (``/facilitator``) answers."""
 
     code: str
     http_status: int
     group: str
     retryable: bool
     message: str
-    surface: Literal["x402", "marketplace"] = "x402"
+    surface: Literal["x402", "marketplace", "facilitator"] = "x402"
 
 
 def _marketplace(code: str, http_status: int, group: str, retryable: bool, message: str) -> ErrorSpec:
     return ErrorSpec(code, http_status, group, retryable, message, "marketplace")
+
+
+def _facilitator(code: str, http_status: int, group: str, retryable: bool, message: str) -> ErrorSpec:
+    return ErrorSpec(code, http_status, group, retryable, message, "facilitator")
 
 
 _ROWS: Final[tuple[ErrorSpec, ...]] = (
@@ -183,6 +188,15 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     ),
     _marketplace("orders_unavailable", 503, "upstream", True, "This operator takes no orders."),
     _marketplace("timeout", 503, "request", True, "The request ran past the time limit; retry with backoff."),
+    # The x402 facilitator's own refusals (docs/design/x402-v2.md C2; the payment-identifier
+    # extension's "same id, different payload": 409 Conflict)
+    _facilitator(
+        "payment_identifier_conflict",
+        409,
+        "request",
+        False,
+        "This payment identifier was already used with another payment payload.",
+    ),
 )
 
 REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType({row.code: row for row in _ROWS})

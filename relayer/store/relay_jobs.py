@@ -82,6 +82,15 @@ WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
 """
+# What the payer's jobs not yet mined may still take from its token balance (their
+# authorization not expired; a minute of grace for clocks): beside a balance read at the
+# latest block, which shows every mined job spent. $4 is an authorization key left out.
+IN_FLIGHT_BY_PAYER: Final = """
+SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $4
+  AND state IN ('accepted', 'simulated', 'signed', 'submitted')
+  AND auth_expires_at > extract(epoch FROM now())::bigint - 60
+"""
 # What the signed jobs of payers $2 will take from their token balances as read at block $3
 # (signed or sent and not yet mined, or mined after that block), per payer and token: a
 # signing batch must fit beside it.
@@ -504,6 +513,13 @@ class RelayJobs:
             RESERVED_SUPPLY, new.chain_id, *key, supply.block_number, new.bound_nonce
         )
         supply.check(int(reserved))
+
+    async def in_flight(self, chain_id: int, payer: str, token: str, except_bound_nonce: bytes) -> int:
+        """What ``payer``'s jobs not yet mined may still take of its ``token`` balance (atomic
+        units; see :data:`IN_FLIGHT_BY_PAYER`), the job of ``except_bound_nonce`` left out.
+        Read it before the balance: a job mined in between is then counted twice (a stricter
+        answer), never missed."""
+        return int(await self.db.fetchval(IN_FLIGHT_BY_PAYER, chain_id, payer, token, except_bound_nonce))
 
     async def supply_ahead(self, job_ids: Sequence[int], block_number: int) -> dict[int, SupplyAhead]:
         """For each of ``job_ids`` that takes supply, what other jobs take from its supply
