@@ -282,6 +282,8 @@ class Payments:
         if isinstance(checked, Refused):
             return checked
         verified, quote_id = checked
+        if await self.store.quote_used(quote_id):
+            return Refused("quote_consumed", "this quote reference was already used by another payment")
         refused = await self._payable(request, verified, now)
         if refused is not None:
             return refused
@@ -353,12 +355,13 @@ class Payments:
             Unavailable: the chain node failed.
         """
         try:
-            prepared = await self.prepare.authorization(await self._resolved(request, now), now)
+            resolved = await self._resolved(request, now)
+            prepared = await self.prepare.authorization(resolved, now)
         except Rejection as exc:
             return Refused(
                 "invalid_payment_requirements", f"the retirement cannot execute now: {exc.message}"
             )
-        if prepared.value > verified.value:
+        if _cost(resolved, prepared.gas_allowance) > verified.value:
             return Refused(
                 "invalid_payment_requirements", "the retirement's price moved above the quote: ask again"
             )
@@ -558,7 +561,7 @@ class Payments:
         assert treasury is not None
         resolved = await self._resolved(ActionRequest.model_validate(row.request), now)
         prepared = await self.prepare.authorization(resolved, now, payment_salt(row.id))
-        if prepared.value > row.amount:
+        if _cost(resolved, prepared.gas_allowance) > row.amount:
             raise Rejection("insufficient_authorized_value", "the retirement now costs more than was paid")
         signature = parse_signature(treasury.sign_digest(typed_data_digest(prepared.typed_data)))
         return await self.relay.accept_authorization(
@@ -658,6 +661,13 @@ class Payments:
                     await self.advance(row.id)
                     done += 1
         return done
+
+
+def _cost(resolved: Resolved, gas_allowance: int) -> int:
+    """What the retirement costs now (the quoted total and the gas allowance, USDC atomic
+    units): it must fit in the amount paid. The treasury signs more (the slippage budget of a
+    class retirement); what is not spent comes back to it."""
+    return resolved.route.quote.total + gas_allowance
 
 
 def _reason(error: dict[str, Any]) -> str:

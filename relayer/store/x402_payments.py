@@ -234,6 +234,11 @@ class X402Payments:
                 if taken:
                     await conn.fetchval("SELECT pg_advisory_unlock($1, $2)", LOCK_KEY, key)
 
+    async def quote_used(self, quote_id: str) -> bool:
+        """Whether a payment used the quote reference ``quote_id``."""
+        sql = "SELECT EXISTS (SELECT 1 FROM x402_payments WHERE quote_id = $1)"
+        return bool(await self.db.fetchval(sql, quote_id))
+
     async def expires_at(self, job_id: int) -> int:
         """The signed authorization's expiry (``validBefore``, unix seconds) of relay job ``job_id``."""
         return int(await self.db.fetchval("SELECT auth_expires_at FROM relay_jobs WHERE id = $1", job_id))
