@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 import asyncpg
 
+from relayer.domain.errors import RelayerError
 from relayer.store.pool import Database
 
 PaymentState = Literal["accepted", "paid", "retiring", "retired", "refunding", "refunded", "failed"]
@@ -63,8 +64,10 @@ WHERE p.chain_id = $1 AND p.refund_job_id IS NOT NULL
 LOCK_KEY: Final = 0x7834_3032  # "x402": the advisory lock class of payments
 
 
-class QuoteSpent(Exception):
+class QuoteSpent(RelayerError):
     """The quote reference was already used by another payment."""
+
+    default_code = "quote_consumed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from web3 import Web3
 
 from relayer.domain.schemas import parse_request
 from relayer.domain.verify import request_hash
+from relayer.ops import ledger_summary
 from relayer.service.facilitator import Requirements
 from relayer.service.x402_payments import quote_ref
 from tests.chain_helpers import token_balance, transact_as
@@ -369,8 +370,9 @@ async def test_a_retirement_that_cannot_execute_is_refunded_once(
         row = await wait_state(d, payment_id, {"refunded"}, timeout_s=90)
         assert row["retire_job_id"] is None and row["refund_job_id"] is not None
         assert await usdc(d, payer["address"]) == before  # paid, then refunded in full
-        refunds = await d.runtime.payments.store.refunds(84532)  # type: ignore[union-attr]
+        refunds = (await ledger_summary(d.runtime.settings))["x402Refunds"]  # `relayer ledger`
         assert refunds["refunds"] == "1" and int(refunds["paidWei"]) > 0, refunds
+        assert refunds["refundedUsdc"] == str(row["amount"])
         await asyncio.sleep(2)  # the keeper steps again: nothing more happens
         again = await d.runtime.db.fetchrow("SELECT * FROM x402_payments WHERE id = $1::uuid", payment_id)
         assert again["state"] == "refunded" and again["refund_job_id"] == row["refund_job_id"]
