@@ -418,3 +418,19 @@ async def test_a_front_run_payment_still_retires(chain_and_db: tuple[dict[str, A
         assert row["refund_job_id"] is None
         assert await usdc(d, payer["address"]) == before - amount
         assert treasury
+
+
+async def test_discovery_lists_the_retirement_resource(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    async with resource(info, dsn, workers=False) as d:
+        async with d.session.get(f"{d.base_url}/facilitator/discovery/resources", params={"limit": "5"}) as r:
+            assert r.status == 200
+            listed = await r.json()
+        assert listed["x402Version"] == 2 and listed["pagination"] == {"limit": 5, "offset": 0, "total": 1}
+        [item] = listed["items"]
+        assert item["resource"] == f"{d.base_url}/api/actions/retire" and item["type"] == "http"
+        [accept] = item["accepts"]
+        assert accept["payTo"] == info["treasury"]["address"] and "quoteRef" not in accept["extra"]
+        bazaar = item["extensions"]["bazaar"]
+        assert bazaar["info"]["input"]["method"] == "POST" and bazaar["info"]["output"]["type"] == "json"
+        assert "properties" in bazaar["schema"]["input"]
