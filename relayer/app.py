@@ -20,6 +20,7 @@ from relayer.api.facilitator import add_facilitator_routes
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
+from relayer.api.x402_resource import add_resource_routes
 from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
@@ -45,6 +46,7 @@ from relayer.service.readiness import Readiness
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
 from relayer.service.supply import Supply
+from relayer.service.x402_payments import Payments
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
@@ -55,6 +57,7 @@ from relayer.store.payment_ids import PaymentIds
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
+from relayer.store.x402_payments import X402Payments
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
@@ -63,6 +66,7 @@ from relayer.workers.follower import ChainFollower
 from relayer.workers.gauges import Gauges
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.order_keeper import OrderKeeper
+from relayer.workers.payment_keeper import PaymentKeeper
 from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -96,6 +100,7 @@ class Runtime:
     marketplace: Marketplace
     facilitator: Facilitator
     extra_chains: list[ExtraChain] = field(default_factory=list)
+    payments: Payments | None = None  # the standard x402 retirement resource (set by _wire)
     extra_nodes: list[ChainNode] = field(default_factory=list)
     signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
     lease: ExecutorLease | None = None  # this process's lease of the first key (workers only)
@@ -209,6 +214,27 @@ def _facilitator(
     )
 
 
+def _payments(
+    settings: Settings, relay: Relay, gas: GasPricer, db: Database, facilitator: Facilitator
+) -> Payments:
+    """The standard x402 retirement resource: paid to the treasury, retired from it (offered
+    when a treasury key and ``x402_quote_secret`` are set)."""
+    treasury, secret = settings.treasury_private_key, settings.x402_quote_secret
+    if treasury is not None and secret is None:
+        log.warning("RELAYER_X402_QUOTE_SECRET is not set: actions/retire sends no PAYMENT-REQUIRED header")
+    return Payments(
+        relay,
+        relay.prepare,
+        gas,
+        X402Payments(db),
+        facilitator,
+        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+        None if secret is None else secret.get_secret_value().encode(),
+        settings.x402_quote_lifetime_s,
+        settings.settle_wait_s,
+    )
+
+
 def _wire(
     settings: Settings,
     dsn: str,
@@ -265,6 +291,7 @@ def _wire(
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
         project_records=project_records,
     )
+    facilitator = _facilitator(settings, relay, node, signers)
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -285,8 +312,9 @@ def _wire(
         deploy_block=deploy_block,
         catalogue=catalogue,
         marketplace=marketplace,
-        facilitator=_facilitator(settings, relay, node, signers),
+        facilitator=facilitator,
         extra_chains=extra_chains,
+        payments=_payments(settings, relay, gas, db, facilitator),
     )
 
 
@@ -348,6 +376,11 @@ def start_workers(rt: Runtime) -> None:
     rt.tasks.append(
         asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
     )
+    if rt.payments is not None and rt.payments.enabled:
+        payment_keeper = PaymentKeeper(rt.payments)
+        rt.tasks.append(
+            asyncio.create_task(_supervised("payment-keeper", payment_keeper.run, rt), name="payment-keeper")
+        )
 
 
 def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
@@ -424,6 +457,8 @@ def _mount(app: web.Application, rt: Runtime) -> None:
     (which authenticates with the marketplace's API keys)."""
     add_routes(app, rt.marketplace)
     add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys)
+    if rt.payments is not None:
+        add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire")
 
 
 def make_web_app(rt: Runtime) -> web.Application:

@@ -186,6 +186,15 @@ class Settings(BaseSettings):
     facilitator_settle_wait_s: float = Field(
         default=20.0, gt=0, description="How long /facilitator/settle waits for confirmation, seconds."
     )
+    x402_quote_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of the standard x402 retirement resource's quote references (at least 32 "
+        "characters; the same on every replica); with a treasury key it turns the resource's "
+        "PAYMENT-REQUIRED header on (the dev tooling supplies one)",
+    )
+    x402_quote_lifetime_s: int = Field(
+        default=300, gt=0, description="How long a standard x402 quote reference is valid, seconds."
+    )
     facilitator_expiry_margin_s: int = Field(
         default=30,
         ge=30,
@@ -288,6 +297,16 @@ class Settings(BaseSettings):
         if value is None:
             return None
         return SecretStr(_checked_key(value.get_secret_value()))
+
+    @field_validator("x402_quote_secret")
+    @classmethod
+    def _quote_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """At least 32 characters (an HMAC-SHA256 key); blank is unset."""
+        if value is None or not value.get_secret_value().strip():
+            return None
+        if len(value.get_secret_value().strip()) < 32:
+            raise ValueError("must be at least 32 characters (e.g. `openssl rand -hex 32`)")
+        return SecretStr(value.get_secret_value().strip())
 
     @field_validator("executor_private_keys")
     @classmethod

@@ -33,6 +33,7 @@ from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import redact
 from relayer.store.pool import Database
 from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries
+from relayer.store.x402_payments import X402Payments
 
 RPC_TIMEOUT_S: Final = 5.0
 """Longest a report waits for a chain node's answer, seconds."""
@@ -309,6 +310,7 @@ class Recorded:
     cursors: list[Cursor]
     chains: dict[int, bytes]
     applied: list[str]
+    payments: dict[str, int] = field(default_factory=dict)  # x402 resource payments by state
 
 
 async def _recorded(dsn: str, chain_id: int, configured: Sequence[str]) -> Recorded:
@@ -341,6 +343,7 @@ async def _recorded(dsn: str, chain_id: int, configured: Sequence[str]) -> Recor
             cursors=await q.cursors(),
             chains=await q.chains(),
             applied=applied,
+            payments=await X402Payments(db).count_by_state(chain_id),
         )
     finally:
         await db.close()
@@ -393,6 +396,7 @@ async def status_report(settings: Settings) -> dict[str, Any]:
             for v in views.values()
         ],
         "jobs": _job_rows(recorded.states),
+        "x402Payments": recorded.payments,
         "executors": [
             _executor_row(settings, chain_id, address, address in configured, recorded, views.get(chain_id))
             for chain_id, address in keys
@@ -490,7 +494,8 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
     (relay, noop, transfer: sponsored, never counted at a loss) and outcome, mined
     transactions, wei paid, wei the successful relays' allowances were worth, and how many
-    paid more than they received; plus the totals.
+    paid more than they received; plus the totals, and ``x402Refunds`` (refunds of the standard
+    x402 retirement resource: count, USDC refunded, wei their transactions paid).
 
     Raises:
         StoreUnavailable: the database failed.
@@ -500,6 +505,7 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
     try:
         rows = await ExecutorLane(db, settings.chain_id).ledger()
+        refunds = await X402Payments(db).refunds(settings.chain_id)
     finally:
         await db.close()
     paid = sum(r.paid_wei for r in rows)
@@ -520,6 +526,7 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         "paidWei": str(paid),
         "receivedWei": str(received),
         "netWei": str(received - paid),
+        "x402Refunds": refunds,
     }
 
 

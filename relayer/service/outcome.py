@@ -114,9 +114,9 @@ class Outcomes:
         for changed in self._waiting:
             changed.set()
 
-    async def wait(self, job_id: int) -> RetireOutcome:
-        """Wait (at most ``settle_wait_s``, or not at all once :meth:`drain` is called) until
-        the job settles or fails, then answer.
+    async def wait(self, job_id: int, wait_s: float | None = None) -> RetireOutcome:
+        """Wait (at most ``wait_s``, default ``settle_wait_s``, or not at all once
+        :meth:`drain` is called) until the job settles or fails, then answer.
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -125,7 +125,7 @@ class Outcomes:
                 before that are retried every :data:`OUTAGE_RETRY_S` seconds).
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settle_wait_s
+        deadline = loop.time() + (self.settle_wait_s if wait_s is None else wait_s)
         with self._watch(job_id, ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
