@@ -19,12 +19,15 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
+import sys
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -400,3 +403,66 @@ async def test_settlement_pending_and_the_sdks_one_retry(daemon: Daemon, api_key
     assert await usdc(daemon, paid.merchant) == PRICE
     assert await usdc(daemon, quick.address) == FUNDED - PRICE
     assert await transfers_of(daemon, settled.transaction) == (1, 1)
+
+
+def readme_examples() -> tuple[str, str]:
+    """The README's two Python examples of "With the official SDKs": server, client."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### With the official SDKs", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, blocks
+    return blocks[0], blocks[1]
+
+
+async def wait_for_port(port: int, server: asyncio.subprocess.Process) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.returncode is None:
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the README's server did not listen on {port}")
+
+
+async def test_readme_examples_run(daemon: Daemon, api_key: str, tmp_path: Path) -> None:
+    """The README's resource server and client, as written, against a devnet.json naming the
+    test daemon (its facilitator URL and a key) and a fresh payer: the client prints 200 and
+    a successful PAYMENT-RESPONSE, and the seller is paid 0.01 USDC."""
+    server_code, client_code = readme_examples()
+    port = free_port()
+    payer = await asyncio.to_thread(fresh_payer, daemon)
+    seller = Account.create().address
+    (tmp_path / ".devdata").mkdir()
+    (tmp_path / ".devdata" / "devnet.json").write_text(
+        json.dumps(
+            {
+                "chainId": daemon.chain["chainId"],
+                "usdc": daemon.chain["contracts"]["usdc"],
+                "facilitatorUrl": f"{daemon.base_url}/facilitator",
+                "facilitatorApiKey": api_key,
+                "payers": [{"address": payer.address, "privateKey": "0x" + bytes(payer.key).hex()}],
+                "seller": {"address": seller},
+            }
+        )
+    )
+    env = {"PATH": os.environ["PATH"], "PYTHONWARNINGS": "ignore"}
+
+    async def python(code: str, **kw: Any) -> asyncio.subprocess.Process:
+        code = code.replace("4021", str(port))
+        return await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=tmp_path, env=env, **kw)
+
+    server = await python(server_code, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        await wait_for_port(port, server)
+        client = await python(client_code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(client.communicate(), timeout=100)
+    finally:
+        server.terminate()
+        _, server_err = await asyncio.wait_for(server.communicate(), timeout=10)
+    assert client.returncode == 0, (err.decode(), server_err.decode()[-2000:])
+    print("\nREADME client:", out.decode().strip())
+    assert out.decode().startswith("200 {'weather': 'sunny'} success=True"), out
+    assert await usdc(daemon, seller) == 10_000
+    assert await usdc(daemon, payer.address) == FUNDED - 10_000
