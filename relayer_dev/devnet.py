@@ -315,9 +315,8 @@ def up(
 
     Returns:
         The first chain's description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
-        ``x402BaseUrl``, ``marketplaceBaseUrl``, ``facilitatorUrl`` (the standard x402
-        facilitator), ``usdc`` (the USDC address, for a standard client's spend controls) and
-        ``chains``: one entry per local chain,
+        ``x402BaseUrl``, ``marketplaceBaseUrl``, ``facilitatorUrl``, ``usdc`` (for a standard
+        client's spend controls) and ``chains``: one entry per local chain,
         ``{"chainId", "name", "rpcUrl", "deploymentFile"}`` (absolute path of its
         description file), the first chain first.
 
@@ -339,10 +338,8 @@ def up(
     for chain in chains[1:]:
         if chain.chain_id in deployed:
             _write_json(devdata / chain.description_file, deployed[chain.chain_id])
-    described = {
-        **_described(devdata, chains, x402_base_url, marketplace_base_url),
-        "usdc": primary["contracts"]["usdc"],
-    }
+    described = _described(devdata, chains, x402_base_url, marketplace_base_url)
+    described["usdc"] = primary["contracts"]["usdc"]
     if reused[0] is not None:  # keep what it records, add what an older `up` did not
         missing = {k: v for k, v in described.items() if k not in primary}
         if not missing:
