@@ -16,6 +16,7 @@ from relayer.config import ConfigError, Settings, load_settings
 from relayer.domain.errors import RelayerError
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
+from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.settings import (
     DEFAULT_RPC_PORT,
     DEVNET_FILE,
@@ -65,10 +66,13 @@ def devnet_group() -> None:
 
 @devnet_group.command("up")
 def devnet_up() -> None:
-    """Start both anvils, deploy, seed; write .devdata/devnet.json, devnet-137.json and relayer.env."""
+    """Start both anvils, deploy, seed; write .devdata/devnet.json (with the facilitator's URL
+    and a dev API key for it), devnet-137.json and relayer.env."""
     try:
         info = _up(_environment())
-        env_file = write_env_file(dev_settings(info, _environment()))
+        settings = dev_settings(info, _environment())
+        env_file = write_env_file(settings)
+        record_facilitator_key(DEVNET_FILE, settings)
     except RelayerError as exc:
         _fail(exc)
     chains = ", ".join(f"{c['name']} ({c['chainId']}) {c['rpcUrl']}" for c in info["chains"])

@@ -309,12 +309,14 @@ def up(
         marketplace_base_url: the daemon's public base URL (the marketplace routes
             ``/categories``, ``/carbonProjects``, ``/retirements/...`` are at its root),
             recorded as ``marketplaceBaseUrl``; default: ``x402_base_url`` without ``/api``.
+            ``facilitatorUrl`` (the standard x402 facilitator) is this base + ``/facilitator``.
         projects_file: ``carbon-projects.json`` the credits are taken from.
         index_port: the Polygon stand-in's (chain 137) TCP port on 127.0.0.1.
 
     Returns:
         The first chain's description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
-        ``x402BaseUrl``, ``marketplaceBaseUrl`` and ``chains``: one entry per local chain,
+        ``x402BaseUrl``, ``marketplaceBaseUrl``, ``facilitatorUrl``, ``usdc`` (for a standard
+        client's spend controls) and ``chains``: one entry per local chain,
         ``{"chainId", "name", "rpcUrl", "deploymentFile"}`` (absolute path of its
         description file), the first chain first.
 
@@ -337,6 +339,7 @@ def up(
         if chain.chain_id in deployed:
             _write_json(devdata / chain.description_file, deployed[chain.chain_id])
     described = _described(devdata, chains, x402_base_url, marketplace_base_url)
+    described["usdc"] = primary["contracts"]["usdc"]
     if reused[0] is not None:  # keep what it records, add what an older `up` did not
         missing = {k: v for k, v in described.items() if k not in primary}
         if not missing:
@@ -363,10 +366,12 @@ def _described(
     devdata: Path, chains: Sequence[LocalChain], x402_base_url: str, marketplace_base_url: str | None
 ) -> dict[str, Any]:
     """What ``devnet.json`` records beside the first chain's description: the daemon's base
-    URLs and one entry per local chain (see :func:`up`)."""
+    URLs (x402, marketplace, facilitator) and one entry per local chain (see :func:`up`)."""
+    public = marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api")
     return {
         "x402BaseUrl": x402_base_url,
-        "marketplaceBaseUrl": marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api"),
+        "marketplaceBaseUrl": public,
+        "facilitatorUrl": f"{public.rstrip('/')}/facilitator",
         "chains": [
             {
                 "chainId": chain.chain_id,
