@@ -60,7 +60,7 @@ def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: P
         assert json.loads((tmp_path / ".devdata" / "devnet-137.json").read_text())["blockTime"] is None
         rate = _blocks_per_second(Web3(Web3.HTTPProvider(devnet.rpc_url(port))), 3.0)
         print(f"\nDEVNET_BLOCK_TIME=0.2: {rate:.2f} blocks/s")
-        assert 3.5 <= rate <= 6.0
+        assert 3.0 <= rate <= 6.5  # tolerant: the machine is shared; 1 or 0 would be the bug
         # the Polygon stand-in still mines a block per transaction: none while idle
         assert _blocks_per_second(Web3(Web3.HTTPProvider(devnet.rpc_url(index_port))), 1.0) == 0
         # idempotent at the same block time; another block time is refused, not silently kept
@@ -120,19 +120,22 @@ def test_traffic_lands_transfers_with_logs_in_blocks(
     assert summary["errors"] == 0 and summary["shortfall"] == 0
     assert 45 <= summary["achievedTps"] <= 55
     assert summary["accepted"] == summary["sent"] >= 180
-    time.sleep(0.6)  # the last transfers' block
-    last = w3.eth.block_number
     senders = {w3.eth.account.from_key(sender_key(i)).address.lower() for i in range(20)}
-    logs = w3.eth.get_logs({"fromBlock": first, "toBlock": last, "topics": [TRANSFER_TOPIC]})
-    ours = [entry for entry in logs if "0x" + entry["topics"][1].hex()[-40:] in senders]
+    deadline = time.monotonic() + 15  # the last transfers' blocks
+    while True:
+        logs = w3.eth.get_logs({"fromBlock": first, "toBlock": "latest", "topics": [TRANSFER_TOPIC]})
+        ours = [entry for entry in logs if "0x" + entry["topics"][1].hex()[-40:] in senders]
+        if len(ours) >= summary["accepted"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     by_token = Counter(entry["address"] for entry in ours)
     tokens = summary["tokens"]
     assert set(by_token) == {tokens["traffic"], tokens["usdc"], tokens["kvcm"]}
     assert tokens["usdc"] == info["contracts"]["usdc"] and tokens["kvcm"] == info["contracts"]["kvcm"]
-    assert len(ours) >= summary["accepted"] - 5  # every accepted transfer mined, with its log
+    assert len(ours) == summary["accepted"]  # every accepted transfer mined, with its log
     assert min(by_token.values()) >= len(ours) // 5  # half ours (USDC, kVCM), half the traffic's token
     blocks = Counter(entry["blockNumber"] for entry in ours)
-    assert len(blocks) >= 15  # spread over the blocks of 4 s (about 20), not one burst
+    assert len(blocks) >= 10  # spread over the blocks of 4 s (about 20), not one burst
     assert max(blocks.values()) <= 25  # about 10 a block at 50/s
 
 
