@@ -15,7 +15,9 @@ HTTP.
   charged; the paid payload sent again answers the first payment, never a second charge.
 - A crash between payment and retirement: the SDK client is answered 200 with
   ``settlement_pending`` by a daemon whose workers are off; the daemon started again retires it,
-  once."""
+  once.
+- The README's example paying the retirement endpoint runs as written against a
+  ``.devdata/devnet.json`` holding only what ``make devnet`` writes."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +47,7 @@ from x402.schemas import PaymentCreatedContext, PaymentPayload, PaymentRequired,
 
 from tests.chain_helpers import token_balance
 from tests.conftest import ROOT, Daemon, free_port
+from tests.integration.test_x402_sdk import readme_examples
 from tests.private import daemon_settings, private_chain, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -346,3 +351,40 @@ async def completes_once(
     final = decode_payment_response_header(again.headers["PAYMENT-RESPONSE"])
     assert final.success is True and len(final.transaction) == 66 and tx in ("", final.transaction)
     assert await usdc(d, payer.address) == before - int(signed[0].accepted.amount)
+
+
+async def test_readme_example_pays_the_retirement(resource: Daemon, tmp_path: Path) -> None:
+    """The README's retirement example, as written, in a directory whose
+    ``.devdata/devnet.json`` has only fields ``make devnet`` writes (pointing at this daemon):
+    it prints 200, the retirement's status and hash, and a successful PAYMENT-RESPONSE."""
+    d = resource
+    *_, code = readme_examples()
+    payer = payer_of(d.chain, 1)  # the example's payer
+    written = {k: d.chain[k] for k in ("chainId", "payers", "carbonClasses", "contracts", "treasury")}
+    devnet = {**written, "usdc": d.chain["contracts"]["usdc"], "x402BaseUrl": d.api}
+    (tmp_path / ".devdata").mkdir()
+    (tmp_path / ".devdata" / "devnet.json").write_text(json.dumps(devnet))
+    before = await usdc(d, payer.address)
+    env = {"PATH": os.environ["PATH"], "PYTHONWARNINGS": "ignore"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=150)
+    assert proc.returncode == 0, err.decode()
+    printed = out.decode().strip()
+    print("\nREADME retirement client:", printed)
+    status, state, tx, settled = printed.split(" ", 3)
+    assert status == "200" and state in ("settled", "pending_index"), printed
+    assert settled.startswith("success=True"), printed
+    assert await certificate(d, tx)
+    paid = await d.runtime.db.fetchrow(
+        "SELECT amount, state FROM x402_payments WHERE payer = $1 ORDER BY created_at DESC LIMIT 1",
+        payer.address,
+    )
+    assert await usdc(d, payer.address) == before - int(paid["amount"])
