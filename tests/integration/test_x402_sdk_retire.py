@@ -1,7 +1,7 @@
 """The official x402 v2 SDKs, unmodified, pay the retirement endpoint itself (issue 19; design
 docs/design/x402-v2.md (b), C4 and C8 1-3, 5, 6), on a private devnet (anvil deployed and
-seeded as ``make devnet`` does, the treasury key and a quote secret set) and Postgres, over
-HTTP.
+seeded as ``make devnet`` does, the daemon given the settings ``make devnet`` gives it) and
+Postgres, over HTTP.
 
 - The Python SDK's client (``x402Client`` + ``ExactEvmScheme(Account)``, spend controls
   allowing the devnet USDC with a cap above the retirement's price) posts an ``actions/retire``
@@ -45,6 +45,7 @@ from x402.http.clients import x402_requests, x402HttpxClient
 from x402.mechanisms.evm.exact import ExactEvmScheme
 from x402.schemas import PaymentCreatedContext, PaymentPayload, PaymentRequired, SettleResponse
 
+from relayer_dev.settings import dev_settings
 from tests.chain_helpers import token_balance
 from tests.conftest import ROOT, Daemon, free_port
 from tests.integration.test_x402_sdk import readme_examples
@@ -52,7 +53,6 @@ from tests.private import daemon_settings, private_chain, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-SECRET = "sdk-retire-quote-secret-" + "cd" * 16
 CAP = "50000000"  # 50 USDC: the most the clients pay per request (a retirement costs a few)
 TS_CLIENT = ROOT / "tests" / "x402_ts_client.mjs"
 
@@ -69,15 +69,11 @@ async def chain_and_db(
 async def retirement_resource(
     info: dict[str, Any], dsn: str, *, workers: bool = True, **overrides: Any
 ) -> AsyncIterator[Daemon]:
-    """A daemon offering ``actions/retire`` as a standard x402 resource (treasury + secret)."""
-    settings = daemon_settings(
-        info,
-        dsn,
-        free_port(),
-        treasury_private_key=info["treasury"]["privateKey"],
-        x402_quote_secret=SECRET,
-        **overrides,
-    )
+    """A daemon offering ``actions/retire`` as a standard x402 resource, configured as
+    ``make devnet`` configures it (:func:`relayer_dev.settings.dev_settings`: the devnet's
+    treasury key and its derived quote secret)."""
+    settings = dev_settings(info, daemon_settings(info, dsn, free_port(), **overrides))
+    assert settings.treasury_private_key is not None and settings.x402_quote_secret is not None
     async with serving(settings, info, workers=workers) as d:
         yield d
 
