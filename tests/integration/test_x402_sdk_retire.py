@@ -213,11 +213,11 @@ async def test_python_sdk_requests_client_pays_the_retirement(resource: Daemon) 
     assert await usdc(d, payer.address) == before - int(signed[0].accepted.amount)
 
 
-async def test_typescript_sdk_client_pays_the_retirement(resource: Daemon) -> None:
-    d, payer = resource, payer_of(resource.chain, 2)
+async def ts_client(d: Daemon, payer: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Run ``tests/x402_ts_client.mjs`` (the TypeScript SDK's client) posting ``body`` to
+    actions/retire: its printed ``{status, body, paymentResponse}``."""
     node = shutil.which("node")
     assert node is not None, "node is needed (make install brings the SDKs)"
-    before = await usdc(d, payer.address)
     env = {
         "PATH": os.environ["PATH"],
         "X402_PRIVATE_KEY": "0x" + bytes(payer.key).hex(),
@@ -225,13 +225,12 @@ async def test_typescript_sdk_client_pays_the_retirement(resource: Daemon) -> No
         "X402_ASSET": d.chain["contracts"]["usdc"],
         "X402_MAX_AMOUNT": CAP,
     }
-    body = json.dumps(retire_body(payer.address, "typescript buyer"))
     proc = await asyncio.create_subprocess_exec(
         node,
         str(TS_CLIENT),
         d.api,
         "POST",
-        body,
+        json.dumps(body),
         cwd=ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
@@ -239,7 +238,14 @@ async def test_typescript_sdk_client_pays_the_retirement(resource: Daemon) -> No
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=150)
     assert proc.returncode == 0, err.decode()
-    answer = json.loads(out)
+    answer: dict[str, Any] = json.loads(out)
+    return answer
+
+
+async def test_typescript_sdk_client_pays_the_retirement(resource: Daemon) -> None:
+    d, payer = resource, payer_of(resource.chain, 2)
+    before = await usdc(d, payer.address)
+    answer = await ts_client(d, payer, retire_body(payer.address, "typescript buyer"))
     assert answer["status"] == 200, answer
     settled, paid = answer["paymentResponse"], json.loads(answer["body"])
     assert settled["success"] is True and settled["payer"] == payer.address, settled
@@ -249,6 +255,11 @@ async def test_typescript_sdk_client_pays_the_retirement(resource: Daemon) -> No
     )
     assert await certificate(d, paid["transactionHash"])
     assert await usdc(d, payer.address) == before - int(settled["amount"])
+    # A payer without USDC: the TS client is answered 402 with the reason, and does not throw.
+    broke = Account.create()
+    refused = await ts_client(d, broke, retire_body(broke.address, "typescript, no USDC"))
+    assert refused["status"] == 402, refused
+    assert refused["paymentResponse"]["errorReason"] == "insufficient_funds", refused
 
 
 def required_of(d: Daemon, body: dict[str, Any]) -> PaymentRequired:
