@@ -235,6 +235,33 @@ def _payments(
     )
 
 
+def _marketplace(
+    settings: Settings,
+    db: Database,
+    node: ChainNode,
+    extra_chains: list[ExtraChain],
+    parts: tuple[CatalogueStore, RetirementStore, Supply, Prepare, Relay, ProjectRecords],
+) -> Marketplace:
+    """The marketplace over every indexed chain (this one and the extra ones), quoting with
+    the treasury key when one is set."""
+    catalogue, retirements, supply, prepare, relay, project_records = parts
+    treasury = settings.treasury_private_key
+    return Marketplace(
+        catalogue,
+        retirements,
+        Orders(db),
+        supply,
+        prepare,
+        relay,
+        [IndexedChain(settings.chain_id, node.contracts)]
+        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
+        settings.public_base_url,
+        settings.quote_lifetime_s,
+        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+        project_records=project_records,
+    )
+
+
 def _wire(
     settings: Settings,
     dsn: str,
@@ -276,20 +303,8 @@ def _wire(
         settings.min_executor_balance_wei,
         [s.address for s in signers],
     )
-    treasury = settings.treasury_private_key
-    marketplace = Marketplace(
-        catalogue,
-        retirements,
-        Orders(db),
-        supply,
-        prepare,
-        relay,
-        [IndexedChain(settings.chain_id, node.contracts)]
-        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
-        settings.public_base_url,
-        settings.quote_lifetime_s,
-        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
-        project_records=project_records,
+    marketplace = _marketplace(
+        settings, db, node, extra_chains, (catalogue, retirements, supply, prepare, relay, project_records)
     )
     facilitator = _facilitator(settings, relay, node, signers)
     return Runtime(

@@ -405,13 +405,14 @@ async def test_settlement_pending_and_the_sdks_one_retry(daemon: Daemon, api_key
     assert await transfers_of(daemon, settled.transaction) == (1, 1)
 
 
-def readme_examples() -> tuple[str, str]:
-    """The README's two Python examples of "With the official SDKs": server, client."""
+def readme_examples() -> tuple[str, str, str]:
+    """The README's three Python examples of "With the official SDKs": server, client, and
+    the client paying the retirement endpoint (run by test_x402_sdk_retire.py)."""
     text = (ROOT / "README.md").read_text()
     section = text.split("### With the official SDKs", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, blocks
-    return blocks[0], blocks[1]
+    assert len(blocks) == 3, blocks
+    return blocks[0], blocks[1], blocks[2]
 
 
 async def wait_for_port(port: int, server: asyncio.subprocess.Process) -> None:
@@ -430,7 +431,7 @@ async def test_readme_examples_run(daemon: Daemon, api_key: str, tmp_path: Path)
     """The README's resource server and client, as written, against a devnet.json naming the
     test daemon (its facilitator URL and a key) and a fresh payer: the client prints 200 and
     a successful PAYMENT-RESPONSE, and the seller is paid 0.01 USDC."""
-    server_code, client_code = readme_examples()
+    server_code, client_code, _ = readme_examples()
     port = free_port()
     payer = await asyncio.to_thread(fresh_payer, daemon)
     seller = Account.create().address
