@@ -162,17 +162,26 @@ class Facilitator:
             return Verdict(False, payer, "insufficient_funds", "the payer's balance does not cover the value")
         return Verdict(True, payer)
 
-    async def settle(self, payment: Payment, now: int, api_key_id: int | None = None) -> Settlement:
+    async def settle(
+        self, payment: Payment, now: int, api_key_id: int | None = None, gas_budget_wei: int | None = None
+    ) -> Settlement:
         """The pure checks, then the relay's ``transfer`` job (the same job for the same
         authorization), waited for at most ``settle_wait_s``: confirmed is success; still on
         its way once signed is ``settlement_pending`` with the hash; never signed within the
-        wait, the job is cancelled (it can then never be sent) and the answer is a failure."""
+        wait, the job is cancelled (it can then never be sent) and the answer is a failure.
+        A new job of API key ``api_key_id`` reserves its fee ceiling of the key's daily
+        ``gas_budget_wei`` (design C3).
+
+        Raises:
+            GasBudgetExhausted: the key's budget for the day cannot take this transfer
+                (nothing recorded; HTTP 429 ``gas_budget_exhausted``).
+        """
         payer = payment.authorization.payer
         try:
             checked = await self._settleable(payment, now)
             if isinstance(checked, Refused):
                 return Settlement(False, payer, reason=checked.reason, message=checked.message)
-            job = await self._job(checked, now, api_key_id)
+            job = await self._job(checked, now, api_key_id, gas_budget_wei)
             if isinstance(job, Settlement):
                 return job
             outcome = await self.relay.outcomes.wait_transfer(job.id, self.settle_wait_s)
@@ -202,11 +211,15 @@ class Facilitator:
         job = await self.relay.jobs.find_by_salt(then.chain_id, then.salt)
         return checked if job is None or job.state is JobState.REJECTED else then
 
-    async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
+    async def _job(
+        self, verified: VerifiedTransfer, now: int, api_key_id: int | None, gas_budget_wei: int | None
+    ) -> Job | Settlement:
         """The authorization's job, or the failure answer when the relay refused it."""
         job: Job | None
         try:
-            job = await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
+            job = await self.relay.accept_transfer(
+                verified, now, api_key_id=api_key_id, gas_budget_wei=gas_budget_wei
+            )
         except ChainRevert as exc:
             # recorded: the simulation reverted (its outcome says why, or shows a front-run);
             # not recorded: the payer's balance, less its transfers in flight, is short
