@@ -1,7 +1,7 @@
 """The standard x402 v2 facilitator under ``/facilitator`` through HTTP, on real anvil and
 Postgres: supported lists the chain; verify answers isValid with the payer, or false with the
 spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
-verify and settle need an API key; settle pays payTo exactly once (a repeated settle answers
+verify and settle need an API key of scope facilitator; settle pays payTo exactly once (a repeated settle answers
 the same transaction from the same job); a settle the node holds unmined answers
 ``settlement_pending`` with the hash, and the same settle after mining answers success."""
 
@@ -36,7 +36,9 @@ PAYER_INDEX = 2  # as test_transfers: its USDC is spare
 
 @pytest.fixture(scope="module")
 async def api_key(daemon: Daemon) -> AsyncIterator[str]:
-    yield await create_api_key(daemon.runtime.settings, f"facilitator-{uuid.uuid4().hex[:6]}")
+    """A facilitator key whose limit the generated-bodies test (300 requests at once) stays under."""
+    name = f"facilitator-{uuid.uuid4().hex[:6]}"
+    yield await create_api_key(daemon.runtime.settings, name, ["facilitator"], rate_limit="1000/second")
 
 
 def network(d: Daemon) -> str:
