@@ -1,8 +1,8 @@
 """The standard x402 v2 facilitator under ``/facilitator`` through HTTP, on real anvil and
 Postgres: supported lists the chain; verify answers isValid with the payer, or false with the
 spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
-verify and settle need an API key of scope facilitator; settle pays payTo exactly once (a repeated settle answers
-the same transaction from the same job); a settle the node holds unmined answers
+verify and settle need an API key of scope facilitator; settle pays payTo exactly once (a
+repeated settle answers the same transaction from the same job); a settle the node holds unmined answers
 ``settlement_pending`` with the hash, and the same settle after mining answers success."""
 
 from __future__ import annotations

@@ -5,11 +5,15 @@ key of scope ``facilitator`` (a marketplace key is 401 there, and the other way 
 Retry-After); a settle its day's budget cannot take is 429 ``gas_budget_exhausted`` with
 nothing recorded; a settle reserves its fee ceiling while in flight and its receipt moves the
 reservation into the gas paid, which ``relayer ledger`` shows per key; a rejected job gives its
-reservation back, and concurrent reservations never pass the budget."""
+reservation back, and concurrent reservations never pass the budget; ``relayer apikey create``
+takes the scopes and limits."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -28,6 +32,7 @@ from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
 from tests.integration.test_facilitator import call, fresh_address, payment
+from tests.processes import RELAYER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -248,3 +253,44 @@ async def test_a_rejected_job_gives_its_reservation_back_and_concurrent_ones_nev
         for job_id in taken:
             await jobs.move(job_id, JobState.REJECTED)
     assert await gas_day(daemon, key_id) == {"reserved_wei": 0, "paid_wei": 0, "settles": 0}
+
+
+def _relayer(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "RELAYER_DATABASE_URL": d.runtime.dsn,
+        "RELAYER_CHAIN_ID": str(d.chain["chainId"]),
+    }
+    return subprocess.run([str(RELAYER), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+async def test_the_cli_creates_a_scoped_key_with_its_limits_and_refuses_bad_ones(daemon: Daemon) -> None:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    args = ("apikey", "create", "--name", name, "--scope", "facilitator", "--scope", "marketplace")
+    done = await asyncio.to_thread(_relayer, daemon, *args, "--rate", "5/second", "--gas-budget-wei", "7")
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    assert token.startswith("mk_") and token not in done.stderr
+    row = await daemon.runtime.db.fetchrow(
+        "SELECT scopes, rate_limit, gas_budget_wei_per_day, key_hash FROM api_keys WHERE name = $1", name
+    )
+    assert (sorted(row["scopes"]), row["rate_limit"], int(row["gas_budget_wei_per_day"])) == (
+        ["facilitator", "marketplace"],
+        "5/second",
+        7,
+    )
+    assert bytes(row["key_hash"]) != token.encode()  # only its hash is stored
+    status, answer = await call(daemon, "verify", payment(daemon, fresh_address(), 1_000), token)
+    assert status == 200 and answer["isValid"] is True, answer
+    plain = await asyncio.to_thread(_relayer, daemon, "apikey", "create", "--name", f"{name}-plain")
+    assert plain.returncode == 0, plain.stderr
+    scopes = await daemon.runtime.db.fetchval("SELECT scopes FROM api_keys WHERE name = $1", f"{name}-plain")
+    assert scopes == ["marketplace"]  # the default: existing usage unchanged
+    for bad in (("--rate", "fast"), ("--gas-budget-wei", "-1"), ("--scope", "admin")):
+        refused = await asyncio.to_thread(_relayer, daemon, "apikey", "create", "--name", "bad", *bad)
+        assert refused.returncode == 2, (bad, refused.stdout, refused.stderr)
+        assert not refused.stdout.strip()
+    ledger = await asyncio.to_thread(_relayer, daemon, "ledger")
+    assert ledger.returncode == 0, ledger.stderr
+    assert isinstance(json.loads(ledger.stdout)["facilitator"], list)
