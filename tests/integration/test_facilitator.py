@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import os
 import time
 import uuid
@@ -375,3 +376,11 @@ async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
             assert again["success"] is True, again
             assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
     print("no-wait settles:", [a["errorReason"] if not a["success"] else "success" for _, _, a in answers])
+    # Every job of the key has ended: the cancelled ones gave their gas reservations back and the
+    # mined ones moved theirs into the gas paid (design C3).
+    reserved = await daemon.runtime.db.fetchval(
+        "SELECT coalesce(sum(d.reserved_wei), 0) FROM api_key_gas_days d "
+        "JOIN api_keys k ON k.id = d.api_key_id WHERE k.key_hash = $1",
+        hashlib.sha256(api_key.encode()).digest(),
+    )
+    assert reserved == 0

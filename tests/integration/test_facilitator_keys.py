@@ -294,3 +294,29 @@ async def test_the_cli_creates_a_scoped_key_with_its_limits_and_refuses_bad_ones
     ledger = await asyncio.to_thread(_relayer, daemon, "ledger")
     assert ledger.returncode == 0, ledger.stderr
     assert isinstance(json.loads(ledger.stdout)["facilitator"], list)
+
+
+async def test_a_settle_cancelled_unsigned_gives_its_reservation_back(daemon: Daemon) -> None:
+    """With no wait the job is cancelled (rejected) before the broadcaster signs it, as a rule
+    (see test_facilitator): its reservation is given back at once and nothing is paid."""
+    token, _, key_id = await new_key(daemon, "facilitator")
+    facilitator = daemon.runtime.facilitator
+    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, 0.0
+    cancelled = 0
+    try:
+        for _ in range(5):
+            status, answer = await call(daemon, "settle", payment(daemon, fresh_address(), 1_500), token)
+            assert status == 200, answer
+            if answer["success"] is False and answer["errorReason"] == "unexpected_settle_error":
+                cancelled += 1
+                break
+    finally:
+        facilitator.settle_wait_s = wait
+    assert cancelled == 1, "no settle was cancelled unsigned"
+    rows = await daemon.runtime.db.fetch(
+        "SELECT state, gas_reserved_wei FROM relay_jobs WHERE api_key_id = $1 AND state = 'rejected'", key_id
+    )
+    assert len(rows) == 1 and rows[0]["gas_reserved_wei"] is None, rows
+    await asyncio.sleep(2)  # the ones signed before the cancel (if any) are mined by now
+    day = await gas_day(daemon, key_id)
+    assert day is not None and day["reserved_wei"] == 0, day
