@@ -155,6 +155,7 @@ async def test_a_settle_reserves_its_ceiling_and_the_ledger_shows_the_gas_each_k
             >= int(job["gas_limit"]) * int(job["max_fee_per_gas"])
         )
         assert (day["paid_wei"], day["settles"]) == (0, 0)
+        reserved = day["reserved_wei"]
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
     finally:
         w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
@@ -168,6 +169,7 @@ async def test_a_settle_reserves_its_ceiling_and_the_ledger_shows_the_gas_each_k
         )
     )
     assert paid > 0
+    print(f"\none settle: gas limit {job['gas_limit']}, reserved {reserved} wei, paid {paid} wei")
     assert await gas_day(daemon, key_id) == {"reserved_wei": 0, "paid_wei": paid, "settles": 1}
     assert (
         await daemon.runtime.db.fetchval(
