@@ -16,7 +16,7 @@ from typing import Final
 from aiohttp import web
 
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
-from relayer.api.facilitator import add_facilitator_routes
+from relayer.api.facilitator import KeyLimits, add_facilitator_routes
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
@@ -469,9 +469,13 @@ def _readiness(rt: Runtime) -> Callable[[], Awaitable[bool]]:
 
 def _mount(app: web.Application, rt: Runtime) -> None:
     """The surfaces beside the x402 endpoint: the marketplace API and the x402 facilitator
-    (which authenticates with the marketplace's API keys)."""
+    (which authenticates with API keys of scope ``facilitator``, each with a request limit and
+    a daily gas budget)."""
     add_routes(app, rt.marketplace)
-    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys)
+    limits = KeyLimits(
+        rt.settings.facilitator_default_rate_limit, rt.settings.facilitator_default_gas_budget_wei_per_day
+    )
+    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys, limits)
     if rt.payments is not None:
         add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire")
 

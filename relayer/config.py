@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Final, Self
 
+import limits
 from pydantic import (
     ConfigDict,
     Field,
@@ -200,6 +201,18 @@ class Settings(BaseSettings):
         ge=30,
         description="validBefore must be this far ahead for /facilitator, seconds (the relay takes 30).",
     )
+    facilitator_default_rate_limit: str = Field(
+        default="20/second",
+        description="Request limit of /facilitator/verify and /settle per API key, per process, in "
+        "the `limits` notation (e.g. '20/second;600/minute'), for keys created without --rate",
+    )
+    facilitator_default_gas_budget_wei_per_day: int = Field(
+        default=5 * 10**16,
+        ge=0,
+        description="Gas (wei) the settles of one API key may cost the executor per UTC day, "
+        "reserved at each settle's fee ceiling until mined, for keys created without "
+        "--gas-budget-wei (default 0.05 ETH)",
+    )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
     resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")
@@ -281,6 +294,12 @@ class Settings(BaseSettings):
 
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
+
+    @field_validator("facilitator_default_rate_limit")
+    @classmethod
+    def _facilitator_rate(cls, value: str) -> str:
+        """A limit in the `limits` notation (a facilitator key always has one)."""
+        return check_rate_limit(value)
 
     @field_validator("executor_private_key")
     @classmethod
@@ -497,6 +516,21 @@ def setting_origins(secrets_dir: PathType | None = SECRETS_DIR_IN_USE) -> dict[s
     if "executor_keystore_file" in origins:
         origins["executor_private_key"] = "keystore"
     return origins
+
+
+def check_rate_limit(text: str) -> str:
+    """``text`` when it is one or more rate limits in the `limits` notation (``"50/second"``,
+    ``"20/second;600/minute"``), at most 200 characters.
+
+    Raises:
+        ValueError: it is not.
+    """
+    try:
+        if not text.strip() or len(text) > 200 or not limits.parse_many(text):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"not a rate limit such as '50/second': {text[:40]!r}") from None
+    return text
 
 
 def _checked_key(text: str) -> str:

@@ -12,6 +12,7 @@ URL is configured (a chain that does not answer shows as unknown)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -25,6 +26,7 @@ from relayer.chain.deployment import extra_chains, load_deployment
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings, env_name
+from relayer.domain.budget import utc_day
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.package_data import migrations_dir
@@ -496,6 +498,9 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     transactions, wei paid, wei the successful relays' allowances were worth, and how many
     paid more than they received; plus the totals, and ``x402Refunds`` (refunds of the standard
     x402 retirement resource: count, USDC refunded, wei their transactions paid).
+    ``facilitator``: per API key whose settles the executor paid gas for (design:
+    docs/design/x402-v2.md, C3), ``{apiKey (its name), settles, paidWei, reservedWei}`` in
+    total and ``today`` (the current UTC day, the one its daily budget counts).
 
     Raises:
         StoreUnavailable: the database failed.
@@ -504,7 +509,9 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     assert settings.database_url is not None
     db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
     try:
-        rows = await ExecutorLane(db, settings.chain_id).ledger()
+        lane = ExecutorLane(db, settings.chain_id)
+        rows = await lane.ledger()
+        keys = await lane.key_ledger(utc_day(int(time.time())))
         refunds = await X402Payments(db).refunds(settings.chain_id)
     finally:
         await db.close()
@@ -527,6 +534,20 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         "receivedWei": str(received),
         "netWei": str(received - paid),
         "x402Refunds": refunds,
+        "facilitator": [
+            {
+                "apiKey": k.name,
+                "settles": k.settles,
+                "paidWei": str(k.paid_wei),
+                "reservedWei": str(k.reserved_wei),
+                "today": {
+                    "settles": k.settles_today,
+                    "paidWei": str(k.paid_today_wei),
+                    "reservedWei": str(k.reserved_today_wei),
+                },
+            }
+            for k in keys
+        ],
     }
 
 

@@ -22,12 +22,13 @@ DEV_KEY_NAME: Final = "devnet facilitator"
 
 async def create_facilitator_key(settings: Settings, name: str = DEV_KEY_NAME) -> str:
     """A new API key (``mk_…`` bearer token, shown once; only its SHA-256 is stored) in the
-    (migrated) database of ``settings``, for the facilitator's verify and settle.
+    (migrated) database of ``settings``, of scope ``facilitator`` (verify and settle), with
+    the settings' default rate limit and daily gas budget.
 
     Raises:
         StoreUnavailable: the database failed.
     """
-    return await create_api_key(settings, name)
+    return await create_api_key(settings, name, ["facilitator"])
 
 
 def record_facilitator_key(devnet_file: Path, settings: Settings) -> dict[str, Any]:

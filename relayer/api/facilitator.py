@@ -4,8 +4,8 @@
 - ``GET /facilitator/supported`` (public): the kinds, extensions (``payment-identifier``)
   and signers served.
 - ``POST /facilitator/verify`` and ``POST /facilitator/settle`` (``Authorization: Bearer``
-  with a marketplace API key; 401 ``{error, message}`` without one): the body is
-  ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
+  with an API key of scope ``facilitator``; 401 ``{error, message}`` without one): the body
+  is ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
   answered HTTP 200 with ``isValid``/``success`` false and the spec's reason, since the SDKs
   treat any other status as a transport error; a body that is not one JSON object is 400.
 - ``payment-identifier`` (x402-foundation/x402 specs/extensions/payment_identifier.md):
@@ -15,13 +15,19 @@
   ``{error: "payment_identifier_conflict", message}`` (the service's refusal, rendered by
   :mod:`relayer.api.errors` on the facilitator surface).
 
-Not yet served: discovery, per-key rate limits and gas budgets (a later part of issue 19).
+- Each key has a request limit (its own or ``facilitator_default_rate_limit``; moving
+  windows per process, so per replica): past it, 429 ``rate_limited`` with ``Retry-After``.
+  A settle that would pass the key's daily gas budget (design C3) is 429
+  ``gas_budget_exhausted`` with ``Retry-After`` (seconds to the next UTC day).
+- ``GET /facilitator/discovery/resources`` (public): the retirement resource
+  (:mod:`relayer.api.x402_resource`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +38,7 @@ from aiohttp import web
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, ValidationError
 
 from relayer.api.errors import error_response
-from relayer.api.http import METRICS, read_json
+from relayer.api.http import METRICS, RateLimit, read_json
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.models import StrictModel
@@ -46,8 +52,10 @@ from relayer.service.facilitator import (
     Requirements,
     Settlement,
 )
-from relayer.service.market.keys import ApiKeys
+from relayer.service.market.keys import ApiKeys, KeyInfo
 from relayer.store.payment_ids import ID_PATTERN
+
+log = logging.getLogger(__name__)
 
 FACILITATOR: Final = web.AppKey("facilitator", Facilitator)
 FACILITATOR_KEYS: Final = web.AppKey("facilitator_keys", ApiKeys)
@@ -120,6 +128,49 @@ class FacilitatorRequestModel(_Strict):
     x402Version: Literal[2]
     paymentPayload: PaymentPayloadModel
     paymentRequirements: RequirementsModel
+
+
+class KeyLimits:
+    """Each facilitator API key's request limit and daily gas budget, its own or the
+    defaults (``limits`` notation; wei per UTC day). The request limits are the ``limits``
+    library's moving windows (:class:`RateLimit`) keyed ``facilitator:<key id>``, in this
+    process's memory: each replica counts on its own. At most :data:`MAX_SPECS` distinct
+    limits are kept; a key whose stored limit is unreadable or past that count has the
+    default."""
+
+    MAX_SPECS: Final = 64
+
+    def __init__(self, default_rate: str, default_budget_wei: int, max_keys: int = 10_000) -> None:
+        self.default_rate = default_rate
+        self.default_budget_wei = default_budget_wei
+        self.max_keys = max_keys
+        self._limits: dict[str, RateLimit] = {default_rate: RateLimit(default_rate, max_clients=max_keys)}
+
+    def budget_wei(self, key: KeyInfo) -> int:
+        """The key's daily gas budget in wei."""
+        return self.default_budget_wei if key.gas_budget_wei_per_day is None else key.gas_budget_wei_per_day
+
+    def retry_after(self, key: KeyInfo) -> int | None:
+        """Count a request of ``key``: None when within its limit, else the seconds until it
+        may send again."""
+        return self._limit(key.rate_limit or self.default_rate).hit(f"facilitator:{key.id}")
+
+    def _limit(self, spec: str) -> RateLimit:
+        limit = self._limits.get(spec)
+        if limit is not None:
+            return limit
+        if len(self._limits) >= self.MAX_SPECS:
+            return self._limits[self.default_rate]
+        try:
+            limit = RateLimit(spec, max_clients=self.max_keys)
+        except ValueError:
+            log.warning("an API key's rate limit is unreadable: the default applies")
+            return self._limits[self.default_rate]
+        self._limits[spec] = limit
+        return limit
+
+
+FACILITATOR_LIMITS: Final = web.AppKey("facilitator_limits", KeyLimits)
 
 
 def guarded(handler: Handler) -> Handler:
@@ -215,10 +266,10 @@ def _version_ok(body: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Parsed:
-    """A request authenticated and read: the API key's id, the model (None when the payload
-    is refused before any check: ``reason`` and ``message`` say why), the raw body."""
+    """A request authenticated and read: the API key, the model (None when the payload is
+    refused before any check: ``reason`` and ``message`` say why), the raw body."""
 
-    key_id: int
+    key: KeyInfo
     model: FacilitatorRequestModel | None
     body: dict[str, Any]
     reason: str = ""
@@ -231,10 +282,17 @@ class _Parsed:
 
 
 async def _parsed(request: web.Request) -> _Parsed:
-    """Authenticate (401 without a valid key), read (400 unless one JSON object) and
-    validate the body."""
-    keys = request.app[FACILITATOR_KEYS]
-    key_id = await keys.authenticate(request.headers.get("Authorization"))
+    """Authenticate (401 without a valid key of scope ``facilitator``), count the request
+    against the key's limit (429 ``rate_limited`` past it), read (400 unless one JSON object)
+    and validate the body."""
+    key = await request.app[FACILITATOR_KEYS].authenticate(
+        request.headers.get("Authorization"), "facilitator"
+    )
+    wait = request.app[FACILITATOR_LIMITS].retry_after(key)
+    if wait is not None:
+        request.app[METRICS].rate_limited.inc()
+        message = f"too many requests with this API key; retry in {wait} s"
+        raise Rejection("rate_limited", message, retryAfterSeconds=wait)
     try:
         body = await read_json(request)
     except ValueError as exc:
@@ -242,18 +300,18 @@ async def _parsed(request: web.Request) -> _Parsed:
     if not isinstance(body, dict):
         raise Rejection("invalid_json", "one JSON object is expected")
     if not _version_ok(body):
-        return _Parsed(key_id, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
+        return _Parsed(key, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
     try:
         model = FacilitatorRequestModel.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return _Parsed(key_id, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
+        return _Parsed(key, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
     try:
         identifier = payment_identifier(body)
     except ValueError as exc:
-        return _Parsed(key_id, None, body, "invalid_payload", str(exc))
-    return _Parsed(key_id, model, body, identifier=identifier)
+        return _Parsed(key, None, body, "invalid_payload", str(exc))
+    return _Parsed(key, model, body, identifier=identifier)
 
 
 @guarded
@@ -294,7 +352,8 @@ async def settle(request: web.Request) -> web.Response:
     if p.model is None:
         refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
         return _json(_settle_body(refused, f.network))
-    settled = await f.settle(p.payment(), int(time.time()), api_key_id=p.key_id)
+    budget = request.app[FACILITATOR_LIMITS].budget_wei(p.key)
+    settled = await f.settle(p.payment(), int(time.time()), api_key_id=p.key.id, gas_budget_wei=budget)
     return _json(_settle_body(settled, f.network))
 
 
@@ -316,10 +375,13 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
-def add_facilitator_routes(app: web.Application, facilitator: Facilitator, keys: ApiKeys) -> None:
+def add_facilitator_routes(
+    app: web.Application, facilitator: Facilitator, keys: ApiKeys, limits: KeyLimits
+) -> None:
     """Mount the facilitator routes under :data:`PREFIX` on the daemon's application."""
     app[FACILITATOR] = facilitator
     app[FACILITATOR_KEYS] = keys
+    app[FACILITATOR_LIMITS] = limits
     app.router.add_get(f"{PREFIX}/supported", supported)
     app.router.add_post(f"{PREFIX}/verify", verify)
     app.router.add_post(f"{PREFIX}/settle", settle)

@@ -174,6 +174,13 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     _marketplace("invalid_quantity", 400, "amount", False, "Tonnes above 0 with at most 3 decimals."),
     _marketplace("unsupported_chain", 400, "resolution", False, "The chain is not served here."),
     _marketplace("unauthorized", 401, "authorization", False, "A valid API key is required."),
+    _marketplace(
+        "gas_budget_exhausted",
+        429,
+        "authorization",
+        True,
+        "The API key's daily gas budget is spent; retry after `retryAfterSeconds` (the next UTC day).",
+    ),
     _marketplace("project_not_found", 404, "resolution", False, "No project with that key."),
     _marketplace("order_not_found", 404, "resolution", False, "No order with that id for this key."),
     _marketplace("quote_not_found", 404, "resolution", False, "No quote with that id for this key."),

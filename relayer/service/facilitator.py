@@ -226,9 +226,12 @@ class Facilitator:
             return Verdict(False, payer, "invalid_transaction_state", _revert_text(preview.revert))
         return Verdict(True, payer)
 
-    async def settle(self, payment: Payment, now: int, api_key_id: int | None = None) -> Settlement:
+    async def settle(
+        self, payment: Payment, now: int, api_key_id: int | None = None, gas_budget_wei: int | None = None
+    ) -> Settlement:
         """Settle ``payment`` (``now`` in unix seconds; ``api_key_id`` pays the gas and scopes
-        the payment identifier: ``facilitator:<api_key_id>``).
+        the payment identifier: ``facilitator:<api_key_id>``; a new job of that key reserves its
+        fee ceiling of the key's daily ``gas_budget_wei``, design C3).
 
         With a payment identifier, it is looked up first (the spec: before verification, a
         resend may no longer verify): bound to another payload → :class:`Rejection`
@@ -244,6 +247,8 @@ class Facilitator:
         Raises:
             Rejection: ``payment_identifier_conflict`` only (every other refusal is the
                 answer's ``reason``).
+            GasBudgetExhausted: the key's budget for the day cannot take this transfer
+                (nothing recorded; HTTP 429 ``gas_budget_exhausted``).
         """
         payer = payment.authorization.payer
         scope = f"facilitator:{api_key_id}"
@@ -255,7 +260,7 @@ class Facilitator:
             if isinstance(checked, Refused):
                 return Settlement(False, payer, reason=checked.reason, message=checked.message)
             await self._claim(payment, scope)
-            job = await self._job(checked, now, api_key_id)
+            job = await self._job(checked, now, api_key_id, gas_budget_wei)
             if isinstance(job, Settlement):
                 return job
             if payment.identifier is not None and self.payment_ids is not None:
@@ -334,11 +339,15 @@ class Facilitator:
         job = await self.relay.jobs.find_by_salt(then.chain_id, then.salt)
         return checked if job is None or job.state is JobState.REJECTED else then
 
-    async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
+    async def _job(
+        self, verified: VerifiedTransfer, now: int, api_key_id: int | None, gas_budget_wei: int | None
+    ) -> Job | Settlement:
         """The authorization's job, or the failure answer when the relay refused it."""
         job: Job | None
         try:
-            job = await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
+            job = await self.relay.accept_transfer(
+                verified, now, api_key_id=api_key_id, gas_budget_wei=gas_budget_wei
+            )
         except ChainRevert as exc:
             # recorded: the simulation reverted (its outcome says why, or shows a front-run);
             # not recorded: the payer's balance, less its transfers in flight, is short

@@ -1,9 +1,9 @@
 """The standard x402 v2 facilitator under ``/facilitator`` through HTTP, on real anvil and
 Postgres: supported lists the chain; verify answers isValid with the payer, or false with the
 spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
-verify and settle need an API key; settle pays payTo exactly once (a repeated settle answers
-the same transaction from the same job); a settle the node holds unmined answers
-``settlement_pending`` with the hash, and the same settle after mining answers success.
+verify and settle need an API key of scope facilitator; settle pays payTo exactly once (a
+repeated settle answers the same transaction from the same job); a settle the node holds
+unmined answers ``settlement_pending`` with the hash, and the same settle after mining answers success.
 Verify simulates the transfer (a nonce used elsewhere is refused) and counts the payer's
 transfers in flight; a front-runner's transaction is success only once at the confirmation
 depth; a settle cancelled unsigned is a new attempt when settled again."""
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import os
 import time
 import uuid
@@ -40,7 +41,9 @@ PAYER_INDEX = 2  # as test_transfers: its USDC is spare
 
 @pytest.fixture(scope="module")
 async def api_key(daemon: Daemon) -> AsyncIterator[str]:
-    yield await create_api_key(daemon.runtime.settings, f"facilitator-{uuid.uuid4().hex[:6]}")
+    """A facilitator key whose limit the generated-bodies test (300 requests at once) stays under."""
+    name = f"facilitator-{uuid.uuid4().hex[:6]}"
+    yield await create_api_key(daemon.runtime.settings, name, ["facilitator"], rate_limit="1000/second")
 
 
 def network(d: Daemon) -> str:
@@ -384,6 +387,14 @@ async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
             assert repeat == again
             assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
     print("no-wait settles:", [a["errorReason"] if not a["success"] else "success" for _, _, a in answers])
+    # Every job of the key has ended: the cancelled ones gave their gas reservations back and the
+    # mined ones moved theirs into the gas paid (design C3).
+    reserved = await daemon.runtime.db.fetchval(
+        "SELECT coalesce(sum(d.reserved_wei), 0) FROM api_key_gas_days d "
+        "JOIN api_keys k ON k.id = d.api_key_id WHERE k.key_hash = $1",
+        hashlib.sha256(api_key.encode()).digest(),
+    )
+    assert reserved == 0
 
 
 def submit_directly(d: Daemon, body: dict[str, Any]) -> bytes:

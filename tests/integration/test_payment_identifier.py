@@ -31,7 +31,12 @@ DECLARED: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 async def api_key(daemon: Daemon) -> AsyncIterator[str]:
-    yield await create_api_key(daemon.runtime.settings, f"payment-id-{uuid.uuid4().hex[:6]}")
+    yield await create_api_key(
+        daemon.runtime.settings,
+        f"payment-id-{uuid.uuid4().hex[:6]}",
+        ["facilitator"],
+        rate_limit="1000/second",
+    )
 
 
 def with_id(body: dict[str, Any], pid: Any, **info: Any) -> dict[str, Any]:
@@ -107,7 +112,12 @@ async def test_same_id_other_payload_is_a_conflict_and_pays_nothing(daemon: Daem
     )
     assert jobs == 0
     # The identifier is the client's key per API key: under another key it is a new one.
-    other_key = await create_api_key(daemon.runtime.settings, f"payment-id-{uuid.uuid4().hex[:6]}")
+    other_key = await create_api_key(
+        daemon.runtime.settings,
+        f"payment-id-{uuid.uuid4().hex[:6]}",
+        ["facilitator"],
+        rate_limit="1000/second",
+    )
     status, answer = await call(daemon, "settle", other, other_key)
     assert status == 200 and answer["success"] is True, answer
     assert await token_balance(daemon.runtime.node, "usdc", other_to) == 1_357

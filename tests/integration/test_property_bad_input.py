@@ -1637,7 +1637,9 @@ async def test_generated_facilitator_requests_never_answer_5xx(daemon: Daemon) -
     extra headers) by any method on ``/facilitator/verify``, ``/settle`` and ``/supported``:
     never a 5xx; every answer is one JSON object; a payment answered 200 is invalid (the payer
     holds nothing); and nothing is recorded for the payer."""
-    key = await create_api_key(daemon.runtime.settings, "property-facilitator")
+    key = await create_api_key(
+        daemon.runtime.settings, "property-facilitator", ["facilitator"], rate_limit="100000/second"
+    )
     broke = Account.create()
     base = payment(daemon, fresh_address(), 5_000, key=broke.key.hex(), payer=broke.address)
     seen: Counter[int] = Counter()
