@@ -390,6 +390,14 @@ def up(
     else:
         primary.update(described)
     _write_json(devdata / chains[0].description_file, primary)
+    _log_up(devdata, chains, primary, index)
+    return primary
+
+
+def _log_up(
+    devdata: Path, chains: Sequence[LocalChain], primary: dict[str, Any], index: dict[str, Any]
+) -> None:
+    """Say which chains run where and what was seeded on them."""
     for chain in chains:
         log.info("devnet: %s (chain %d) on %s", chain.name, chain.chain_id, chain.rpc_url)
     log.info(
@@ -401,7 +409,6 @@ def up(
         len(index["seededRetirements"]),
     )
     log.info("devnet: wrote %s", devdata / chains[0].description_file)
-    return primary
 
 
 def _described(
