@@ -14,6 +14,7 @@ from relayer.domain import chains
 from relayer.domain.chains import CHAINS, ChainFacts
 
 PACKAGE = Path(chains.__file__).resolve().parents[1]
+SEPOLIA, AMOY = "https://sepolia.basescan.org", "https://amoy.polygonscan.com"
 UNKNOWN = 31337  # anvil's default chain id: not in the table
 
 
@@ -22,9 +23,9 @@ UNKNOWN = 31337  # anvil's default chain id: not in the table
     [
         # Base since Denim: 200 ms blocks; the confirmation is a time, its depth derived.
         (8453, "Base", "base", "https://basescan.org/tx/", 200, 20.0, 100, True, "USD Coin"),
-        (84532, "Base Sepolia", "base-sepolia", "https://sepolia.basescan.org/tx/", 200, 10, 50, True, "USDC"),
+        (84532, "Base Sepolia", "base-sepolia", f"{SEPOLIA}/tx/", 200, 10, 50, True, "USDC"),
         (137, "Polygon", "polygon", "https://polygonscan.com/tx/", 2_000, 128.0, 64, False, None),
-        (80002, "Polygon Amoy", "polygon-amoy", "https://amoy.polygonscan.com/tx/", 2000, 32, 16, False, None),
+        (80002, "Polygon Amoy", "polygon-amoy", f"{AMOY}/tx/", 2000, 32, 16, False, None),
     ],
 )
 def test_each_chains_facts(
