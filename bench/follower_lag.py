@@ -41,7 +41,9 @@ from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 class InFlight(ExecutorLane):
     """The real lane, with ``extra`` hashes of ours always pending (never mined)."""
 
-    extra: dict[bytes, PendingTx] = {}
+    def __init__(self, db: Any, chain_id: int, extra: dict[bytes, PendingTx]) -> None:
+        super().__init__(db, chain_id)
+        self.extra = extra
 
     async def pending(self) -> dict[bytes, PendingTx]:
         return {**await super().pending(), **self.extra}
@@ -56,8 +58,8 @@ def free_port() -> int:
 
 
 async def measure(rt: Any, args: argparse.Namespace) -> dict[str, Any]:
-    lane = InFlight(rt.db, rt.settings.chain_id)
-    lane.extra = {os.urandom(32): PendingTx(None, "noop") for _ in range(args.in_flight)}
+    extra = {os.urandom(32): PendingTx(None, "noop") for _ in range(args.in_flight)}
+    lane = InFlight(rt.db, rt.settings.chain_id, extra)
     policy = rt.settings.confirmation_policy() if hasattr(rt.settings, "confirmation_policy") else 1
     poll = rt.settings.poll_interval_s() if hasattr(rt.settings, "poll_interval_s") else 0.25
     calls: dict[str, int] = {}
@@ -140,7 +142,9 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--block-time", type=float, default=0.2)
     parser.add_argument("--background-tps", type=float, default=150.0)

@@ -50,7 +50,8 @@ class Miner:
         if self.bury is None:
             return
         head = int(self.anvil.rpc("eth_blockNumber"), 16)
-        if self.buried_in is None and self.anvil.rpc("eth_getBlockByNumber", hex(head), False)["transactions"]:
+        block = self.anvil.rpc("eth_getBlockByNumber", hex(head), False)
+        if self.buried_in is None and block["transactions"]:
             self.buried_in = head
         if self.buried_in is not None and head - self.buried_in + 1 >= self.bury:
             self.bury = None
