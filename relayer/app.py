@@ -378,9 +378,9 @@ def start_workers(rt: Runtime) -> None:
         rt.lane,
         rt.retirements,
         rt.metrics,
-        rt.settings.depth(),
+        rt.settings.confirmation_policy(),
         rt.deploy_block,
-        rt.settings.block_poll_interval_s,
+        rt.settings.poll_interval_s(),
         guard,
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
@@ -407,9 +407,9 @@ def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
             rt.reads,
             rt.catalogue,
             rt.metrics,
-            rt.settings.depth(),
+            rt.settings.confirmation_policy(),
             rt.deploy_block,
-            rt.settings.block_poll_interval_s,
+            rt.settings.poll_interval_s(),
             retirements=False,  # the chain follower indexes this chain's retirements
             guard=guard,
         )
@@ -421,9 +421,9 @@ def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
                 ChainReads(extra_node),
                 rt.catalogue,
                 rt.metrics,
-                extra.config.depth(),
+                extra.config.confirmation_policy(),
                 extra.deploy_block,
-                rt.settings.block_poll_interval_s,
+                extra.config.confirmation_policy().poll_interval_s(),
                 retirements=True,
                 guard=ChainGuard(extra_node, ChainIdentity(rt.db), rt.metrics),
             )

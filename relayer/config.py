@@ -36,7 +36,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources import PathType
 
-from relayer.domain.chains import BASE_SEPOLIA, default_confirmations
+from relayer.domain.chains import BASE_SEPOLIA, default_confirmation, default_confirmations
+from relayer.domain.confirmation import ConfirmationPolicy, parse_confirmation
 from relayer.domain.errors import RelayerError
 from relayer.domain.lane import LanePolicy
 from relayer.domain.models import StrictModel
@@ -65,6 +66,15 @@ class IndexChain(StrictModel):
     def depth(self) -> int:
         """Blocks under an event before it is indexed (``confirmations`` or the chain's default)."""
         return self.confirmations or default_confirmations(self.chain_id)
+
+    def confirmation_policy(self) -> ConfirmationPolicy:
+        """``confirmations`` blocks at the chain's block time, or the chain's default policy."""
+        policy = default_confirmation(self.chain_id)
+        return (
+            policy
+            if self.confirmations is None
+            else ConfirmationPolicy(policy.block_time_ms, self.confirmations)
+        )
 
 
 class ConfigError(RelayerError):
@@ -121,7 +131,16 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="Blocks a receipt must be buried under before a retirement is settled "
-        "(default per chain: relayer.domain.chains; 64 on a chain not in its table).",
+        "(overrides RELAYER_CONFIRMATION; default per chain: relayer.domain.chains).",
+    )
+    confirmation: str | None = Field(
+        default=None,
+        description="When a receipt counts as confirmed, in time: seconds of blocks over it ('20', "
+        "'0.6s'; the depth is derived from the block time), or 'safe' / 'finalized' to settle at the "
+        "node's safe or finalized head (default per chain: relayer.domain.chains, e.g. Base 20 s).",
+    )
+    block_time_ms: int | None = Field(
+        default=None, gt=0, description="The chain's block interval, ms (default: the chain table's)."
     )
     gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
     gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
@@ -154,7 +173,11 @@ class Settings(BaseSettings):
     )
     gas_budget_class: int = Field(default=450_000, gt=0, description="Gas priced into a class allowance.")
     gas_budget_listing: int = Field(default=350_000, gt=0, description="Gas priced into a listing allowance.")
-    block_poll_interval_s: float = Field(default=0.25, gt=0)
+    block_poll_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How often the follower and indexers look for a head (default: half a block).",
+    )
 
     # --- relay -------------------------------------------------------------------------
     class_auth_lifetime_s: int = Field(default=3600, gt=0, description="Authorization lifetime, class.")
@@ -301,6 +324,13 @@ class Settings(BaseSettings):
         """A limit in the `limits` notation (a facilitator key always has one)."""
         return check_rate_limit(value)
 
+    @field_validator("confirmation")
+    @classmethod
+    def _confirmation(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_confirmation(value)  # ValueError: not seconds, safe or finalized
+        return value
+
     @field_validator("executor_private_key")
     @classmethod
     def _executor_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -414,8 +444,28 @@ class Settings(BaseSettings):
         }
 
     def depth(self) -> int:
-        """The confirmation depth: ``confirmations``, or the chain's default."""
-        return self.confirmations or default_confirmations(self.chain_id)
+        """The confirmation depth in blocks (:meth:`confirmation_policy`; with a ``safe`` or
+        ``finalized`` tag, the blocks its horizon spans)."""
+        return self.confirmation_policy().depth
+
+    def confirmation_policy(self) -> ConfirmationPolicy:
+        """When a receipt counts as confirmed (issue 20): ``confirmations`` blocks, else
+        ``confirmation`` (seconds at the block time, or the node's safe/finalized head), else
+        the chain's default; the block time is ``block_time_ms`` or the chain table's."""
+        policy = default_confirmation(self.chain_id, self.block_time_ms)
+        if self.confirmations is not None:
+            return ConfirmationPolicy(policy.block_time_ms, self.confirmations)
+        if self.confirmation is None:
+            return policy
+        wanted = parse_confirmation(self.confirmation)
+        if isinstance(wanted, str):
+            return ConfirmationPolicy.at_tag(wanted, policy.block_time_ms)
+        return ConfirmationPolicy.in_seconds(wanted, policy.block_time_ms)
+
+    def poll_interval_s(self) -> float:
+        """How often the follower and the indexers look for a new head: ``block_poll_interval_s``,
+        else half a block (at most 1 s)."""
+        return self.block_poll_interval_s or self.confirmation_policy().poll_interval_s()
 
     def lane_policy(self) -> LanePolicy:
         """How patient the executor lane is (seconds)."""

@@ -105,6 +105,9 @@ def shown_value(settings: Settings, name: str) -> str:
 def _unset(settings: Settings, name: str) -> str:
     derived = {
         "confirmations": f"chain {settings.chain_id}'s default: {settings.depth()}",
+        "confirmation": f"chain {settings.chain_id}'s default: {settings.confirmation_policy().describe()}",
+        "block_time_ms": f"chain {settings.chain_id}'s: {settings.confirmation_policy().block_time_ms}",
+        "block_poll_interval_s": f"half a block: {settings.poll_interval_s():g}",
         "projects_file": "the packaged data set",
         "x402_v1_base_url": settings.x402_hosts()["v1"],
         "x402_v0_base_url": settings.x402_hosts()["v0"],
