@@ -20,6 +20,7 @@ NODE_STAMP := node_modules/.installed
 # Directories git does not keep while empty: lint only those that exist.
 LINT_PATHS := $(wildcard relayer relayer_dev tests bench)
 PYTEST_ARGS ?=
+TPS ?= 150
 BENCH_ARGS ?=
 
 # True when pid $1 is a live `relayer all` (judged by its command line, so a recycled pid is left alone).
@@ -28,7 +29,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test devnet devnet-down compile lint bench-facilitator
+.PHONY: help install demo test devnet devnet-down traffic compile lint bench-facilitator
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -97,6 +98,9 @@ devnet-down: ## Stop the daemon started by `make devnet`, then the devnet
 	fi; \
 	rm -f $(DAEMON_PID)
 	@if [ -x $(BIN)/python ]; then $(DEV) devnet down; else echo "$(BIN)/python missing: nothing to stop"; fi
+
+traffic: install ## Other senders' token transfers on the running devnet at TPS a second (default 150) until Ctrl-C
+	$(DEV) traffic --tps $(TPS)
 
 compile: $(NODE_STAMP) ## Compile contracts/src into contracts_abi/ with the pinned solc
 	node contracts/compile.js

@@ -19,7 +19,17 @@ they carry (what a metered provider bills). nonceErrors are broadcasts the node 
 their nonce, seen by the counting proxy. steadySettledPerSecond is the rate between the 10th
 and the 90th percentile of answers (without the first block's ramp and the last confirmations).
 
+On the Base-like profile (issue 20): ``--block-time 0.2`` (Base's 200 ms blocks) and
+``--background-tps 150`` (``python -m relayer_dev traffic`` against the bench's anvil for the
+whole run, from after the payers are funded: other senders' token transfers, some on the
+devnet's USDC and kVCM); the JSON line then adds blockTimeSeconds, backgroundTps (what the
+generator achieved), backgroundErrors and anvilBackgroundCpuMsPerSecond (anvil's CPU under the
+traffic alone, measured for 3 s before the daemon's load; anvil's figures under load include
+it).
+
     .venv/bin/python bench/relay_throughput.py --retirements 1000 --concurrency 500
+    .venv/bin/python bench/relay_throughput.py --retirements 300 --concurrency 50 \
+        --block-time 0.2 --background-tps 150
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from web3 import Web3
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.background import Background, start_background  # noqa: E402
 from bench.common import (  # noqa: E402
     NONCE_REFUSALS,
     ROUND_TRIPS,
@@ -163,7 +174,7 @@ async def baseline(info: dict[str, Any], datas: list[bytes]) -> dict[str, Any]:
             assert time.monotonic() < deadline, "baseline transactions not mined"
             await asyncio.sleep(0.02)
     elapsed = time.perf_counter() - started
-    last = w3.eth.get_transaction_receipt(w3.eth.get_block("latest", True)["transactions"][-1]["hash"])
+    last = w3.eth.get_transaction_receipt(keccak(hexstr=raws[-1]))  # ours, not the background's
     return {
         "perSecond": len(datas) / elapsed,
         "seconds": elapsed,
@@ -279,6 +290,8 @@ async def main(args: argparse.Namespace) -> None:
     anvil_port = free_port()
     anvil = devnet.start_anvil(state, anvil_port, 84532, args.block_time, args.gas_limit)
     procs: list[subprocess.Popen[bytes]] = []
+    background: Background | None = None
+    traffic: dict[str, Any] = {}
     try:
         info = deploy_and_seed(devnet.rpc_url(anvil_port), 84532, devnet.DEFAULT_PROJECTS_FILE)
         (state / "devnet.json").write_text(json.dumps(info))
@@ -286,6 +299,16 @@ async def main(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         fund(info, [Account.from_key(k).address for k in payers], 10 * 10**6)
         print(f"funded {n} payers in {time.perf_counter() - t0:.1f} s", flush=True)
+        if args.background_tps:
+            background = start_background(args.background_tps, info["rpcUrl"], state / "devnet.json", state)
+            before = cpu_seconds(anvil.pid)
+            await asyncio.sleep(3)
+            traffic["anvilCpuMsPerSecond"] = 1000 * (cpu_seconds(anvil.pid) - before) / 3
+            print(
+                f"background traffic at {args.background_tps:g}/s (log {background.log}); anvil CPU under it "
+                f"alone: {traffic['anvilCpuMsPerSecond']:.0f} ms/s",
+                flush=True,
+            )
         settings = Settings(
             database_url=dsn,
             rpc_url=info["rpcUrl"],
@@ -375,6 +398,10 @@ async def main(args: argparse.Namespace) -> None:
             f"their nonce: {nonce_errors}"
         )
         await proxy.cleanup()
+        if background is not None:
+            traffic |= background.stop()
+            background = None
+            print(f"background traffic: {json.dumps(traffic)}", flush=True)
         print(
             json.dumps(
                 {
@@ -389,11 +416,17 @@ async def main(args: argparse.Namespace) -> None:
                     "daemonCpuMsPerRetirement": round(1000 * cpu / n, 1),
                     "rpcMethodCallsPerRetirement": round(rpc_calls / n, 2),
                     "steadySettledPerSecond": round(result["steadyPerSecond"], 2),
+                    "blockTimeSeconds": args.block_time,
+                    "backgroundTps": traffic.get("achievedTps", 0.0),
+                    "backgroundErrors": traffic.get("errors", 0),
+                    "anvilBackgroundCpuMsPerSecond": round(traffic.get("anvilCpuMsPerSecond", 0.0), 1),
                 }
             )
         )
     finally:
         stop_processes(procs)
+        if background is not None:
+            background.stop()
         stop_processes([anvil], 10)
         devdb.drop_database(admin, dsn.rsplit("/", 1)[1])
 
@@ -406,6 +439,12 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=500)
     parser.add_argument("--block-time", type=float, default=1.0)
     parser.add_argument("--gas-limit", type=int, default=1_000_000_000)
+    parser.add_argument(
+        "--background-tps",
+        type=float,
+        default=0.0,
+        help="other senders' token transfers a second on the chain during the run (0: none)",
+    )
     parser.add_argument(
         "--split", action="store_true", help="relayer serve + relayer work instead of relayer all"
     )

@@ -225,19 +225,42 @@ def catalogue_load(path: Path | None) -> None:
 
 @main.group()
 def apikey() -> None:
-    """Bearer API keys of the marketplace's quotes and orders."""
+    """Bearer API keys of the marketplace's quotes and orders and the x402 facilitator."""
 
 
 @apikey.command("create")
 @click.option("--name", required=True, help="Who the key is for (shown in logs, at most 100 characters).")
-def apikey_create(name: str) -> None:
+@click.option(
+    "--scope",
+    "scopes",
+    type=click.Choice(["marketplace", "facilitator"]),
+    multiple=True,
+    help="What the key may call (repeatable): marketplace (quotes, orders; the default) or "
+    "facilitator (/facilitator/verify and /settle).",
+)
+@click.option(
+    "--rate",
+    default=None,
+    help="The key's facilitator request limit per process, e.g. 50/second "
+    "(default RELAYER_FACILITATOR_DEFAULT_RATE_LIMIT).",
+)
+@click.option(
+    "--gas-budget-wei",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Gas (wei) the key's settles may cost per UTC day "
+    "(default RELAYER_FACILITATOR_DEFAULT_GAS_BUDGET_WEI_PER_DAY).",
+)
+def apikey_create(name: str, scopes: tuple[str, ...], rate: str | None, gas_budget_wei: int | None) -> None:
     """Create a key and print it once (only its SHA-256 is stored). Needs RELAYER_DATABASE_URL."""
     from relayer.admin import create_api_key
 
     settings = _settings("database_url")
     _migrate(settings)
     try:
-        token = asyncio.run(create_api_key(settings, name))
+        token = asyncio.run(create_api_key(settings, name, scopes or ("marketplace",), rate, gas_budget_wei))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     except RelayerError as exc:
         _fail(exc)
     click.echo(token)

@@ -16,10 +16,11 @@ from typing import Final
 from aiohttp import web
 
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
-from relayer.api.facilitator import add_facilitator_routes
+from relayer.api.facilitator import KeyLimits, add_facilitator_routes
 from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
+from relayer.api.x402_resource import add_resource_routes
 from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
@@ -45,15 +46,18 @@ from relayer.service.readiness import Readiness
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
 from relayer.service.supply import Supply
+from relayer.service.x402_payments import Payments
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity
 from relayer.store.lease import ExecutorLease
 from relayer.store.notify import JobNotifications
 from relayer.store.orders import Orders
+from relayer.store.payment_ids import PaymentIds
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import RelayJobs
 from relayer.store.retirements import RetirementStore
+from relayer.store.x402_payments import X402Payments
 from relayer.workers import sleep_or_stop
 from relayer.workers.broadcaster import Broadcaster, LaneBoard
 from relayer.workers.catalogue_indexer import CatalogueIndexer
@@ -62,6 +66,7 @@ from relayer.workers.follower import ChainFollower
 from relayer.workers.gauges import Gauges
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.order_keeper import OrderKeeper
+from relayer.workers.payment_keeper import PaymentKeeper
 from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -95,6 +100,7 @@ class Runtime:
     marketplace: Marketplace
     facilitator: Facilitator
     extra_chains: list[ExtraChain] = field(default_factory=list)
+    payments: Payments | None = None  # the standard x402 retirement resource (set by _wire)
     extra_nodes: list[ChainNode] = field(default_factory=list)
     signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
     lease: ExecutorLease | None = None  # this process's lease of the first key (workers only)
@@ -204,6 +210,55 @@ def _facilitator(
         [s.address for s in signers],
         settings.facilitator_settle_wait_s,
         settings.facilitator_expiry_margin_s,
+        PaymentIds(relay.jobs.db),
+    )
+
+
+def _payments(
+    settings: Settings, relay: Relay, gas: GasPricer, db: Database, facilitator: Facilitator
+) -> Payments:
+    """The standard x402 retirement resource: paid to the treasury, retired from it (offered
+    when a treasury key and ``x402_quote_secret`` are set)."""
+    treasury, secret = settings.treasury_private_key, settings.x402_quote_secret
+    if treasury is not None and secret is None:
+        log.warning("RELAYER_X402_QUOTE_SECRET is not set: actions/retire sends no PAYMENT-REQUIRED header")
+    return Payments(
+        relay,
+        relay.prepare,
+        gas,
+        X402Payments(db),
+        facilitator,
+        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+        None if secret is None else secret.get_secret_value().encode(),
+        settings.x402_quote_lifetime_s,
+        settings.settle_wait_s,
+    )
+
+
+def _marketplace(
+    settings: Settings,
+    db: Database,
+    node: ChainNode,
+    extra_chains: list[ExtraChain],
+    parts: tuple[CatalogueStore, RetirementStore, Supply, Prepare, Relay, ProjectRecords],
+) -> Marketplace:
+    """The marketplace over every indexed chain (this one and the extra ones), quoting with
+    the treasury key when one is set."""
+    catalogue, retirements, supply, prepare, relay, project_records = parts
+    treasury = settings.treasury_private_key
+    return Marketplace(
+        catalogue,
+        retirements,
+        Orders(db),
+        supply,
+        prepare,
+        relay,
+        [IndexedChain(settings.chain_id, node.contracts)]
+        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
+        settings.public_base_url,
+        settings.quote_lifetime_s,
+        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
+        project_records=project_records,
     )
 
 
@@ -225,7 +280,9 @@ def _wire(
     supply = Supply(reads, settings, project_records)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, supply, settings.public_base_url)
-    outcomes = Outcomes(jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch)
+    outcomes = Outcomes(
+        jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch, settings.depth()
+    )
     prepare = Prepare(supply, reads, gas, settings)
     simulator = Simulator(
         executor,
@@ -246,21 +303,10 @@ def _wire(
         settings.min_executor_balance_wei,
         [s.address for s in signers],
     )
-    treasury = settings.treasury_private_key
-    marketplace = Marketplace(
-        catalogue,
-        retirements,
-        Orders(db),
-        supply,
-        prepare,
-        relay,
-        [IndexedChain(settings.chain_id, node.contracts)]
-        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
-        settings.public_base_url,
-        settings.quote_lifetime_s,
-        None if treasury is None else TreasurySigner(treasury.get_secret_value()),
-        project_records=project_records,
+    marketplace = _marketplace(
+        settings, db, node, extra_chains, (catalogue, retirements, supply, prepare, relay, project_records)
     )
+    facilitator = _facilitator(settings, relay, node, signers)
     return Runtime(
         settings=settings,
         dsn=dsn,
@@ -281,8 +327,9 @@ def _wire(
         deploy_block=deploy_block,
         catalogue=catalogue,
         marketplace=marketplace,
-        facilitator=_facilitator(settings, relay, node, signers),
+        facilitator=facilitator,
         extra_chains=extra_chains,
+        payments=_payments(settings, relay, gas, db, facilitator),
     )
 
 
@@ -331,9 +378,9 @@ def start_workers(rt: Runtime) -> None:
         rt.lane,
         rt.retirements,
         rt.metrics,
-        rt.settings.depth(),
+        rt.settings.confirmation_policy(),
         rt.deploy_block,
-        rt.settings.block_poll_interval_s,
+        rt.settings.poll_interval_s(),
         guard,
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
@@ -344,6 +391,11 @@ def start_workers(rt: Runtime) -> None:
     rt.tasks.append(
         asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
     )
+    if rt.payments is not None and rt.payments.enabled:
+        payment_keeper = PaymentKeeper(rt.payments)
+        rt.tasks.append(
+            asyncio.create_task(_supervised("payment-keeper", payment_keeper.run, rt), name="payment-keeper")
+        )
 
 
 def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
@@ -355,9 +407,9 @@ def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
             rt.reads,
             rt.catalogue,
             rt.metrics,
-            rt.settings.depth(),
+            rt.settings.confirmation_policy(),
             rt.deploy_block,
-            rt.settings.block_poll_interval_s,
+            rt.settings.poll_interval_s(),
             retirements=False,  # the chain follower indexes this chain's retirements
             guard=guard,
         )
@@ -369,9 +421,9 @@ def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
                 ChainReads(extra_node),
                 rt.catalogue,
                 rt.metrics,
-                extra.config.depth(),
+                extra.config.confirmation_policy(),
                 extra.deploy_block,
-                rt.settings.block_poll_interval_s,
+                extra.config.confirmation_policy().poll_interval_s(),
                 retirements=True,
                 guard=ChainGuard(extra_node, ChainIdentity(rt.db), rt.metrics),
             )
@@ -417,9 +469,15 @@ def _readiness(rt: Runtime) -> Callable[[], Awaitable[bool]]:
 
 def _mount(app: web.Application, rt: Runtime) -> None:
     """The surfaces beside the x402 endpoint: the marketplace API and the x402 facilitator
-    (which authenticates with the marketplace's API keys)."""
+    (which authenticates with API keys of scope ``facilitator``, each with a request limit and
+    a daily gas budget)."""
     add_routes(app, rt.marketplace)
-    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys)
+    limits = KeyLimits(
+        rt.settings.facilitator_default_rate_limit, rt.settings.facilitator_default_gas_budget_wei_per_day
+    )
+    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys, limits)
+    if rt.payments is not None:
+        add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire")
 
 
 def make_web_app(rt: Runtime) -> web.Application:

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Final, Self
 
+import limits
 from pydantic import (
     ConfigDict,
     Field,
@@ -35,7 +36,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources import PathType
 
-from relayer.domain.chains import BASE_SEPOLIA, default_confirmations
+from relayer.domain.chains import BASE_SEPOLIA, default_confirmation, default_confirmations
+from relayer.domain.confirmation import ConfirmationPolicy, parse_confirmation
 from relayer.domain.errors import RelayerError
 from relayer.domain.lane import LanePolicy
 from relayer.domain.models import StrictModel
@@ -64,6 +66,15 @@ class IndexChain(StrictModel):
     def depth(self) -> int:
         """Blocks under an event before it is indexed (``confirmations`` or the chain's default)."""
         return self.confirmations or default_confirmations(self.chain_id)
+
+    def confirmation_policy(self) -> ConfirmationPolicy:
+        """``confirmations`` blocks at the chain's block time, or the chain's default policy."""
+        policy = default_confirmation(self.chain_id)
+        return (
+            policy
+            if self.confirmations is None
+            else ConfirmationPolicy(policy.block_time_ms, self.confirmations)
+        )
 
 
 class ConfigError(RelayerError):
@@ -120,7 +131,16 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="Blocks a receipt must be buried under before a retirement is settled "
-        "(default per chain: relayer.domain.chains; 64 on a chain not in its table).",
+        "(overrides RELAYER_CONFIRMATION; default per chain: relayer.domain.chains).",
+    )
+    confirmation: str | None = Field(
+        default=None,
+        description="When a receipt counts as confirmed, in time: seconds of blocks over it ('20', "
+        "'0.6s'; the depth is derived from the block time), or 'safe' / 'finalized' to settle at the "
+        "node's safe or finalized head (default per chain: relayer.domain.chains, e.g. Base 20 s).",
+    )
+    block_time_ms: int | None = Field(
+        default=None, gt=0, description="The chain's block interval, ms (default: the chain table's)."
     )
     gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
     gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
@@ -153,7 +173,11 @@ class Settings(BaseSettings):
     )
     gas_budget_class: int = Field(default=450_000, gt=0, description="Gas priced into a class allowance.")
     gas_budget_listing: int = Field(default=350_000, gt=0, description="Gas priced into a listing allowance.")
-    block_poll_interval_s: float = Field(default=0.25, gt=0)
+    block_poll_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How often the follower and indexers look for a head (default: half a block).",
+    )
 
     # --- relay -------------------------------------------------------------------------
     class_auth_lifetime_s: int = Field(default=3600, gt=0, description="Authorization lifetime, class.")
@@ -186,10 +210,31 @@ class Settings(BaseSettings):
     facilitator_settle_wait_s: float = Field(
         default=20.0, gt=0, description="How long /facilitator/settle waits for confirmation, seconds."
     )
+    x402_quote_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of the standard x402 retirement resource's quote references (at least 32 "
+        "characters; the same on every replica); with a treasury key it turns the resource's "
+        "PAYMENT-REQUIRED header on (the dev tooling supplies one)",
+    )
+    x402_quote_lifetime_s: int = Field(
+        default=300, gt=0, description="How long a standard x402 quote reference is valid, seconds."
+    )
     facilitator_expiry_margin_s: int = Field(
         default=30,
         ge=30,
         description="validBefore must be this far ahead for /facilitator, seconds (the relay takes 30).",
+    )
+    facilitator_default_rate_limit: str = Field(
+        default="20/second",
+        description="Request limit of /facilitator/verify and /settle per API key, per process, in "
+        "the `limits` notation (e.g. '20/second;600/minute'), for keys created without --rate",
+    )
+    facilitator_default_gas_budget_wei_per_day: int = Field(
+        default=5 * 10**16,
+        ge=0,
+        description="Gas (wei) the settles of one API key may cost the executor per UTC day, "
+        "reserved at each settle's fee ceiling until mined, for keys created without "
+        "--gas-budget-wei (default 0.05 ETH)",
     )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
@@ -273,6 +318,19 @@ class Settings(BaseSettings):
     # --- logging -----------------------------------------------------------------------
     log_level: str = "INFO"
 
+    @field_validator("facilitator_default_rate_limit")
+    @classmethod
+    def _facilitator_rate(cls, value: str) -> str:
+        """A limit in the `limits` notation (a facilitator key always has one)."""
+        return check_rate_limit(value)
+
+    @field_validator("confirmation")
+    @classmethod
+    def _confirmation(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_confirmation(value)  # ValueError: not seconds, safe or finalized
+        return value
+
     @field_validator("executor_private_key")
     @classmethod
     def _executor_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -288,6 +346,16 @@ class Settings(BaseSettings):
         if value is None:
             return None
         return SecretStr(_checked_key(value.get_secret_value()))
+
+    @field_validator("x402_quote_secret")
+    @classmethod
+    def _quote_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """At least 32 characters (an HMAC-SHA256 key); blank is unset."""
+        if value is None or not value.get_secret_value().strip():
+            return None
+        if len(value.get_secret_value().strip()) < 32:
+            raise ValueError("must be at least 32 characters (e.g. `openssl rand -hex 32`)")
+        return SecretStr(value.get_secret_value().strip())
 
     @field_validator("executor_private_keys")
     @classmethod
@@ -376,8 +444,28 @@ class Settings(BaseSettings):
         }
 
     def depth(self) -> int:
-        """The confirmation depth: ``confirmations``, or the chain's default."""
-        return self.confirmations or default_confirmations(self.chain_id)
+        """The confirmation depth in blocks (:meth:`confirmation_policy`; with a ``safe`` or
+        ``finalized`` tag, the blocks its horizon spans)."""
+        return self.confirmation_policy().depth
+
+    def confirmation_policy(self) -> ConfirmationPolicy:
+        """When a receipt counts as confirmed (issue 20): ``confirmations`` blocks, else
+        ``confirmation`` (seconds at the block time, or the node's safe/finalized head), else
+        the chain's default; the block time is ``block_time_ms`` or the chain table's."""
+        policy = default_confirmation(self.chain_id, self.block_time_ms)
+        if self.confirmations is not None:
+            return ConfirmationPolicy(policy.block_time_ms, self.confirmations)
+        if self.confirmation is None:
+            return policy
+        wanted = parse_confirmation(self.confirmation)
+        if isinstance(wanted, str):
+            return ConfirmationPolicy.at_tag(wanted, policy.block_time_ms)
+        return ConfirmationPolicy.in_seconds(wanted, policy.block_time_ms)
+
+    def poll_interval_s(self) -> float:
+        """How often the follower and the indexers look for a new head: ``block_poll_interval_s``,
+        else half a block (at most 1 s)."""
+        return self.block_poll_interval_s or self.confirmation_policy().poll_interval_s()
 
     def lane_policy(self) -> LanePolicy:
         """How patient the executor lane is (seconds)."""
@@ -478,6 +566,21 @@ def setting_origins(secrets_dir: PathType | None = SECRETS_DIR_IN_USE) -> dict[s
     if "executor_keystore_file" in origins:
         origins["executor_private_key"] = "keystore"
     return origins
+
+
+def check_rate_limit(text: str) -> str:
+    """``text`` when it is one or more rate limits in the `limits` notation (``"50/second"``,
+    ``"20/second;600/minute"``), at most 200 characters.
+
+    Raises:
+        ValueError: it is not.
+    """
+    try:
+        if not text.strip() or len(text) > 200 or not limits.parse_many(text):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"not a rate limit such as '50/second': {text[:40]!r}") from None
+    return text
 
 
 def _checked_key(text: str) -> str:

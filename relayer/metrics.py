@@ -140,6 +140,23 @@ class Metrics:
             ["chain_id"],
             registry=self.registry,
         )
+        self.follower_lag = Gauge(
+            "relayer_follower_lag_blocks",
+            "Blocks between the chain's head and the last block the follower read, at its last step.",
+            registry=self.registry,
+        )
+        self.follower_blocks = Counter(
+            "relayer_follower_blocks_total",
+            "Blocks the follower moved past (our receipts recorded); CPU per block = "
+            "relayer_follower_cpu_seconds_total / this.",
+            registry=self.registry,
+        )
+        self.follower_cpu_seconds = Counter(
+            "relayer_follower_cpu_seconds_total",
+            "Thread CPU time during the follower's steps, seconds (it includes what other tasks "
+            "of the process ran while a step awaited the node or the database).",
+            registry=self.registry,
+        )
 
     def _executor(self) -> None:
         """The executor lanes: broadcasts, replacements, no-ops, reorgs."""

@@ -12,6 +12,7 @@ URL is configured (a chain that does not answer shows as unknown)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -25,6 +26,7 @@ from relayer.chain.deployment import extra_chains, load_deployment
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings, env_name
+from relayer.domain.budget import utc_day
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.package_data import migrations_dir
@@ -33,6 +35,7 @@ from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import redact
 from relayer.store.pool import Database
 from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries
+from relayer.store.x402_payments import X402Payments
 
 RPC_TIMEOUT_S: Final = 5.0
 """Longest a report waits for a chain node's answer, seconds."""
@@ -102,6 +105,9 @@ def shown_value(settings: Settings, name: str) -> str:
 def _unset(settings: Settings, name: str) -> str:
     derived = {
         "confirmations": f"chain {settings.chain_id}'s default: {settings.depth()}",
+        "confirmation": f"chain {settings.chain_id}'s default: {settings.confirmation_policy().describe()}",
+        "block_time_ms": f"chain {settings.chain_id}'s: {settings.confirmation_policy().block_time_ms}",
+        "block_poll_interval_s": f"half a block: {settings.poll_interval_s():g}",
         "projects_file": "the packaged data set",
         "x402_v1_base_url": settings.x402_hosts()["v1"],
         "x402_v0_base_url": settings.x402_hosts()["v0"],
@@ -309,6 +315,7 @@ class Recorded:
     cursors: list[Cursor]
     chains: dict[int, bytes]
     applied: list[str]
+    payments: dict[str, int] = field(default_factory=dict)  # x402 resource payments by state
 
 
 async def _recorded(dsn: str, chain_id: int, configured: Sequence[str]) -> Recorded:
@@ -341,6 +348,7 @@ async def _recorded(dsn: str, chain_id: int, configured: Sequence[str]) -> Recor
             cursors=await q.cursors(),
             chains=await q.chains(),
             applied=applied,
+            payments=await X402Payments(db).count_by_state(chain_id),
         )
     finally:
         await db.close()
@@ -393,6 +401,7 @@ async def status_report(settings: Settings) -> dict[str, Any]:
             for v in views.values()
         ],
         "jobs": _job_rows(recorded.states),
+        "x402Payments": recorded.payments,
         "executors": [
             _executor_row(settings, chain_id, address, address in configured, recorded, views.get(chain_id))
             for chain_id, address in keys
@@ -490,7 +499,11 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     """The executor's solvency ledger on ``settings.chain_id`` (``relayer ledger``): per kind
     (relay, noop, transfer: sponsored, never counted at a loss) and outcome, mined
     transactions, wei paid, wei the successful relays' allowances were worth, and how many
-    paid more than they received; plus the totals.
+    paid more than they received; plus the totals, and ``x402Refunds`` (refunds of the standard
+    x402 retirement resource: count, USDC refunded, wei their transactions paid).
+    ``facilitator``: per API key whose settles the executor paid gas for (design:
+    docs/design/x402-v2.md, C3), ``{apiKey (its name), settles, paidWei, reservedWei}`` in
+    total and ``today`` (the current UTC day, the one its daily budget counts).
 
     Raises:
         StoreUnavailable: the database failed.
@@ -499,7 +512,10 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     assert settings.database_url is not None
     db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
     try:
-        rows = await ExecutorLane(db, settings.chain_id).ledger()
+        lane = ExecutorLane(db, settings.chain_id)
+        rows = await lane.ledger()
+        keys = await lane.key_ledger(utc_day(int(time.time())))
+        refunds = await X402Payments(db).refunds(settings.chain_id)
     finally:
         await db.close()
     paid = sum(r.paid_wei for r in rows)
@@ -520,6 +536,21 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         "paidWei": str(paid),
         "receivedWei": str(received),
         "netWei": str(received - paid),
+        "x402Refunds": refunds,
+        "facilitator": [
+            {
+                "apiKey": k.name,
+                "settles": k.settles,
+                "paidWei": str(k.paid_wei),
+                "reservedWei": str(k.reserved_wei),
+                "today": {
+                    "settles": k.settles_today,
+                    "paidWei": str(k.paid_today_wei),
+                    "reservedWei": str(k.reserved_today_wei),
+                },
+            }
+            for k in keys
+        ],
     }
 
 

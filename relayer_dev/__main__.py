@@ -1,12 +1,14 @@
 """The dev command line, run from the repository root: ``python -m relayer_dev devnet up|down``,
-``demo`` and ``env``. It supplies the product's settings (see :mod:`relayer_dev.settings`)."""
+``demo``, ``env`` and ``traffic``. It supplies the product's settings (see :mod:`relayer_dev.settings`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -16,6 +18,7 @@ from relayer.config import ConfigError, Settings, load_settings
 from relayer.domain.errors import RelayerError
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
+from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.settings import (
     DEFAULT_RPC_PORT,
     DEVNET_FILE,
@@ -47,6 +50,7 @@ def _up(settings: Settings) -> dict[str, Any]:
         chain_id=settings.chain_id,
         x402_base_url=settings.x402_base_url,
         marketplace_base_url=settings.public_base_url,
+        block_time=devnet.block_time_setting(os.environ),
     )
     return {**info, "deploymentFile": str(DEVNET_FILE)}
 
@@ -60,21 +64,30 @@ def main() -> None:
 @main.group("devnet")
 def devnet_group() -> None:
     """Local chains: two anvils (Base Sepolia 84532 on :8545, Polygon 137 on :8546) with the
-    reference protocol deployed and seeded."""
+    reference protocol deployed and seeded. DEVNET_BLOCK_TIME=0.2 (seconds) mines the first
+    chain's blocks on that interval (Base's 200 ms) instead of one per transaction."""
 
 
 @devnet_group.command("up")
 def devnet_up() -> None:
-    """Start both anvils, deploy, seed; write .devdata/devnet.json, devnet-137.json and relayer.env."""
+    """Start both anvils, deploy, seed; write .devdata/devnet.json (with the facilitator's URL
+    and a dev API key for it), devnet-137.json and relayer.env."""
     try:
         info = _up(_environment())
-        env_file = write_env_file(dev_settings(info, _environment()))
+        settings = dev_settings(info, _environment())
+        env_file = write_env_file(settings)
+        record_facilitator_key(DEVNET_FILE, settings)
     except RelayerError as exc:
         _fail(exc)
     chains = ", ".join(f"{c['name']} ({c['chainId']}) {c['rpcUrl']}" for c in info["chains"])
+    blocks = (
+        "a block per transaction"
+        if info.get("blockTime") is None
+        else f"a block every {info['blockTime']:g} s"
+    )
     click.echo(
-        f"devnet up: {chains}; settlement {info['contracts']['settlement']} on chain {info['chainId']}; "
-        f"product settings in {env_file}"
+        f"devnet up: {chains} ({blocks}); settlement {info['contracts']['settlement']} on chain "
+        f"{info['chainId']}; product settings in {env_file}"
     )
 
 
@@ -119,6 +132,74 @@ def demo(amount: str, carbon_class: str | None) -> None:
     click.echo(json.dumps(result))
     if result.get("status") != "settled":
         sys.exit(1)
+
+
+@main.command()
+@click.option(
+    "--tps",
+    type=click.FloatRange(0, min_open=True),
+    default=150.0,
+    show_default=True,
+    help="Transfers a second.",
+)
+@click.option(
+    "--rpc", default=None, help="The node's JSON-RPC URL (default: the devnet's, else http://127.0.0.1:8545)."
+)
+@click.option(
+    "--accounts", type=click.IntRange(1, 10_000), default=100, show_default=True, help="Sender accounts."
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Stop after this long (default: at Ctrl-C or SIGTERM).",
+)
+@click.option(
+    "--deployment-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The devnet description whose USDC and kVCM to move (default: .devdata/devnet.json if present).",
+)
+@click.option(
+    "--ours-share",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Share of transfers moving the devnet's USDC or kVCM; the rest move a token of the traffic's own.",
+)
+@click.option(
+    "--report-every",
+    type=click.FloatRange(0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between progress lines on stderr.",
+)
+def traffic(
+    tps: float,
+    rpc: str | None,
+    accounts: int,
+    seconds: float | None,
+    deployment_file: Path | None,
+    ours_share: float,
+    report_every: float,
+) -> None:
+    """Background traffic: other senders' ERC-20 transfers (each a Transfer log) at a steady
+    rate, pipelined, so blocks look like Base's. Prints a JSON summary (achievedTps, errors,
+    CPU) when it stops."""
+    from relayer_dev.traffic import TrafficOptions, load_deployment, run_traffic
+
+    try:
+        if deployment_file is None and DEVNET_FILE.is_file():
+            deployment_file = DEVNET_FILE
+        deployment = load_deployment(deployment_file) if deployment_file is not None else None
+        if deployment is None:
+            logging.getLogger("relayer_dev").warning("no devnet description: the traffic's own token only")
+        url = rpc or (deployment or {}).get("rpcUrl") or f"http://127.0.0.1:{DEFAULT_RPC_PORT}"
+        options = TrafficOptions(url, tps, accounts, seconds, deployment, ours_share, report_every)
+        summary = asyncio.run(run_traffic(options))
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo(json.dumps(summary))
 
 
 if __name__ == "__main__":

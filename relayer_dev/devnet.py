@@ -8,6 +8,12 @@ chains) for the first, ``anvil-137.pid``, ``anvil-137.log`` and ``devnet-137.jso
 second. Policy: ``up`` is idempotent (a live, described chain is reused, never redeployed);
 ``down`` stops exactly the processes named in the pid files and nothing else. Deployment
 itself lives in :mod:`relayer_dev.deploy`; this module never imports web3.
+
+The Base-like profile: ``DEVNET_BLOCK_TIME`` (seconds, e.g. ``0.2``, Base's block time since
+Denim) makes the daemon's chain mine a block on that interval instead of one per
+transaction (anvil's ``--block-time``, which takes fractions); ``devnet.json`` records it as
+``blockTime`` (``null``: a block per transaction). The Polygon stand-in keeps mining a block
+per transaction. :mod:`relayer_dev.traffic` fills the blocks with other senders' transfers.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -39,6 +45,9 @@ ANVIL: Final = REPO_ROOT / "node_modules" / "@foundry-rs" / "anvil-linux-amd64" 
 DEFAULT_PROJECTS_FILE: Final = REPO_ROOT / "data" / "carbon-projects.json"
 
 HOST: Final = "127.0.0.1"
+BLOCK_TIME_ENV: Final = "DEVNET_BLOCK_TIME"
+MIN_BLOCK_TIME_S: Final = 0.01
+MAX_BLOCK_TIME_S: Final = 3600.0
 BASE_FEE_WEI: Final = 10_000_000
 START_TIMEOUT_S: Final = 15.0
 STOP_TIMEOUT_S: Final = 5.0
@@ -72,6 +81,29 @@ class DevnetError(DevError):
     """anvil could not be started, answered wrongly, or the devnet files are inconsistent."""
 
 
+def block_time_setting(environ: Mapping[str, str]) -> float | None:
+    """The devnet's block time from ``DEVNET_BLOCK_TIME`` in ``environ``: seconds between
+    blocks (fractions allowed: ``"0.2"`` is Base's 200 ms), or ``None`` when unset or empty
+    (one block per transaction, the devnet's behaviour without it).
+
+    Raises:
+        DevnetError: the value is not a number of seconds from 0.01 to 3600.
+    """
+    raw = environ.get(BLOCK_TIME_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not MIN_BLOCK_TIME_S <= seconds <= MAX_BLOCK_TIME_S:  # also false for nan
+        raise DevnetError(
+            f"{BLOCK_TIME_ENV}={raw!r}: expected seconds between blocks, "
+            f"from {MIN_BLOCK_TIME_S} to {MAX_BLOCK_TIME_S:.0f} (e.g. 0.2)"
+        )
+    return seconds
+
+
 @dataclass(frozen=True)
 class LocalChain:
     """One anvil of the devnet and the files under ``.devdata/`` that belong to it.
@@ -83,6 +115,7 @@ class LocalChain:
         pid_file: file holding anvil's pid.
         log_file: anvil's output.
         description_file: the deployment's description (JSON).
+        block_time: seconds between blocks, or ``None`` for a block per transaction.
     """
 
     chain_id: int
@@ -91,6 +124,7 @@ class LocalChain:
     pid_file: str
     log_file: str
     description_file: str
+    block_time: float | None = None
 
     @property
     def rpc_url(self) -> str:
@@ -98,11 +132,14 @@ class LocalChain:
         return rpc_url(self.port)
 
 
-def devnet_chains(port: int, chain_id: int, index_port: int) -> tuple[LocalChain, LocalChain]:
+def devnet_chains(
+    port: int, chain_id: int, index_port: int, block_time: float | None = None
+) -> tuple[LocalChain, LocalChain]:
     """The devnet's two chains: the daemon's own (``chain_id`` on ``port``, described in
-    ``devnet.json``) and the Polygon stand-in (137 on ``index_port``, ``devnet-137.json``)."""
+    ``devnet.json``, a block every ``block_time`` seconds or one per transaction) and the
+    Polygon stand-in (137 on ``index_port``, ``devnet-137.json``, a block per transaction)."""
     return (
-        LocalChain(chain_id, chain_name(chain_id), port, PID_FILE, LOG_FILE, DEVNET_FILE),
+        LocalChain(chain_id, chain_name(chain_id), port, PID_FILE, LOG_FILE, DEVNET_FILE, block_time),
         LocalChain(
             POLYGON_CHAIN_ID,
             chain_name(POLYGON_CHAIN_ID),
@@ -170,7 +207,8 @@ def start_anvil(
         state_dir: directory for the log file (created if missing).
         port: TCP port; must be free.
         chain_id: chain id to report (84532 Base Sepolia, 8453 Base, 137 Polygon).
-        block_time: seconds between blocks; ``None`` mines one block per transaction.
+        block_time: seconds between blocks (fractions allowed, e.g. 0.2); ``None`` mines
+            one block per transaction.
         gas_limit: the block gas limit (anvil's default: 30M).
         log_name: the log file's name in ``state_dir`` (appended to).
 
@@ -199,7 +237,7 @@ def start_anvil(
         str(BASE_FEE_WEI),
     ]
     if block_time is not None:
-        cmd += ["--block-time", str(block_time)]
+        cmd += ["--block-time", f"{block_time:g}"]
     if gas_limit is not None:
         cmd += ["--gas-limit", str(gas_limit)]
     with log_path.open("ab") as log_file:
@@ -290,6 +328,7 @@ def up(
     marketplace_base_url: str | None = None,
     projects_file: Path = DEFAULT_PROJECTS_FILE,
     index_port: int = DEFAULT_INDEX_PORT,
+    block_time: float | None = None,
 ) -> dict[str, Any]:
     """Start both anvils, deploy and seed the protocol on each, and write
     ``.devdata/devnet.json`` and ``.devdata/devnet-137.json``.
@@ -309,23 +348,28 @@ def up(
         marketplace_base_url: the daemon's public base URL (the marketplace routes
             ``/categories``, ``/carbonProjects``, ``/retirements/...`` are at its root),
             recorded as ``marketplaceBaseUrl``; default: ``x402_base_url`` without ``/api``.
+            ``facilitatorUrl`` (the standard x402 facilitator) is this base + ``/facilitator``.
         projects_file: ``carbon-projects.json`` the credits are taken from.
         index_port: the Polygon stand-in's (chain 137) TCP port on 127.0.0.1.
+        block_time: seconds between the first chain's blocks (``DEVNET_BLOCK_TIME``, see
+            :func:`block_time_setting`); ``None``: a block per transaction.
 
     Returns:
         The first chain's description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
-        ``x402BaseUrl``, ``marketplaceBaseUrl`` and ``chains``: one entry per local chain,
+        ``blockTime`` (``block_time``; each description file records its chain's),
+        ``x402BaseUrl``, ``marketplaceBaseUrl``, ``facilitatorUrl``, ``usdc`` (for a standard
+        client's spend controls) and ``chains``: one entry per local chain,
         ``{"chainId", "name", "rpcUrl", "deploymentFile"}`` (absolute path of its
         description file), the first chain first.
 
     Raises:
-        DevnetError: a chain of this root's devnet is running on another port or chain id,
-            or anvil failed to start.
+        DevnetError: a chain of this root's devnet is running on another port, chain id or
+            block time, or anvil failed to start.
         relayer_dev.deploy.DeployError: deployment or seeding failed (the anvils this call
             started are stopped).
     """
     devdata = root / DEVDATA
-    chains = devnet_chains(port, chain_id, index_port)
+    chains = devnet_chains(port, chain_id, index_port, block_time)
     reused = [_reusable(devdata, chain) for chain in chains]
     fresh = [chain for chain, existing in zip(chains, reused, strict=True) if existing is None]
     deployed = _bring_up(devdata, fresh, projects_file) if fresh else {}
@@ -337,6 +381,7 @@ def up(
         if chain.chain_id in deployed:
             _write_json(devdata / chain.description_file, deployed[chain.chain_id])
     described = _described(devdata, chains, x402_base_url, marketplace_base_url)
+    described["usdc"] = primary["contracts"]["usdc"]
     if reused[0] is not None:  # keep what it records, add what an older `up` did not
         missing = {k: v for k, v in described.items() if k not in primary}
         if not missing:
@@ -345,6 +390,14 @@ def up(
     else:
         primary.update(described)
     _write_json(devdata / chains[0].description_file, primary)
+    _log_up(devdata, chains, primary, index)
+    return primary
+
+
+def _log_up(
+    devdata: Path, chains: Sequence[LocalChain], primary: dict[str, Any], index: dict[str, Any]
+) -> None:
+    """Say which chains run where and what was seeded on them."""
     for chain in chains:
         log.info("devnet: %s (chain %d) on %s", chain.name, chain.chain_id, chain.rpc_url)
     log.info(
@@ -356,17 +409,20 @@ def up(
         len(index["seededRetirements"]),
     )
     log.info("devnet: wrote %s", devdata / chains[0].description_file)
-    return primary
 
 
 def _described(
     devdata: Path, chains: Sequence[LocalChain], x402_base_url: str, marketplace_base_url: str | None
 ) -> dict[str, Any]:
-    """What ``devnet.json`` records beside the first chain's description: the daemon's base
-    URLs and one entry per local chain (see :func:`up`)."""
+    """What ``devnet.json`` records beside the first chain's description: its block time, the
+    daemon's base URLs (x402, marketplace, facilitator) and one entry per local chain (see
+    :func:`up`)."""
+    public = marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api")
     return {
+        "blockTime": chains[0].block_time,
         "x402BaseUrl": x402_base_url,
-        "marketplaceBaseUrl": marketplace_base_url or x402_base_url.rstrip("/").removesuffix("/api"),
+        "marketplaceBaseUrl": public,
+        "facilitatorUrl": f"{public.rstrip('/')}/facilitator",
         "chains": [
             {
                 "chainId": chain.chain_id,
@@ -396,6 +452,7 @@ def _reusable(devdata: Path, chain: LocalChain) -> dict[str, Any] | None:
             existing is not None
             and existing.get("rpcUrl") == url
             and existing.get("chainId") == chain.chain_id
+            and existing.get("blockTime") == chain.block_time  # absent: an older `up`, a block a tx
         ):
             if probe_chain_id(url) == chain.chain_id and all(k in existing for k in CURRENT_KEYS):
                 log.info("devnet: already up on %s (chain %d, pid %d)", url, chain.chain_id, pid)
@@ -403,13 +460,20 @@ def _reusable(devdata: Path, chain: LocalChain) -> dict[str, Any] | None:
         elif existing is not None:
             raise DevnetError(
                 f"a devnet is already running (pid {pid}, {existing.get('rpcUrl')}, chain "
-                f"{existing.get('chainId')}); run `python -m relayer_dev devnet down` first"
+                f"{existing.get('chainId')}, {_blocks(existing.get('blockTime'))}; asked for "
+                f"{chain.rpc_url}, chain {chain.chain_id}, {_blocks(chain.block_time)}); "
+                "run `python -m relayer_dev devnet down` first"
             )
         log.info("devnet: stopping an unresponsive, undescribed or outdated anvil (pid %d)", pid)
         _terminate(pid)
     pid_path.unlink(missing_ok=True)
     description_path.unlink(missing_ok=True)
     return None
+
+
+def _blocks(block_time: float | None) -> str:
+    """How a chain mines, for messages: ``"a block every 0.2 s"`` or ``"a block per transaction"``."""
+    return "a block per transaction" if block_time is None else f"a block every {block_time:g} s"
 
 
 def _bring_up(devdata: Path, chains: list[LocalChain], projects_file: Path) -> dict[int, dict[str, Any]]:
@@ -425,11 +489,12 @@ def _bring_up(devdata: Path, chains: list[LocalChain], projects_file: Path) -> d
     deployed: dict[int, dict[str, Any]] = {}
     try:
         for chain in chains:
-            proc = start_anvil(devdata, chain.port, chain.chain_id, log_name=chain.log_file)
+            proc = start_anvil(devdata, chain.port, chain.chain_id, chain.block_time, log_name=chain.log_file)
             started.append((chain, proc))
             (devdata / chain.pid_file).write_text(f"{proc.pid}\n")
         for chain in chains:
-            deployed[chain.chain_id] = deploy_and_seed(chain.rpc_url, chain.chain_id, projects_file)
+            description = deploy_and_seed(chain.rpc_url, chain.chain_id, projects_file)
+            deployed[chain.chain_id] = {**description, "blockTime": chain.block_time}
     except BaseException:
         for chain, proc in started:
             _terminate(proc.pid)

@@ -9,6 +9,7 @@ command with them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -77,11 +78,18 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
     }
     if "treasury" in devnet:
         supplied["treasury_private_key"] = SecretStr(devnet["treasury"]["privateKey"])
+        supplied["x402_quote_secret"] = SecretStr(dev_quote_secret(devnet["treasury"]["privateKey"]))
     updates = {k: v for k, v in supplied.items() if getattr(base, k) is None}
     if "index_chains" not in base.model_fields_set:  # RELAYER_INDEX_CHAINS='[]' indexes none
         updates["index_chains"] = index_chains(devnet)
     updates["chain_id"] = devnet["chainId"]
     return base.model_copy(update=updates)
+
+
+def dev_quote_secret(treasury_key: str) -> str:
+    """The devnet's ``RELAYER_X402_QUOTE_SECRET``: derived from its (public, throwaway) treasury
+    key, so every dev process of one devnet agrees on it. Dev only: an operator sets its own."""
+    return hashlib.sha256(b"relayer-devnet x402 quote secret" + treasury_key.encode()).hexdigest()
 
 
 def env_lines(settings: Settings) -> list[str]:
@@ -96,6 +104,7 @@ def env_lines(settings: Settings) -> list[str]:
         "confirmations": settings.confirmations,
         "index_chains": _index_chains_json(settings.index_chains) if settings.index_chains else None,
         "treasury_private_key": settings.treasury_private_key,
+        "x402_quote_secret": settings.x402_quote_secret,
     }
     return [
         f"{env_name(k)}={shlex.quote(v.get_secret_value() if isinstance(v, SecretStr) else str(v))}"

@@ -84,6 +84,6 @@ def error_response(error: RelayerError, surface: Surface) -> web.Response:
     body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``)."""
     body = _ENCODE[surface](error_body(error, surface))
     response = web.Response(text=body, status=status_of(error), content_type="application/json")
-    if error.code == "rate_limited":
+    if status_of(error) == 429:
         response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
     return response

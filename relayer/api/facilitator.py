@@ -1,20 +1,33 @@
 """HTTP surface of the standard x402 v2 facilitator, under ``/facilitator`` on the daemon
 (design: docs/design/x402-v2.md, (a) Facilitator bodies and C2):
 
-- ``GET /facilitator/supported`` (public): the kinds, extensions and signers served.
+- ``GET /facilitator/supported`` (public): the kinds, extensions (``payment-identifier``)
+  and signers served.
 - ``POST /facilitator/verify`` and ``POST /facilitator/settle`` (``Authorization: Bearer``
-  with a marketplace API key; 401 ``{error, message}`` without one): the body is
-  ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
+  with an API key of scope ``facilitator``; 401 ``{error, message}`` without one): the body
+  is ``{x402Version, paymentPayload, paymentRequirements}``. A payment that is invalid is
   answered HTTP 200 with ``isValid``/``success`` false and the spec's reason, since the SDKs
   treat any other status as a transport error; a body that is not one JSON object is 400.
+- ``payment-identifier`` (x402-foundation/x402 specs/extensions/payment_identifier.md):
+  ``paymentPayload.extensions["payment-identifier"].info.id`` is read here with the SHA-256
+  of the payload's canonical JSON (:func:`payment_identifier`); a malformed extension or id
+  is ``invalid_payload`` (200); the same id with another payload on settle is 409
+  ``{error: "payment_identifier_conflict", message}`` (the service's refusal, rendered by
+  :mod:`relayer.api.errors` on the facilitator surface).
 
-Not yet served: the ``payment-identifier`` extension, discovery, per-key rate limits and
-gas budgets (a later part of issue 19).
+- Each key has a request limit (its own or ``facilitator_default_rate_limit``; moving
+  windows per process, so per replica): past it, 429 ``rate_limited`` with ``Retry-After``.
+  A settle that would pass the key's daily gas budget (design C3) is 429
+  ``gas_budget_exhausted`` with ``Retry-After`` (seconds to the next UTC day).
+- ``GET /facilitator/discovery/resources`` (public): the retirement resource
+  (:mod:`relayer.api.x402_resource`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -25,13 +38,24 @@ from aiohttp import web
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, ValidationError
 
 from relayer.api.errors import error_response
-from relayer.api.http import METRICS, read_json
+from relayer.api.http import METRICS, RateLimit, read_json
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.models import StrictModel
 from relayer.domain.verify import TransferAuthorization
-from relayer.service.facilitator import X402_VERSION, Facilitator, Payment, Requirements, Settlement
-from relayer.service.market.keys import ApiKeys
+from relayer.service.facilitator import (
+    PAYMENT_IDENTIFIER,
+    X402_VERSION,
+    Facilitator,
+    Payment,
+    PaymentIdentifier,
+    Requirements,
+    Settlement,
+)
+from relayer.service.market.keys import ApiKeys, KeyInfo
+from relayer.store.payment_ids import ID_PATTERN
+
+log = logging.getLogger(__name__)
 
 FACILITATOR: Final = web.AppKey("facilitator", Facilitator)
 FACILITATOR_KEYS: Final = web.AppKey("facilitator_keys", ApiKeys)
@@ -106,9 +130,52 @@ class FacilitatorRequestModel(_Strict):
     paymentRequirements: RequirementsModel
 
 
+class KeyLimits:
+    """Each facilitator API key's request limit and daily gas budget, its own or the
+    defaults (``limits`` notation; wei per UTC day). The request limits are the ``limits``
+    library's moving windows (:class:`RateLimit`) keyed ``facilitator:<key id>``, in this
+    process's memory: each replica counts on its own. At most :data:`MAX_SPECS` distinct
+    limits are kept; a key whose stored limit is unreadable or past that count has the
+    default."""
+
+    MAX_SPECS: Final = 64
+
+    def __init__(self, default_rate: str, default_budget_wei: int, max_keys: int = 10_000) -> None:
+        self.default_rate = default_rate
+        self.default_budget_wei = default_budget_wei
+        self.max_keys = max_keys
+        self._limits: dict[str, RateLimit] = {default_rate: RateLimit(default_rate, max_clients=max_keys)}
+
+    def budget_wei(self, key: KeyInfo) -> int:
+        """The key's daily gas budget in wei."""
+        return self.default_budget_wei if key.gas_budget_wei_per_day is None else key.gas_budget_wei_per_day
+
+    def retry_after(self, key: KeyInfo) -> int | None:
+        """Count a request of ``key``: None when within its limit, else the seconds until it
+        may send again."""
+        return self._limit(key.rate_limit or self.default_rate).hit(f"facilitator:{key.id}")
+
+    def _limit(self, spec: str) -> RateLimit:
+        limit = self._limits.get(spec)
+        if limit is not None:
+            return limit
+        if len(self._limits) >= self.MAX_SPECS:
+            return self._limits[self.default_rate]
+        try:
+            limit = RateLimit(spec, max_clients=self.max_keys)
+        except ValueError:
+            log.warning("an API key's rate limit is unreadable: the default applies")
+            return self._limits[self.default_rate]
+        self._limits[spec] = limit
+        return limit
+
+
+FACILITATOR_LIMITS: Final = web.AppKey("facilitator_limits", KeyLimits)
+
+
 def guarded(handler: Handler) -> Handler:
-    """Answer a refusal of a facilitator handler (401, 400) in the facilitator's small body
-    ``{error, message}``; anything else is the envelope's 500."""
+    """Answer a refusal of a facilitator handler (401, 400, 409) in the facilitator's small
+    body ``{error, message}``; anything else is the envelope's 500."""
 
     async def run(request: web.Request) -> web.StreamResponse:
         try:
@@ -130,7 +197,38 @@ def _requirements(m: RequirementsModel) -> Requirements:
     )
 
 
-def _payment(m: FacilitatorRequestModel) -> Payment:
+def payment_identifier(body: dict[str, Any]) -> PaymentIdentifier | None:
+    """The ``payment-identifier`` extension of a validated body's ``paymentPayload``: its
+    ``info.id`` and the SHA-256 of the payload's canonical JSON (keys sorted, compact, UTF-8:
+    the same payload hashes the same whichever SDK ordered its keys). None when the extension
+    or its id is absent (the server's declaration echoed back carries no id).
+
+    Raises:
+        ValueError: the extension is malformed (``info`` not an object, ``required`` not a
+            boolean) or its ``id`` is not 16-128 of ``[A-Za-z0-9_-]`` (the spec's format).
+    """
+    extensions = body["paymentPayload"].get("extensions") or {}
+    extension = extensions.get(PAYMENT_IDENTIFIER)
+    if extension is None:
+        return None
+    info = extension.get("info") if isinstance(extension, dict) else None
+    if not isinstance(info, dict) or not isinstance(info.get("required", False), bool):
+        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info must be an object with a boolean 'required'")
+    pid = info.get("id")
+    if pid is None:
+        return None
+    if not isinstance(pid, str) or ID_PATTERN.fullmatch(pid) is None:
+        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info.id must be 16-128 of A-Z a-z 0-9 _ -")
+    try:
+        canonical = json.dumps(
+            body["paymentPayload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    except (RecursionError, ValueError):  # nested as deep as the parser allowed
+        raise ValueError("paymentPayload is nested too deeply") from None
+    return PaymentIdentifier(pid, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest())
+
+
+def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = None) -> Payment:
     a, signature = m.paymentPayload.payload.authorization, m.paymentPayload.payload.signature
     authorization = TransferAuthorization(
         checksum_address(a.from_),
@@ -142,7 +240,10 @@ def _payment(m: FacilitatorRequestModel) -> Payment:
         bytes.fromhex(signature[2:]),
     )
     return Payment(
-        _requirements(m.paymentRequirements), _requirements(m.paymentPayload.accepted), authorization
+        _requirements(m.paymentRequirements),
+        _requirements(m.paymentPayload.accepted),
+        authorization,
+        identifier,
     )
 
 
@@ -165,21 +266,33 @@ def _version_ok(body: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Parsed:
-    """A request authenticated and read: the API key's id, the model (None when the payload
-    is refused before any check: ``reason`` and ``message`` say why), the raw body."""
+    """A request authenticated and read: the API key, the model (None when the payload is
+    refused before any check: ``reason`` and ``message`` say why), the raw body."""
 
-    key_id: int
+    key: KeyInfo
     model: FacilitatorRequestModel | None
     body: dict[str, Any]
     reason: str = ""
     message: str = ""
+    identifier: PaymentIdentifier | None = None
+
+    def payment(self) -> Payment:
+        assert self.model is not None
+        return _payment(self.model, self.identifier)
 
 
 async def _parsed(request: web.Request) -> _Parsed:
-    """Authenticate (401 without a valid key), read (400 unless one JSON object) and
-    validate the body."""
-    keys = request.app[FACILITATOR_KEYS]
-    key_id = await keys.authenticate(request.headers.get("Authorization"))
+    """Authenticate (401 without a valid key of scope ``facilitator``), count the request
+    against the key's limit (429 ``rate_limited`` past it), read (400 unless one JSON object)
+    and validate the body."""
+    key = await request.app[FACILITATOR_KEYS].authenticate(
+        request.headers.get("Authorization"), "facilitator"
+    )
+    wait = request.app[FACILITATOR_LIMITS].retry_after(key)
+    if wait is not None:
+        request.app[METRICS].rate_limited.inc()
+        message = f"too many requests with this API key; retry in {wait} s"
+        raise Rejection("rate_limited", message, retryAfterSeconds=wait)
     try:
         body = await read_json(request)
     except ValueError as exc:
@@ -187,13 +300,18 @@ async def _parsed(request: web.Request) -> _Parsed:
     if not isinstance(body, dict):
         raise Rejection("invalid_json", "one JSON object is expected")
     if not _version_ok(body):
-        return _Parsed(key_id, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
+        return _Parsed(key, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
     try:
-        return _Parsed(key_id, FacilitatorRequestModel.model_validate(body), body)
+        model = FacilitatorRequestModel.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return _Parsed(key_id, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
+        return _Parsed(key, None, body, "invalid_payload", f"{where}: {first['msg']}"[:300])
+    try:
+        identifier = payment_identifier(body)
+    except ValueError as exc:
+        return _Parsed(key, None, body, "invalid_payload", str(exc))
+    return _Parsed(key, model, body, identifier=identifier)
 
 
 @guarded
@@ -202,7 +320,7 @@ async def supported(request: web.Request) -> web.Response:
     return _json(
         {
             "kinds": [{"x402Version": X402_VERSION, "scheme": "exact", "network": f.network}],
-            "extensions": [],
+            "extensions": [PAYMENT_IDENTIFIER],
             "signers": {"eip155:*": list(f.executors)},
         }
     )
@@ -214,7 +332,7 @@ async def verify(request: web.Request) -> web.Response:
     if p.model is None:
         refused = {"isValid": False, "invalidReason": p.reason, "invalidMessage": p.message}
         return _json(_drop_none({**refused, "payer": _payer_of(p.body)}))
-    verdict = await request.app[FACILITATOR].verify(_payment(p.model), int(time.time()))
+    verdict = await request.app[FACILITATOR].verify(p.payment(), int(time.time()))
     return _json(
         _drop_none(
             {
@@ -234,7 +352,8 @@ async def settle(request: web.Request) -> web.Response:
     if p.model is None:
         refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
         return _json(_settle_body(refused, f.network))
-    settled = await f.settle(_payment(p.model), int(time.time()), api_key_id=p.key_id)
+    budget = request.app[FACILITATOR_LIMITS].budget_wei(p.key)
+    settled = await f.settle(p.payment(), int(time.time()), api_key_id=p.key.id, gas_budget_wei=budget)
     return _json(_settle_body(settled, f.network))
 
 
@@ -256,10 +375,13 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
-def add_facilitator_routes(app: web.Application, facilitator: Facilitator, keys: ApiKeys) -> None:
+def add_facilitator_routes(
+    app: web.Application, facilitator: Facilitator, keys: ApiKeys, limits: KeyLimits
+) -> None:
     """Mount the facilitator routes under :data:`PREFIX` on the daemon's application."""
     app[FACILITATOR] = facilitator
     app[FACILITATOR_KEYS] = keys
+    app[FACILITATOR_LIMITS] = limits
     app.router.add_get(f"{PREFIX}/supported", supported)
     app.router.add_post(f"{PREFIX}/verify", verify)
     app.router.add_post(f"{PREFIX}/settle", settle)

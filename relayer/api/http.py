@@ -17,7 +17,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import limits
 from aiohttp import web
@@ -62,6 +62,18 @@ MAJORS: Final[web.AppKey[dict[str, int]]] = web.AppKey("majors")
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
 RATE_LIMIT: Final[web.AppKey[RateLimit]] = web.AppKey("rate_limit")
 TIMEOUT_S: Final = web.AppKey("timeout_s", float)
+RESPONSE_HEADERS: Final = web.RequestKey("response_headers", dict[str, str])
+"""Headers a handler sets for its answer, whatever it is (an error's too): the x402 headers."""
+
+
+class X402Resource(Protocol):
+    """``actions/retire`` as a standard x402 resource (see :mod:`relayer.api.x402_resource`),
+    when the daemon mounts it."""
+
+    async def retire(self, request: web.Request, req: ActionRequest, now: int) -> web.Response: ...
+
+
+X402_RESOURCE: Final = web.AppKey("x402_resource_hooks", X402Resource)
 DEFAULT_TIMEOUT_S: Final = 75.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -261,6 +273,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     metrics.server_requests.labels(route, request.method, str(response.status)).inc()
     metrics.server_seconds.labels(route, request.method).observe(time.perf_counter() - started)
     response.headers["x-request-id"] = request_id
+    response.headers.update(request.get(RESPONSE_HEADERS, {}))
     return response
 
 
@@ -337,7 +350,7 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
             body = as_major_0(action, body)
         signed = action == "actions/retire" and body.get("authPayload") is not None
         try:
-            answer = await _run(request.app[SERVICES], action, parse_request(body))
+            answer = await _run(request, action, parse_request(body))
         except RelayerError as err:
             if signed:
                 metrics.authorizations.labels("refused", err.code).inc()
@@ -356,7 +369,8 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
         metrics.request_seconds.labels(label).observe(time.perf_counter() - started)
 
 
-async def _run(services: AppServices, action: str, req: ActionRequest) -> web.Response:
+async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Response:
+    services = request.app[SERVICES]
     now = int(time.time())
     if action == "discover":
         return _json(await services.supply.discover(req, now))
@@ -368,6 +382,9 @@ async def _run(services: AppServices, action: str, req: ActionRequest) -> web.Re
         return _json(await services.prepare.prepare_retire(req, now))
     if action == "certificate":
         return _json(await services.certificates.certificate(req))
+    resource = request.app.get(X402_RESOURCE)
+    if resource is not None:  # the standard x402 headers in and out
+        return await resource.retire(request, req, now)
     outcome = await services.relay.retire(req, now)
     # Past its wait, a relay still on its way answers 202 (post the identical request again).
     return _json(outcome.body, 200 if outcome.final else 202)

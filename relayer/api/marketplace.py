@@ -240,7 +240,7 @@ async def prices(request: web.Request) -> web.Response:
 @guarded
 async def quotes(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
+    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
     body = await _body(request)
     removed = removed_parameters(body, REMOVED_QUOTE_FIELDS, "POST /quotes")
     if removed is not None:
@@ -252,7 +252,7 @@ async def quotes(request: web.Request) -> web.Response:
 @guarded
 async def orders(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
+    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
     body = await _body(request)
     if isinstance(body.get("asset_price_source_id"), str):
         parse_source_id(body["asset_price_source_id"])  # a non-listing source is a 400 before anything
@@ -263,7 +263,7 @@ async def orders(request: web.Request) -> web.Response:
 @guarded
 async def order(request: web.Request) -> web.Response:
     market = request.app[MARKETPLACE]
-    key_id = await market.keys.authenticate(request.headers.get("Authorization"))
+    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
     return _respond(_dump(await market.desk.order(key_id, request.match_info["id"])))
 
 

@@ -1,5 +1,6 @@
-"""The JSON-RPC block reader: heads, block hashes, block receipts (one
-``eth_getBlockReceipts`` per block; receipts by hash, an account's nonce at a block),
+"""The JSON-RPC block reader: heads (with their transaction hashes), headers by number (one
+batch), the node's ``safe``/``finalized`` heads, block hashes, receipts by hash (one batch; an
+account's nonce at a block),
 ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI codec into
 domain types) and block timestamps, for the chain follower and the catalogue indexer. A new
 head clears the node's read cache."""
@@ -41,20 +42,34 @@ class BlockReader:
         return number
 
     async def head_block(self) -> BlockHeader:
-        """The latest block's number, hash and parent hash; a new head drops the node's
+        """The latest block's number, hash, parent hash and transaction hashes (one
+        ``eth_getBlockByNumber``, without transaction bodies); a new head drops the node's
         cached reads."""
-        block = await self._block("latest")
-        header = _parsed(
-            lambda b: BlockHeader(_int(b["number"]), _bytes(b["hash"], 32), _bytes(b["parentHash"], 32)),
-            block,
-        )
+        header = _parsed(_header, await self._block("latest"))
         self.node.observe_head(header.number)
         return header
+
+    async def headers(self, numbers: Sequence[int]) -> list[BlockHeader]:
+        """The headers (with transaction hashes) of blocks ``numbers`` on the node's chain now,
+        in the order asked (one JSON-RPC batch of ``eth_getBlockByNumber``); a block the node
+        does not hold, or an error, is the node's failure."""
+        if not numbers:
+            return []
+        answers = await self.node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in numbers])
+        if any("error" in answer or answer.get("result") is None for answer in answers):
+            raise ChainUnavailable(detail="eth_getBlockByNumber answered an error or no block")
+        return [_parsed(_header, answer["result"]) for answer in answers]
 
     async def finalized(self) -> int | None:
         """The node's finalized block number; None when the node keeps no finalized tag (it
         answers an error or null for it). Raises ``ChainUnavailable`` when the node fails."""
-        answer = (await self.node.batch([("eth_getBlockByNumber", ["finalized", False])]))[0]
+        return await self.tagged("finalized")
+
+    async def tagged(self, tag: str) -> int | None:
+        """The number of the node's ``tag`` block (``safe``, ``finalized``); None when the node
+        keeps no such tag (it answers an error or null). Raises ``ChainUnavailable`` when the
+        node fails."""
+        answer = (await self.node.batch([("eth_getBlockByNumber", [tag, False])]))[0]
         block = answer.get("result")
         if "error" in answer or block is None:
             return None
@@ -133,6 +148,16 @@ def _bytes(value: Any, size: int | None = None) -> bytes:
     if size is not None and len(data) != size:
         raise ValueError("wrong size")
     return data
+
+
+def _header(b: Any) -> BlockHeader:
+    """A block without transaction bodies: its foreign transactions stay unparsed strings."""
+    transactions = b.get("transactions", [])
+    if not isinstance(transactions, list):
+        raise ValueError("not a list of transactions")
+    return BlockHeader(
+        _int(b["number"]), _bytes(b["hash"], 32), _bytes(b["parentHash"], 32), frozenset(transactions)
+    )
 
 
 def _receipt(r: Any) -> Receipt:

@@ -5,8 +5,12 @@ schedule, permit nonces and EIP-3009 authorization state. Mutable state is cache
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
+
+from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
@@ -29,6 +33,15 @@ _AUTHORIZATION_USED: Final = codec.event("UsdcEip3009", "AuthorizationUsed")
 AUTHORIZATION_LOG_WINDOW: Final = 2_000
 """Blocks back from a transfer's own block searched for the transaction that used its
 authorization (one ``eth_getLogs``; an hour of Base blocks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransferPreview:
+    """A token transfer tried without sending it: the payer's ``balance`` (atomic units) and
+    the call's ``revert`` (None when it would succeed)."""
+
+    balance: int
+    revert: ChainRevert | None
 
 
 class ChainReads:
@@ -213,15 +226,41 @@ class ChainReads:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""
         return await self.authorization_state(self.contracts.usdc, authorizer, nonce)
 
-    async def authorization_state(self, token: str, authorizer: str, nonce: bytes) -> bool:
-        """EIP-3009 ``authorizationState(authorizer, nonce)`` of ``token`` at the latest block:
-        whether that 32-byte nonce was used (or cancelled).
+    async def authorization_state(
+        self, token: str, authorizer: str, nonce: bytes, *, block: int | None = None
+    ) -> bool:
+        """EIP-3009 ``authorizationState(authorizer, nonce)`` of ``token`` at ``block``
+        (default: the latest block): whether that 32-byte nonce was used (or cancelled).
 
         Raises:
             ChainUnavailable: the node failed.
         """
-        (used,) = await self.node.call(token, _AUTHORIZATION_STATE, authorizer, nonce)
+        (used,) = await self.node.call(token, _AUTHORIZATION_STATE, authorizer, nonce, block=block)
         return bool(used)
+
+    async def preview_transfer(
+        self, token: str, owner: str, sender: str, call_data: bytes
+    ) -> TransferPreview:
+        """``owner``'s balance of ``token`` (atomic units) and one execution of ``call_data``
+        on ``token`` from ``sender`` (``eth_call``), both at the latest block and sent as one
+        JSON-RPC batch: one round trip (one by one on a node that takes no batches).
+
+        Raises:
+            ChainUnavailable: the node failed, or answered either call with an error that is
+                not a revert (a revert of the call is the preview's ``revert``).
+        """
+        answers = await self.node.batch(
+            [
+                ("eth_call", [{"to": token, "data": "0x" + _BALANCE_OF.encode(owner).hex()}, "latest"]),
+                ("eth_call", [{"from": sender, "to": token, "data": "0x" + call_data.hex()}, "latest"]),
+            ]
+        )
+        held, run = answers
+        try:
+            (amount,) = _BALANCE_OF.decode(bytes.fromhex(str(held["result"])[2:]))
+        except (KeyError, TypeError, ValueError, DecodingError):
+            raise ChainUnavailable(detail="balanceOf answered no balance") from None
+        return TransferPreview(int(amount), _revert_of(run))
 
     async def authorization_used_tx(
         self, token: str, authorizer: str, nonce: bytes, to_block: int | None = None
@@ -251,6 +290,27 @@ class ChainReads:
         except (KeyError, TypeError, ValueError) as exc:
             raise ChainUnavailable(detail=f"malformed log: {type(exc).__name__}") from None
         return hashes[0] if hashes else None
+
+
+def _revert_of(answer: dict[str, Any]) -> ChainRevert | None:
+    """The revert a JSON-RPC ``eth_call`` answer reports (custom error decoded from its
+    ``data``), or None when the call succeeded.
+
+    Raises:
+        ChainUnavailable: an error that is not a revert, or no result at all.
+    """
+    error = answer.get("error")
+    if error is None:
+        if not isinstance(answer.get("result"), str):
+            raise ChainUnavailable(detail="eth_call answered no result")
+        return None
+    message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    data = error.get("data") if isinstance(error, dict) else None
+    if isinstance(data, str) and re.fullmatch(r"0x(?:[0-9a-fA-F]{2})+", data):
+        return ChainRevert(bytes.fromhex(data[2:]), "transferWithAuthorization", message)
+    if "revert" in message.lower():
+        return ChainRevert(None, "transferWithAuthorization", message)
+    raise ChainUnavailable(detail=f"eth_call answered an error: {message[:120]}")
 
 
 def _listing(listing_id: int, raw: Any) -> ListingInfo:

@@ -113,11 +113,14 @@ class TokenBalance:
 
 @dataclass(frozen=True, slots=True)
 class BlockHeader:
-    """What the follower needs of a block to notice a reorg."""
+    """What the follower needs of a block to notice a reorg; ``transactions`` are the block's
+    transaction hashes as the node writes them (``0x`` + 64 lower-case hex digits, unparsed:
+    the follower only looks its own up among them), empty when not read."""
 
     number: int
     hash: bytes
     parent_hash: bytes
+    transactions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

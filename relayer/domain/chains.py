@@ -3,10 +3,12 @@ default confirmations, relay and catalogue support, USDC's EIP-712 domain name) 
 surface reads; each lookup states what it answers for a chain not in the table.
 
 Policy: the relay runs on Base (8453) and Base Sepolia (84532); the marketplace catalogue may
-also index Polygon (137) and Polygon Amoy (80002). Default confirmations are blocks under a
-receipt before a retirement is settled (relay) or under an event before it is indexed
-(catalogue); ``RELAYER_CONFIRMATIONS`` and an index chain's ``confirmations`` override them. A
-local anvil mines a block per transaction: the dev tooling sets 1.
+also index Polygon (137) and Polygon Amoy (80002). A chain's default confirmation is a time
+(``confirmation_s``: how long blocks must pile up over a receipt before a retirement is settled,
+or over an event before it is indexed); the depth in blocks is derived from the chain's block
+time (:mod:`relayer.domain.confirmation`). ``RELAYER_CONFIRMATION`` (seconds, ``safe`` or
+``finalized``), ``RELAYER_CONFIRMATIONS`` (blocks) and an index chain's ``confirmations``
+override them. A local anvil mines a block per transaction: the dev tooling sets 1 block.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
+
+from relayer.domain.confirmation import ConfirmationPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +31,10 @@ class ChainFacts:
         network: x402 network slug ("base-sepolia"), as prepare/retire writes it.
         explorer_tx: block explorer transaction URL prefix (the ``0x`` hash is appended),
             None when there is none.
-        block_time_ms: the chain's target block interval, milliseconds.
-        confirmations: default blocks under a receipt or event before it counts (settled for
-            the relay, indexed for the catalogue).
+        block_time_ms: the chain's block interval, milliseconds (Base since Denim: 200).
+        confirmation_s: default seconds of blocks under a receipt or event before it counts
+            (settled for the relay, indexed for the catalogue); :attr:`confirmations` is the
+            depth in blocks it makes at ``block_time_ms``.
         relay: whether the relay (x402 endpoint, facilitator, marketplace orders) runs here.
         catalogue: whether the marketplace catalogue may index this chain.
         usdc_domain_name: the EIP-712 domain ``name`` of this chain's USDC, None where the
@@ -41,10 +46,16 @@ class ChainFacts:
     network: str
     explorer_tx: str | None
     block_time_ms: int
-    confirmations: int
+    confirmation_s: float
     relay: bool
     catalogue: bool
     usdc_domain_name: str | None
+
+    @property
+    def confirmations(self) -> int:
+        """Default blocks under a receipt or event before it counts: ``confirmation_s`` at
+        ``block_time_ms`` (rounded up, at least 1)."""
+        return ConfirmationPolicy.in_seconds(self.confirmation_s, self.block_time_ms).depth
 
     @property
     def caip2(self) -> str:
@@ -57,51 +68,52 @@ BASE: Final = ChainFacts(
     name="Base",
     network="base",
     explorer_tx="https://basescan.org/tx/",
-    block_time_ms=2_000,
-    confirmations=10,
+    block_time_ms=200,
+    confirmation_s=20.0,
     relay=True,
     catalogue=True,
     usdc_domain_name="USD Coin",
 )
-"""Base mainnet. 10 blocks is about 20 s; a reorg of Base's unsafe head is rare and shallow,
-and the follower undoes one at any depth it still remembers."""
+"""Base mainnet: 200 ms blocks since Denim (2026-11-05); 20 s = 100 blocks, the time the
+10 blocks of 2 s gave before Denim (a reorg of the sequencer's unsafe head takes a sequencer
+fault and loses seconds of blocks, not a count of them; see the README, Confirmation)."""
 BASE_SEPOLIA: Final = ChainFacts(
     chain_id=84532,
     name="Base Sepolia",
     network="base-sepolia",
     explorer_tx="https://sepolia.basescan.org/tx/",
-    block_time_ms=2_000,
-    confirmations=5,
+    block_time_ms=200,
+    confirmation_s=10.0,
     relay=True,
     catalogue=True,
     usdc_domain_name="USDC",
 )
-"""Base Sepolia, a test network: 5 blocks."""
+"""Base Sepolia, a test network: 200 ms blocks since Denim (2026-10-21); 10 s = 50 blocks."""
 POLYGON: Final = ChainFacts(
     chain_id=137,
     name="Polygon",
     network="polygon",
     explorer_tx="https://polygonscan.com/tx/",
     block_time_ms=2_000,
-    confirmations=64,
+    confirmation_s=128.0,
     relay=False,
     catalogue=True,
     usdc_domain_name=None,
 )
 """Polygon PoS, indexed for the marketplace only: 64 blocks (about two minutes; Polygon PoS
-reorgs are deeper than Base's)."""
+reorgs are deeper than Base's): 128 s at 2 s blocks."""
 POLYGON_AMOY: Final = ChainFacts(
     chain_id=80002,
     name="Polygon Amoy",
     network="polygon-amoy",
     explorer_tx="https://amoy.polygonscan.com/tx/",
     block_time_ms=2_000,
-    confirmations=16,
+    confirmation_s=32.0,
     relay=False,
     catalogue=True,
     usdc_domain_name=None,
 )
-"""Polygon's test network, indexed for the marketplace only: 16 blocks."""
+"""Polygon's test network, indexed for the marketplace only: 16 blocks (32 s)."""
 
 CHAINS: Final[Mapping[int, ChainFacts]] = MappingProxyType(
     {c.chain_id: c for c in (BASE, BASE_SEPOLIA, POLYGON, POLYGON_AMOY)}
@@ -112,7 +124,9 @@ RELAY_CHAINS: Final = tuple(c.chain_id for c in CHAINS.values() if c.relay)
 CATALOGUE_CHAINS: Final = tuple(c.chain_id for c in CHAINS.values() if c.catalogue)
 """Chain ids the marketplace catalogue may index: (8453, 84532, 137, 80002)."""
 UNKNOWN_CHAIN_CONFIRMATIONS: Final = max(c.confirmations for c in CHAINS.values())
-"""Default confirmations on a chain not in the table: the deepest default of any known chain (64)."""
+"""Default confirmations on a chain not in the table: the deepest default of any known chain (100)."""
+UNKNOWN_CHAIN_BLOCK_TIME_MS: Final = 2_000
+"""Block time assumed on a chain not in the table unless ``RELAYER_BLOCK_TIME_MS`` says."""
 UNKNOWN_USDC_DOMAIN_NAME: Final = "USDC"
 """USDC's EIP-712 domain name where the table gives none (Circle's test-network tokens and the
 local development token use it)."""
@@ -150,9 +164,27 @@ def explorer_tx_url(chain_id: int, tx_hash: str) -> str | None:
 
 def default_confirmations(chain_id: int) -> int:
     """Default blocks under a receipt or event before it counts on ``chain_id``;
-    :data:`UNKNOWN_CHAIN_CONFIRMATIONS` (64) for a chain not in the table."""
+    :data:`UNKNOWN_CHAIN_CONFIRMATIONS` for a chain not in the table."""
     known = CHAINS.get(chain_id)
     return UNKNOWN_CHAIN_CONFIRMATIONS if known is None else known.confirmations
+
+
+def block_time_ms(chain_id: int) -> int:
+    """The chain's block interval, milliseconds; :data:`UNKNOWN_CHAIN_BLOCK_TIME_MS` for a
+    chain not in the table."""
+    known = CHAINS.get(chain_id)
+    return UNKNOWN_CHAIN_BLOCK_TIME_MS if known is None else known.block_time_ms
+
+
+def default_confirmation(chain_id: int, block_time: int | None = None) -> ConfirmationPolicy:
+    """The chain's default policy: its ``confirmation_s`` at its block time (``block_time``
+    ms when given, e.g. measured or set); a chain not in the table keeps
+    :data:`UNKNOWN_CHAIN_CONFIRMATIONS` blocks."""
+    known = CHAINS.get(chain_id)
+    ms = block_time or block_time_ms(chain_id)
+    if known is None:
+        return ConfirmationPolicy(ms, UNKNOWN_CHAIN_CONFIRMATIONS)
+    return ConfirmationPolicy.in_seconds(known.confirmation_s, ms)
 
 
 def relay_supported(chain_id: int) -> bool:

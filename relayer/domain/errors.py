@@ -25,18 +25,23 @@ class ErrorSpec:
     """One row of the error table: a code and the one HTTP status it answers on every
     surface. ``surface`` is ``"x402"`` for the x402 spec's codes (and its declared
     extensions), which the marketplace API answers too; ``"marketplace"`` for a code only
-    the marketplace API answers (never published as an x402 code)."""
+    the marketplace API answers (never published as an x402 code); ``"facilitator"`` for a
+    code only the x402 facilitator (``/facilitator``) answers."""
 
     code: str
     http_status: int
     group: str
     retryable: bool
     message: str
-    surface: Literal["x402", "marketplace"] = "x402"
+    surface: Literal["x402", "marketplace", "facilitator"] = "x402"
 
 
 def _marketplace(code: str, http_status: int, group: str, retryable: bool, message: str) -> ErrorSpec:
     return ErrorSpec(code, http_status, group, retryable, message, "marketplace")
+
+
+def _facilitator(code: str, http_status: int, group: str, retryable: bool, message: str) -> ErrorSpec:
+    return ErrorSpec(code, http_status, group, retryable, message, "facilitator")
 
 
 _ROWS: Final[tuple[ErrorSpec, ...]] = (
@@ -169,6 +174,13 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     _marketplace("invalid_quantity", 400, "amount", False, "Tonnes above 0 with at most 3 decimals."),
     _marketplace("unsupported_chain", 400, "resolution", False, "The chain is not served here."),
     _marketplace("unauthorized", 401, "authorization", False, "A valid API key is required."),
+    _marketplace(
+        "gas_budget_exhausted",
+        429,
+        "authorization",
+        True,
+        "The API key's daily gas budget is spent; retry after `retryAfterSeconds` (the next UTC day).",
+    ),
     _marketplace("project_not_found", 404, "resolution", False, "No project with that key."),
     _marketplace("order_not_found", 404, "resolution", False, "No order with that id for this key."),
     _marketplace("quote_not_found", 404, "resolution", False, "No quote with that id for this key."),
@@ -183,6 +195,15 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     ),
     _marketplace("orders_unavailable", 503, "upstream", True, "This operator takes no orders."),
     _marketplace("timeout", 503, "request", True, "The request ran past the time limit; retry with backoff."),
+    # The x402 facilitator's own refusals (docs/design/x402-v2.md C2; the payment-identifier
+    # extension's "same id, different payload": 409 Conflict)
+    _facilitator(
+        "payment_identifier_conflict",
+        409,
+        "request",
+        False,
+        "This payment identifier was already used with another payment payload.",
+    ),
 )
 
 REGISTRY: Final[Mapping[str, ErrorSpec]] = MappingProxyType({row.code: row for row in _ROWS})

@@ -5,6 +5,7 @@ reorgs are followed and which are incidents (:func:`reorg_incident`)."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -50,16 +51,21 @@ class BlockMemory:
             raise ValueError("a block memory holds at least one block")
         self.limit = limit
         self._hashes: dict[int, bytes] = {}
+        self._order: list[int] = []  # a min-heap of the numbers held (O(log n) to forget the oldest)
+        self._newest: int | None = None
 
     def remember(self, number: int, block_hash: bytes) -> bool:
         """Hold ``block_hash`` as block ``number``'s (beyond ``limit`` blocks, the oldest go);
         False, and nothing changed, when another hash is remembered at ``number``."""
-        if self.agrees(number, block_hash) is False:
+        known = self.agrees(number, block_hash)
+        if known is False:
             return False
-        self._hashes[number] = block_hash
-        if len(self._hashes) > self.limit:
-            for old in sorted(self._hashes)[: len(self._hashes) - self.limit]:
-                del self._hashes[old]
+        if known is None:
+            self._hashes[number] = block_hash
+            heapq.heappush(self._order, number)
+            self._newest = number if self._newest is None else max(self._newest, number)
+            while len(self._hashes) > self.limit:
+                del self._hashes[heapq.heappop(self._order)]
         return True
 
     def agrees(self, number: int, block_hash: bytes) -> bool | None:
@@ -70,19 +76,25 @@ class BlockMemory:
     def forget_above(self, number: int) -> None:
         """Drop every block above ``number`` (they were rewound)."""
         self._hashes = {n: h for n, h in self._hashes.items() if n <= number}
+        self._order = sorted(self._hashes)  # a sorted list is a heap
+        self._newest = max(self._hashes, default=None)
 
     def get(self, number: int) -> bytes | None:
         return self._hashes.get(number)
 
     def newest(self) -> int | None:
-        return max(self._hashes, default=None)
+        return self._newest
 
     def oldest(self) -> int | None:
         return min(self._hashes, default=None)
 
     def newest_below(self, number: int) -> int | None:
-        """The newest remembered block under ``number``, if any."""
-        return max((n for n in self._hashes if n < number), default=None)
+        """The newest remembered block under ``number``, if any (the few blocks just under it
+        are looked up first: the usual answer, without a pass over the memory)."""
+        for near in range(number - 1, number - 9, -1):
+            if near in self._hashes:
+                return near
+        return max((n for n in self._hashes if n < number - 8), default=None)
 
     def as_mapping(self) -> Mapping[int, bytes]:
         return dict(self._hashes)
@@ -195,7 +207,8 @@ def reorg_incident(ancestor: Ancestor, seen_head: int, window: int, finalized: i
         ancestor: where the walk back ended.
         seen_head: the newest block the worker saw on the chain it followed (its old head).
         window: the confirmation depth (blocks), at least 1.
-        finalized: the node's finalized block number, None when it reports none.
+        finalized: the node's finalized block number (or its safe block, when blocks are
+            settled at the safe head), None when it reports none.
     """
     depth = seen_head - (ancestor.number if ancestor.lost is None else ancestor.lost - 1)
     if not ancestor.within_memory:

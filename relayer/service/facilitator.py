@@ -1,21 +1,46 @@
 """The standard x402 v2 facilitator (scheme ``exact``, EIP-3009 ``transferWithAuthorization``)
-over the relay (design: docs/design/x402-v2.md, C2). ``verify`` runs the pure checks, then
-one balance read; ``settle`` takes the verified transfer into the relay's pipeline (journal
-before broadcast, nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a
-bounded time for its answer. One authorization is one job whoever asks, so a repeated settle
-of the same payload answers from the same job: never a second transfer.
+over the relay (design: docs/design/x402-v2.md, C2).
+
+``verify`` runs the pure checks, then the spec's simulation: the payer's balance and one
+``eth_call`` of ``transferWithAuthorization`` from an executor, in one JSON-RPC batch; the
+balance is compared to the value less what the payer's jobs not yet mined may still take.
+
+``settle`` takes the verified transfer into the relay's pipeline (journal before broadcast,
+nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a bounded time for
+its answer. One authorization is one job whoever asks, so a repeated settle of the same
+payload answers from the same job: never a second transfer. A front-runner who sends the
+payer's authorization to the token first makes ours revert (or its simulation): the answer is
+success with **that** transaction once it is at the chain's confirmation depth, and
+``settlement_pending`` with its hash until then.
+
+Cancelled settles: a job not signed within the wait is moved to ``rejected`` (the broadcaster
+can then never send it) and the answer is a failure, so a failure is never followed by a
+charge. A later settle of the same payload is a **new attempt** (the rejected job is reopened
+and checked again, under the same payment identifier too): the payer signed it, and a client
+that retries wants it paid; it is answered truthfully, and still at most once.
+
+``payment-identifier``: the id is scoped ``facilitator:<api key id>`` and bound to the exact
+payload (:mod:`relayer.store.payment_ids`). It is looked up first (a resend may no longer
+verify): another payload → ``payment_identifier_conflict`` (409); this payload with a live
+job → that job's answer, recomputed. A new id is claimed after the pure checks and before
+the job is made; the job is linked right after it is made. Races: two requests with the same
+id and different payloads both claim, the primary key lets one win, the other reads the
+winner's hash and is refused before anything of it is recorded; the same id and payload
+twice both reach the one job of their authorization (the salt's uniqueness). A claim whose
+settle failed before making a job (insufficient funds, an outage) keeps the id bound to that
+payload: resending it is a new attempt, another payload under it a conflict.
 
 The answers are typed (:class:`Verdict`, :class:`Settlement`) with the x402 spec's reason
 names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from relayer.chain import calls
 from relayer.chain.errors import ChainRevert
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.states import UNSIGNED, JobState
@@ -30,6 +55,7 @@ from relayer.domain.verify import (
 )
 from relayer.service.outcome import TransferOutcome
 from relayer.service.relay import Relay
+from relayer.store.payment_ids import PaymentIds
 from relayer.store.relay_jobs import Job
 
 log = logging.getLogger(__name__)
@@ -38,6 +64,10 @@ X402_VERSION: Final = 2
 SCHEME: Final = "exact"
 NONCE_USED: Final = "invalid_exact_evm_nonce_already_used"
 VALID_BEFORE: Final = "invalid_exact_evm_payload_authorization_valid_before"
+PAYMENT_IDENTIFIER: Final = "payment-identifier"
+"""The x402 extension whose ``info.id`` is a client's idempotency key (advertised in
+``/supported``; spec: x402-foundation/x402 specs/extensions/payment_identifier.md)."""
+CONFLICT: Final = "payment_identifier_conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +85,24 @@ class Requirements:
 
 
 @dataclass(frozen=True, slots=True)
+class PaymentIdentifier:
+    """A ``payment-identifier`` extension's ``info.id`` (16-128 of ``[A-Za-z0-9_-]``) and the
+    SHA-256 (32 bytes) of the canonical JSON of the ``paymentPayload`` that carried it."""
+
+    id: str
+    payload_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Payment:
     """One verify or settle request: the requirements the resource server asks for, the
-    ``accepted`` entry the client echoed, and the client's signed authorization."""
+    ``accepted`` entry the client echoed, the client's signed authorization, and its
+    payment identifier if it gave one."""
 
     requirements: Requirements
     accepted: Requirements
     authorization: TransferAuthorization
+    identifier: PaymentIdentifier | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +147,10 @@ class Facilitator:
         executors: list[str],
         settle_wait_s: float,
         expiry_margin_s: int,
+        payment_ids: PaymentIds | None = None,
     ) -> None:
         self.relay = relay
+        self.payment_ids = payment_ids
         self.domain = domain
         self.executors = list(executors)
         self.settle_wait_s = settle_wait_s
@@ -141,49 +184,143 @@ class Facilitator:
         return out
 
     async def verify(self, payment: Payment, now: int) -> Verdict:
-        """The pure checks, then two reads at the latest block, in parallel: the payer's
-        balance and the token's ``authorizationState`` of the nonce (no simulation)."""
+        """The pure checks, then the spec's simulation: the payer's balance and one
+        ``eth_call`` of ``transferWithAuthorization`` from an executor, both at the latest
+        block in one JSON-RPC batch (:meth:`ChainReads.preview_transfer`). Reasons, in this
+        order: the call reverts on the used (or cancelled) nonce →
+        ``invalid_exact_evm_nonce_already_used``; the balance less what the payer's jobs not
+        yet mined may still take (read first) is below the value → ``insufficient_funds``; any
+        other revert → ``invalid_transaction_state``; the node or database failing →
+        ``unexpected_verify_error``. Verify records nothing."""
         payer = payment.authorization.payer
         checked = self.check(payment, now)
         if isinstance(checked, Refused):
             return Verdict(False, payer, checked.reason, checked.message)
-        chain = self.relay.supply.chain
+        call = calls.transfer_with_authorization(
+            payer,
+            checked.to,
+            checked.value,
+            checked.valid_after,
+            checked.valid_before,
+            checked.nonce,
+            checked.signature,
+        )
         try:
-            held, used = await asyncio.gather(
-                chain.balance_now(checked.token, payer),
-                chain.authorization_state(checked.token, payer, checked.nonce),
+            held_back = await self.relay.jobs.in_flight(
+                checked.chain_id, payer, checked.token, checked.bound_nonce
+            )
+            preview = await self.relay.supply.chain.preview_transfer(
+                checked.token, payer, self.executors[0], call
             )
         except RelayerError as exc:
             log.warning("facilitator verify failed", extra={"error": exc.code})
-            return Verdict(False, payer, "unexpected_verify_error", "the chain node could not be read")
-        if used:
+            return Verdict(
+                False, payer, "unexpected_verify_error", "the chain node or the database could not be read"
+            )
+        if preview.revert is not None and nonce_used(preview.revert):
             return Verdict(False, payer, NONCE_USED, "the authorization's nonce is already used")
-        if held < checked.value:
-            return Verdict(False, payer, "insufficient_funds", "the payer's balance does not cover the value")
+        if preview.balance - held_back < checked.value:
+            message = "the payer's balance, less its transfers in flight, does not cover the value"
+            return Verdict(False, payer, "insufficient_funds", message)
+        if preview.revert is not None:
+            return Verdict(False, payer, "invalid_transaction_state", _revert_text(preview.revert))
         return Verdict(True, payer)
 
-    async def settle(self, payment: Payment, now: int, api_key_id: int | None = None) -> Settlement:
-        """The pure checks, then the relay's ``transfer`` job (the same job for the same
-        authorization), waited for at most ``settle_wait_s``: confirmed is success; still on
-        its way once signed is ``settlement_pending`` with the hash; never signed within the
-        wait, the job is cancelled (it can then never be sent) and the answer is a failure."""
+    async def settle(
+        self, payment: Payment, now: int, api_key_id: int | None = None, gas_budget_wei: int | None = None
+    ) -> Settlement:
+        """Settle ``payment`` (``now`` in unix seconds; ``api_key_id`` pays the gas and scopes
+        the payment identifier: ``facilitator:<api_key_id>``; a new job of that key reserves its
+        fee ceiling of the key's daily ``gas_budget_wei``, design C3).
+
+        With a payment identifier, it is looked up first (the spec: before verification, a
+        resend may no longer verify): bound to another payload → :class:`Rejection`
+        ``payment_identifier_conflict`` (HTTP 409); bound to this payload with a live job →
+        that job's answer, recomputed (pending becomes final). Otherwise the pure checks, the
+        identifier claimed (the first claim of an id wins; a loser with another payload is a
+        conflict, nothing of it recorded), then the relay's ``transfer`` job (the same job for
+        the same authorization), linked to the identifier and waited for at most
+        ``settle_wait_s``: confirmed is success; still on its way once signed is
+        ``settlement_pending`` with the hash; never signed within the wait, the job is
+        cancelled (it can then never be sent) and the answer is a failure.
+
+        Raises:
+            Rejection: ``payment_identifier_conflict`` only (every other refusal is the
+                answer's ``reason``).
+            GasBudgetExhausted: the key's budget for the day cannot take this transfer
+                (nothing recorded; HTTP 429 ``gas_budget_exhausted``).
+        """
         payer = payment.authorization.payer
+        scope = f"facilitator:{api_key_id}"
         try:
+            known = await self._known(payment, scope)
+            if known is not None:
+                return await self._answer(known, payer, known.auth_value)
             checked = await self._settleable(payment, now)
             if isinstance(checked, Refused):
                 return Settlement(False, payer, reason=checked.reason, message=checked.message)
-            job = await self._job(checked, now, api_key_id)
+            await self._claim(payment, scope)
+            job = await self._job(checked, now, api_key_id, gas_budget_wei)
             if isinstance(job, Settlement):
                 return job
-            outcome = await self.relay.outcomes.wait_transfer(job.id, self.settle_wait_s)
+            if payment.identifier is not None and self.payment_ids is not None:
+                await self.payment_ids.link_job(scope, payment.identifier.id, job.id)
+            return await self._answer(job, payer, checked.value)
         except Rejection as exc:
+            if exc.code == CONFLICT:
+                raise
             return _refused_settle(payer, exc)
         except Unavailable as exc:
             log.warning("facilitator settle failed", extra={"error": exc.code})
             return Settlement(False, payer, reason="unexpected_settle_error", message=exc.message)
+
+    async def _answer(self, job: Job, payer: str, value: int) -> Settlement:
+        """Wait for ``job`` (at most ``settle_wait_s``) and answer; an unsigned job is then
+        cancelled (see :meth:`_cancel_unsigned`).
+
+        Raises:
+            Unavailable: the database or the node was still failing when the wait ran out.
+        """
+        outcome = await self.relay.outcomes.wait_transfer(job.id, self.settle_wait_s)
         if not outcome.final and outcome.tx_hash is None:
             outcome = await self._cancel_unsigned(outcome)
-        return _settled(payer, checked.value, outcome)
+        return _settled(payer, value, outcome)
+
+    async def _known(self, payment: Payment, scope: str) -> Job | None:
+        """The live job of this payment's identifier when it is bound to this very payload;
+        None when there is no identifier, it is new, its payload made no job yet, or its job
+        was rejected (then the payload is settled as a new attempt).
+
+        Raises:
+            Rejection: ``payment_identifier_conflict``: the id is bound to another payload.
+            Unavailable: the database failed.
+        """
+        ident = payment.identifier
+        if ident is None or self.payment_ids is None:
+            return None
+        found = await self.payment_ids.find(scope, ident.id)
+        if found is None:
+            return None
+        if found.payload_hash != ident.payload_hash:
+            raise _conflict()
+        job = None if found.job_id is None else await self.relay.jobs.get(found.job_id)
+        return None if job is None or job.state is JobState.REJECTED else job
+
+    async def _claim(self, payment: Payment, scope: str) -> None:
+        """Bind the payment's identifier to its payload, unless it is bound already: to the
+        same payload is fine (a retry, or a concurrent twin: both reach the one job of the
+        authorization); to another → conflict, before anything of this payload is recorded.
+
+        Raises:
+            Rejection: ``payment_identifier_conflict``.
+            Unavailable: the database failed.
+        """
+        ident = payment.identifier
+        if ident is None or self.payment_ids is None:
+            return
+        row = await self.payment_ids.claim(scope, ident.id, ident.payload_hash)
+        if row.payload_hash != ident.payload_hash:
+            raise _conflict()
 
     async def _settleable(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
         """:meth:`check`, except that a payload already taken (its job exists) is answered
@@ -202,11 +339,15 @@ class Facilitator:
         job = await self.relay.jobs.find_by_salt(then.chain_id, then.salt)
         return checked if job is None or job.state is JobState.REJECTED else then
 
-    async def _job(self, verified: VerifiedTransfer, now: int, api_key_id: int | None) -> Job | Settlement:
+    async def _job(
+        self, verified: VerifiedTransfer, now: int, api_key_id: int | None, gas_budget_wei: int | None
+    ) -> Job | Settlement:
         """The authorization's job, or the failure answer when the relay refused it."""
         job: Job | None
         try:
-            job = await self.relay.accept_transfer(verified, now, api_key_id=api_key_id)
+            job = await self.relay.accept_transfer(
+                verified, now, api_key_id=api_key_id, gas_budget_wei=gas_budget_wei
+            )
         except ChainRevert as exc:
             # recorded: the simulation reverted (its outcome says why, or shows a front-run);
             # not recorded: the payer's balance, less its transfers in flight, is short
@@ -230,6 +371,30 @@ class Facilitator:
             if moved is not None:
                 return TransferOutcome(moved, False, True, None, error=reason.record())
         return await self.relay.outcomes.wait_transfer(job.id, 0)
+
+
+def nonce_used(revert: ChainRevert) -> bool:
+    """Whether a ``transferWithAuthorization`` revert says the authorization's nonce is used
+    or cancelled: the devnet token's ``AuthorizationAlreadyUsed`` error, or FiatToken's
+    (Circle USDC) ``"FiatTokenV2: authorization is used or canceled"``."""
+    if revert.error_name == "AuthorizationAlreadyUsed":
+        return True
+    return "authorization is used" in _revert_text(revert).lower()
+
+
+def _revert_text(revert: ChainRevert) -> str:
+    """A revert's reason for people: the ``Error(string)`` reason, the node's message, or the
+    custom error's name."""
+    reason = revert.info["decoded"]["args"].get("reason") or revert.info.get("reason")
+    return str(reason or revert.error_name or "the transfer would revert")[:200]
+
+
+def _conflict() -> Rejection:
+    return Rejection(
+        CONFLICT,
+        "this payment identifier was already used with another payment payload; "
+        "use a new identifier for a new payment",
+    )
 
 
 def _core(r: Requirements) -> tuple[str, str, str, int, str, int]:

@@ -220,6 +220,18 @@ class GasPricer:
         its gas): ``facilitator_max_fee_per_gas_wei``. No fee bump may go above it."""
         return self.settings.facilitator_max_fee_per_gas_wei
 
+    def sponsored_gas_limit(self, estimate: int) -> int:
+        """The gas limit a sponsored transfer is sent with for a simulation's ``estimate``:
+        the plan's margin on it, at most the gas cap.
+
+        Raises:
+            Rejection: gas_limit_exceeds_cap.
+        """
+        cap = self.settings.gas_cap
+        if estimate > cap:
+            raise Rejection("gas_limit_exceeds_cap", gasEstimate=estimate, gasCap=cap)
+        return min(fees.ceil_div(estimate * (10_000 + self.settings.gas_limit_margin_bps), 10_000), cap)
+
     async def plan_sponsored(self, estimate: int, ceiling: int | None = None) -> GasPlan:
         """Gas and fees (wei per gas) of a sponsored transfer, whose gas the executor pays with
         no signed allowance: the gas cap and the plan's margin as :meth:`plan`, today's fees
@@ -231,10 +243,7 @@ class GasPricer:
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
         ceiling = self.sponsored_ceiling() if ceiling is None else ceiling
-        cap = self.settings.gas_cap
-        if estimate > cap:
-            raise Rejection("gas_limit_exceeds_cap", gasEstimate=estimate, gasCap=cap)
-        gas_limit = min(fees.ceil_div(estimate * (10_000 + self.settings.gas_limit_margin_bps), 10_000), cap)
+        gas_limit = self.sponsored_gas_limit(estimate)
         market = await self.executor.fee_market()
         if market.next_base_fee > ceiling:
             raise Rejection(

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeVar
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.reorg import confirmed_through
 from relayer.domain.states import JobState
 from relayer.service.certificate import Certificates
 from relayer.store.relay_jobs import Job, RelayJobs
@@ -92,8 +93,10 @@ class Outcomes:
         certificates: Certificates,
         settle_wait_s: float,
         watch: Callable[[int, Collection[str]], AbstractContextManager[asyncio.Event]],
+        confirmations: int = 1,
     ) -> None:
         self.jobs = jobs
+        self.confirmations = confirmations
         self.retirements = retirements
         self.reads = reads
         self.certificates = certificates
@@ -111,9 +114,9 @@ class Outcomes:
         for changed in self._waiting:
             changed.set()
 
-    async def wait(self, job_id: int) -> RetireOutcome:
-        """Wait (at most ``settle_wait_s``, or not at all once :meth:`drain` is called) until
-        the job settles or fails, then answer.
+    async def wait(self, job_id: int, wait_s: float | None = None) -> RetireOutcome:
+        """Wait (at most ``wait_s``, default ``settle_wait_s``, or not at all once
+        :meth:`drain` is called) until the job settles or fails, then answer.
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -122,7 +125,7 @@ class Outcomes:
                 before that are retried every :data:`OUTAGE_RETRY_S` seconds).
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settle_wait_s
+        deadline = loop.time() + (self.settle_wait_s if wait_s is None else wait_s)
         with self._watch(job_id, ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
@@ -168,8 +171,10 @@ class Outcomes:
         revert (or a simulation's ``contract_revert``) whose authorization the token shows
         used was beaten by another sender of the same authorization (a front-runner): the
         transfer happened, so the answer is success with **that** transaction (found by the
-        token's ``AuthorizationUsed`` log). When the wait runs out first the answer is not
-        final (``final`` False) and carries our transaction hash once signed.
+        token's ``AuthorizationUsed`` log), once that use is at the chain's confirmation
+        depth (``confirmations``, as our own transfer's ``confirmed``); until then it is not
+        final and carries that transaction's hash. When the wait runs out first the answer
+        is not final (``final`` False) and carries our transaction hash once signed.
 
         Raises:
             LookupError: no such job.
@@ -196,17 +201,25 @@ class Outcomes:
         if may_be_beaten:
             other = await self._used_elsewhere(job)
             if other is not None:
-                return TransferOutcome(job, True, True, other, front_run=True)
+                tx_hash, confirmed = other
+                if confirmed:
+                    return TransferOutcome(job, True, True, tx_hash, front_run=True)
+                if remaining > 0:
+                    return None  # re-read on the next poll: the block gains confirmations
+                return TransferOutcome(job, False, False, tx_hash, front_run=True)
         if failed:
             return TransferOutcome(job, False, True, job.tx_hash, error=job.error)
         if remaining > 0:
             return None
         return TransferOutcome(job, False, False, job.tx_hash)
 
-    async def _used_elsewhere(self, job: Job) -> bytes | None:
+    async def _used_elsewhere(self, job: Job) -> tuple[bytes, bool] | None:
         """The transaction of another sender that used the transfer job's authorization, if
-        the token shows it used: our own transaction reverted (or was never sent), so it is
-        not ours. None when it is unused.
+        the token shows it used (our own transaction reverted, or was never sent, so it is
+        not ours), and whether that use is at the confirmation depth: the token shows it
+        used at the newest block under ``confirmations`` (:func:`confirmed_through`) too. The
+        hash is empty bytes when the use is outside the blocks searched (the transfer still
+        happened: the signature fixes the recipient and value). None when it is unused.
 
         Raises:
             ChainUnavailable: the node failed.
@@ -214,12 +227,17 @@ class Outcomes:
         nonce = bytes.fromhex(str(job.summary["nonce"])[2:])
         if not await self.reads.authorization_state(job.input_token, job.payer, nonce):
             return None
-        found = await self.reads.authorization_used_tx(job.input_token, job.payer, nonce, job.block_number)
+        head = await self.reads.latest_block()
+        deep = confirmed_through(head, self.confirmations)
+        confirmed = deep >= head or await self.reads.authorization_state(
+            job.input_token, job.payer, nonce, block=max(deep, 0)
+        )
+        found = await self.reads.authorization_used_tx(
+            job.input_token, job.payer, nonce, job.block_number or head
+        )
         if found is None or found == job.tx_hash:
-            # used, but its transaction is outside the window searched: the transfer still
-            # happened (the signature fixes the recipient and value).
-            return found or b""
-        return found
+            return b"", confirmed
+        return found, confirmed
 
     async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
         """The answer the job gives now, or None to keep waiting."""

@@ -15,7 +15,8 @@ from typing import Any
 from relayer.chain import calls
 from relayer.chain.errors import ChainRevert
 from relayer.domain.amounts import format_tonnes
-from relayer.domain.errors import Rejection
+from relayer.domain.budget import seconds_to_utc_midnight, utc_day
+from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import check_fill, check_liquidity
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
@@ -34,6 +35,7 @@ from relayer.service.simulate import Simulator
 from relayer.service.supply import FillRefuser, Supply, x402_fill_refusal
 from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import (
+    GasReservation,
     Job,
     NewJob,
     PayerBalance,
@@ -142,7 +144,12 @@ class Relay:
         return await self._take(resolved, authorization, request_key, now, refuse)
 
     async def accept_transfer(
-        self, verified: VerifiedTransfer, now: int, *, api_key_id: int | None = None
+        self,
+        verified: VerifiedTransfer,
+        now: int,
+        *,
+        api_key_id: int | None = None,
+        gas_budget_wei: int | None = None,
     ) -> Job:
         """The typed entry of an EIP-3009 ``transferWithAuthorization`` (job kind
         ``transfer``: x402 settles, the retirement resource's payment pull, refunds): the
@@ -150,7 +157,11 @@ class Relay:
         signs and sends it; it is final at ``confirmed``). The job's bound nonce and salt are
         derived from (token, from, nonce), so one authorization has at most one job whoever
         asks, whenever: a second call answers the first job (never a second transfer).
-        ``api_key_id`` names who pays the gas (None: the operator). ``now`` in unix seconds.
+        ``api_key_id`` names who pays the gas (None: the operator). With ``gas_budget_wei``
+        (that key's daily gas budget, wei per UTC day of ``now``), a new job is simulated
+        first and reserves its fee ceiling (:meth:`Simulator.sponsored_cost`) of the budget in
+        the transaction that records it (design: docs/design/x402-v2.md, C3). ``now`` in unix
+        seconds.
 
         Raises:
             Rejection: ``invalid_auth_payload`` (the authorization expires within
@@ -161,6 +172,8 @@ class Relay:
                 flight, does not cover the value (``ERC20InsufficientBalance``, nothing
                 recorded); or the simulation reverted (the job is rejected with it; an
                 authorization already used or cancelled reverts here).
+            GasBudgetExhausted: the key's budget for the day cannot take this transfer's fee
+                ceiling (nothing recorded).
             Unavailable: the chain node or the database failed (nothing was signed).
         """
         existing = await self.jobs.find_by_salt(self.chain_id, verified.salt)
@@ -177,15 +190,38 @@ class Relay:
         balance = await self._covered(
             verified.token, verified.payer, verified.value, lambda held: _transfer_overdrawn(verified, held)
         )
+        new = _transfer_job(verified, api_key_id)
+        gas, estimate = await self._gas_reservation(new, gas_budget_wei, now)
         try:
-            job, owned = await self.jobs.reserve(_transfer_job(verified, api_key_id), balance)
+            job, owned = await self.jobs.reserve(new, balance, gas=gas)
         except PayerOverdrawn as exc:
             raise _transfer_overdrawn(verified, max(0, exc.balance - exc.reserved)) from None
         except SaltReused as exc:  # only a job of the same authorization can hold its salt
             job, owned = exc.job, False
         if owned:
-            await self.simulator.simulate(job)
+            await self.simulator.simulate(job, estimate)
         return job
+
+    async def _gas_reservation(
+        self, new: NewJob, budget_wei: int | None, now: int
+    ) -> tuple[GasReservation | None, int | RelayerError | None]:
+        """What a new transfer reserves of its API key's daily gas budget (None: no key or no
+        budget), and its simulation: its gas estimate, or its refusal (the job is then recorded
+        and rejected with it, and reserves nothing: it is never sent).
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        if new.api_key_id is None or budget_wei is None:
+            return None, None
+        try:
+            estimate, ceiling = await self.simulator.sponsored_cost(new)
+        except Unavailable:
+            raise
+        except RelayerError as refusal:
+            return None, refusal
+        day, retry = utc_day(now), seconds_to_utc_midnight(now)
+        return GasReservation(new.api_key_id, day, ceiling, budget_wei, retry), estimate
 
     async def _take(
         self,

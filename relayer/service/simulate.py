@@ -19,13 +19,14 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import ListingInfo
 from relayer.domain.amounts import format_tonnes
+from relayer.domain.budget import transfer_gas_ceiling
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import Unfillable, check_fill, check_liquidity
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPlan, GasPricer
 from relayer.service.supply import x402_fill_refusal
-from relayer.store.relay_jobs import Job, RelayJobs, SupplyAhead, SupplyTake
+from relayer.store.relay_jobs import Job, NewJob, RelayJobs, SupplyAhead, SupplyTake
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,31 @@ class Simulator:
         self.usdc = usdc
         self._wake_broadcaster = wake_broadcaster
 
-    async def simulate(self, job: Job) -> None:
+    async def sponsored_cost(self, new: NewJob) -> tuple[int, int]:
+        """(gas estimate, fee ceiling in wei) of a sponsored transfer not yet recorded: its
+        simulation as the executor (``eth_estimateGas``), and the most its transaction can
+        cost the executor: the gas limit planned from that estimate at the sponsored fee
+        ceiling (no bump goes above it) plus the L1 data fee bound and operator fee
+        (design: docs/design/x402-v2.md, C3; what its API key's daily budget reserves).
+
+        Raises:
+            ChainRevert: the simulation reverted.
+            Rejection: gas_limit_exceeds_cap.
+            Unavailable: the chain node failed.
+        """
+        function = relayed_function(new.kind, new.scheme).name
+        estimate = await self.executor.estimate_gas(
+            self.executor_address, new.settlement, new.call_data, function
+        )
+        gas_limit = self.gas.sponsored_gas_limit(estimate)
+        l1, operator = await self.gas.extra_wei(len(new.call_data), gas_limit)
+        return estimate, transfer_gas_ceiling(gas_limit, self.gas.sponsored_ceiling(), l1 + operator)
+
+    async def simulate(self, job: Job, estimate: int | RelayerError | None = None) -> None:
         """Simulate, cap gas, price it against the job's signed allowance (a ``transfer`` job:
         at most the sponsored fee ceiling, ``facilitator_max_fee_per_gas_wei``), then mark it
-        simulated and wake the broadcaster.
+        simulated and wake the broadcaster. ``estimate``: the job's simulation already made
+        (:meth:`sponsored_cost`): its gas, or its refusal; None: simulate now.
 
         Raises:
             RelayerError: the refusal (contract_revert, gas_limit_exceeds_cap,
@@ -77,9 +99,12 @@ class Simulator:
                 with it.
         """
         try:
-            estimate = await self.executor.estimate_gas(
-                self.executor_address, job.settlement, job.call_data, _function(job)
-            )
+            if isinstance(estimate, RelayerError):
+                raise estimate
+            if estimate is None:
+                estimate = await self.executor.estimate_gas(
+                    self.executor_address, job.settlement, job.call_data, _function(job)
+                )
             plan = await self._plan(job, estimate)
         except RelayerError as refusal:
             await self.jobs.move(job.id, JobState.REJECTED, error=refusal)

@@ -10,6 +10,7 @@ that signs checks, in its own transaction, that the lease is still at this proce
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -197,6 +198,37 @@ CROSS JOIN LATERAL (SELECT CASE WHEN j.kind = 'transfer' THEN 'transfer' ELSE t.
 WHERE t.chain_id = $1 AND t.mined_block IS NOT NULL
 GROUP BY k.kind, t.succeeded ORDER BY k.kind, t.succeeded
 """
+
+
+# Per API key with a gas budget row: its settles whose receipts were recorded, the gas their
+# transactions cost the executor and what its transfers in flight reserve (wei), on UTC day $1
+# and in total (migration 0015). Keys are not per chain: a database serves one chain.
+KEY_LEDGER: Final = """
+SELECT k.id, k.name,
+       coalesce(sum(d.settles), 0) AS settles, coalesce(sum(d.paid_wei), 0) AS paid_wei,
+       coalesce(sum(d.reserved_wei), 0) AS reserved_wei,
+       coalesce(sum(d.settles) FILTER (WHERE d.day = $1), 0) AS settles_today,
+       coalesce(sum(d.paid_wei) FILTER (WHERE d.day = $1), 0) AS paid_today_wei,
+       coalesce(sum(d.reserved_wei) FILTER (WHERE d.day = $1), 0) AS reserved_today_wei
+FROM api_key_gas_days d JOIN api_keys k ON k.id = d.api_key_id
+GROUP BY k.id, k.name ORDER BY k.id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLedgerRow:
+    """One API key's sponsored transfers (facilitator settles): how many had their receipt
+    recorded, what their transactions cost the executor and what its transfers in flight
+    reserve of its budget (wei), in total and on the day asked for."""
+
+    api_key_id: int
+    name: str
+    settles: int
+    paid_wei: int
+    reserved_wei: int
+    settles_today: int
+    paid_today_wei: int
+    reserved_today_wei: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +506,22 @@ class ExecutorLane:
                 at_a_loss=int(r["at_a_loss"]),
             )
             for r in await self.db.fetch(LEDGER, self.chain_id)
+        ]
+
+    async def key_ledger(self, day: dt.date) -> list[KeyLedgerRow]:
+        """Gas paid and reserved per API key, in total and on UTC ``day`` (see :data:`KEY_LEDGER`)."""
+        return [
+            KeyLedgerRow(
+                int(r["id"]),
+                r["name"],
+                int(r["settles"]),
+                int(r["paid_wei"]),
+                int(r["reserved_wei"]),
+                int(r["settles_today"]),
+                int(r["paid_today_wei"]),
+                int(r["reserved_today_wei"]),
+            )
+            for r in await self.db.fetch(KEY_LEDGER, day)
         ]
 
     async def record_replacement(self, executor: str, epoch: int, old: LiveTx, new: SignedTx) -> bool:

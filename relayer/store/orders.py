@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,10 +15,17 @@ import asyncpg
 from relayer.domain.errors import RelayerError
 from relayer.store.pool import Database
 
-# Register an API key by its hash.
-INSERT_KEY: Final = "INSERT INTO api_keys (key_hash, prefix, name) VALUES ($1, $2, $3) RETURNING id"
+# Register an API key by its hash, with its scopes, rate limit and daily gas budget (NULL: the
+# settings' defaults).
+INSERT_KEY: Final = """
+INSERT INTO api_keys (key_hash, prefix, name, scopes, rate_limit, gas_budget_wei_per_day)
+VALUES ($1, $2, $3, $4::text[], $5, $6) RETURNING id
+"""
 # The live keys whose public prefix is $1 (normally one).
-KEYS_BY_PREFIX: Final = "SELECT id, key_hash FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL LIMIT 8"
+KEYS_BY_PREFIX: Final = """
+SELECT id, key_hash, name, scopes, rate_limit, gas_budget_wei_per_day FROM api_keys
+WHERE prefix = $1 AND revoked_at IS NULL LIMIT 8
+"""
 INSERT_QUOTE: Final = """
 INSERT INTO quotes (uuid, api_key_id, chain_id, marketplace, listing_id, quantity_units, unit_price,
                     cost_usdc, created_at, expires_at)
@@ -121,6 +129,20 @@ def _quote(row: asyncpg.Record, prefix: str = "") -> Quote:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """An API key as stored: its id, the SHA-256 of its token, its name, its scopes
+    (``marketplace``, ``facilitator``), its rate limit (``limits`` notation) and daily gas
+    budget (wei), each None for the settings' default."""
+
+    id: int
+    key_hash: bytes
+    name: str
+    scopes: frozenset[str]
+    rate_limit: str | None
+    gas_budget_wei_per_day: int | None
+
+
 class QuoteSpent(RelayerError):
     """The quote is unknown to this key, already consumed, or expired (409 ``quote_consumed``)."""
 
@@ -133,13 +155,37 @@ class Orders:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def add_key(self, key_hash: bytes, prefix: str, name: str) -> int:
-        return int(await self.db.fetchval(INSERT_KEY, key_hash, prefix, name))
+    async def add_key(
+        self,
+        key_hash: bytes,
+        prefix: str,
+        name: str,
+        scopes: Sequence[str] = ("marketplace",),
+        rate_limit: str | None = None,
+        gas_budget_wei_per_day: int | None = None,
+    ) -> int:
+        """Register a key by its SHA-256 ``key_hash``; ``rate_limit`` (``limits`` notation) and
+        ``gas_budget_wei_per_day`` None take the settings' defaults when used. Returns its id."""
+        return int(
+            await self.db.fetchval(
+                INSERT_KEY, key_hash, prefix, name, list(scopes), rate_limit, gas_budget_wei_per_day
+            )
+        )
 
-    async def keys_with_prefix(self, prefix: str) -> list[tuple[int, bytes]]:
-        """(id, SHA-256 hash) of the live API keys whose public prefix is ``prefix``: the caller
-        compares hashes in constant time (the token itself is never stored)."""
-        return [(int(r["id"]), bytes(r["key_hash"])) for r in await self.db.fetch(KEYS_BY_PREFIX, prefix)]
+    async def keys_with_prefix(self, prefix: str) -> list[StoredKey]:
+        """The live API keys whose public prefix is ``prefix``: the caller compares hashes in
+        constant time (the token itself is never stored)."""
+        return [
+            StoredKey(
+                int(r["id"]),
+                bytes(r["key_hash"]),
+                r["name"],
+                frozenset(r["scopes"]),
+                r["rate_limit"],
+                None if r["gas_budget_wei_per_day"] is None else int(r["gas_budget_wei_per_day"]),
+            )
+            for r in await self.db.fetch(KEYS_BY_PREFIX, prefix)
+        ]
 
     async def add_quote(self, q: Quote) -> None:
         await self.db.execute(

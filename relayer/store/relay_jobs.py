@@ -9,6 +9,7 @@ context}`` records, never as HTTP.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,15 @@ WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
 """
+# What the payer's jobs not yet mined may still take from its token balance (their
+# authorization not expired; a minute of grace for clocks): beside a balance read at the
+# latest block, which shows every mined job spent. $4 is an authorization key left out.
+IN_FLIGHT_BY_PAYER: Final = """
+SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $4
+  AND state IN ('accepted', 'simulated', 'signed', 'submitted')
+  AND auth_expires_at > extract(epoch FROM now())::bigint - 60
+"""
 # What the signed jobs of payers $2 will take from their token balances as read at block $3
 # (signed or sent and not yet mined, or mined after that block), per payer and token: a
 # signing batch must fit beside it.
@@ -136,6 +146,20 @@ REPLAN: Final = """
 UPDATE relay_jobs SET gas_limit = $2, max_fee_per_gas = $3, max_priority_fee_per_gas = $4,
        allowance_wei = $5, updated_at = now()
 WHERE id = $1 AND state = 'simulated'
+"""
+# Reserve $3 wei of key $1's gas budget $4 for UTC day $2: the day's row grows by it only if
+# what its jobs in flight reserve, what its mined ones paid and this ceiling stay within the
+# budget (the row lock serialises concurrent settles of one key); no row: over budget.
+RESERVE_GAS: Final = """
+INSERT INTO api_key_gas_days AS d (api_key_id, day, reserved_wei)
+SELECT $1, $2, $3::numeric WHERE $3::numeric <= $4::numeric
+ON CONFLICT (api_key_id, day) DO UPDATE SET reserved_wei = d.reserved_wei + EXCLUDED.reserved_wei
+WHERE d.reserved_wei + d.paid_wei + EXCLUDED.reserved_wei <= $4::numeric
+RETURNING reserved_wei
+"""
+# Job $1 holds a reservation of $2 wei in day $3's row (given back when it ends: migration 0015).
+SET_GAS_RESERVED: Final = """
+UPDATE relay_jobs SET gas_reserved_wei = $2, gas_reserved_on = $3 WHERE id = $1 RETURNING *
 """
 # One job by id.
 JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
@@ -308,7 +332,8 @@ class NewJob:
 @dataclass(frozen=True, slots=True)
 class Job:
     """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection;
-    ``kind`` as :class:`NewJob`'s (a ``transfer`` is final at confirmed)."""
+    ``kind`` as :class:`NewJob`'s (a ``transfer`` is final at confirmed); ``gas_reserved_wei``
+    what it holds of its API key's daily gas budget while in flight (None: nothing)."""
 
     id: int
     chain_id: int
@@ -338,6 +363,7 @@ class Job:
     supply: SupplyTake | None = None
     kind: JobKind = "retire"
     api_key_id: int | None = None
+    gas_reserved_wei: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -373,6 +399,7 @@ class Job:
             supply=_supply_of(row),
             kind=row["kind"],
             api_key_id=opt_int(row["api_key_id"]),
+            gas_reserved_wei=opt_int(row.get("gas_reserved_wei")),
         )
 
 
@@ -426,6 +453,34 @@ class PayerOverdrawn(RelayerError):
         self.reserved = reserved
 
 
+@dataclass(frozen=True, slots=True)
+class GasReservation:
+    """A share of API key ``api_key_id``'s daily gas budget (``budget_wei`` for UTC ``day``)
+    a sponsored transfer takes while in flight: ``ceiling_wei``, the most it can cost the
+    executor (design: docs/design/x402-v2.md, C3). ``retry_after_s``: seconds until the next
+    UTC day, for the refusal."""
+
+    api_key_id: int
+    day: dt.date
+    ceiling_wei: int
+    budget_wei: int
+    retry_after_s: int
+
+
+class GasBudgetExhausted(RelayerError):
+    """The key's daily gas budget cannot take another reservation (429
+    ``gas_budget_exhausted``, ``retryAfterSeconds`` the seconds to the next UTC day);
+    nothing was recorded."""
+
+    default_code = "gas_budget_exhausted"
+
+    def __init__(self, reservation: GasReservation) -> None:
+        super().__init__(
+            message="this API key's daily gas budget is spent; retry on the next UTC day",
+            retryAfterSeconds=reservation.retry_after_s,
+        )
+
+
 class RelayJobs:
     """Repository of relay jobs and spent salts (one round trip per state change).
 
@@ -436,7 +491,11 @@ class RelayJobs:
         self.db = db
 
     async def reserve(
-        self, new: NewJob, balance: PayerBalance | None = None, supply: SupplyCheck | None = None
+        self,
+        new: NewJob,
+        balance: PayerBalance | None = None,
+        supply: SupplyCheck | None = None,
+        gas: GasReservation | None = None,
     ) -> tuple[Job, bool]:
         """Record the job and spend its salt, or find the job the identical request made.
         With ``balance``, the payer's reservations of its token are serialised and the job
@@ -446,7 +505,9 @@ class RelayJobs:
         ``new.supply``), the reservations of that listing or class credit are serialised too
         (after the payer's) and ``supply.check`` is given what the other jobs of that supply
         may still take (see :data:`RESERVED_SUPPLY`): concurrent fills never promise more
-        than the supply holds.
+        than the supply holds. With ``gas``, a job created or re-opened now reserves
+        ``gas.ceiling_wei`` of its API key's daily budget in the same transaction (see
+        :data:`RESERVE_GAS`; given back when the job ends, migration 0015).
 
         Returns:
             (job, owned): ``owned`` is True when this caller must drive the job (it was
@@ -457,6 +518,7 @@ class RelayJobs:
             PermitInUse: another live job holds the same permit nonce.
             PayerOverdrawn: the balance does not cover it (nothing was recorded).
             RelayerError: what ``supply.check`` raised (nothing was recorded).
+            GasBudgetExhausted: the key's budget cannot take ``gas`` (nothing was recorded).
         """
         try:
             async with self.db.transaction() as conn:
@@ -470,15 +532,32 @@ class RelayJobs:
                         other = await conn.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
                         assert other is not None
                         raise SaltReused(Job.from_row(other))
-                    return Job.from_row(row), True
+                    return Job.from_row(await self._reserve_gas(conn, row, gas)), True
                 existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
                 assert existing is not None
                 reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash)
-                return Job.from_row(reopened or existing), reopened is not None
+                if reopened is None:
+                    return Job.from_row(existing), False
+                return Job.from_row(await self._reserve_gas(conn, reopened, gas)), True
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name == "relay_jobs_live_permit":
                 raise PermitInUse() from None
             raise
+
+    @staticmethod
+    async def _reserve_gas(conn: Any, row: asyncpg.Record, gas: GasReservation | None) -> asyncpg.Record:
+        """The job's row holding ``gas`` (the row as it is without one).
+
+        Raises:
+            GasBudgetExhausted: the key's budget cannot take it.
+        """
+        if gas is None:
+            return row
+        taken = await conn.fetchval(RESERVE_GAS, gas.api_key_id, gas.day, gas.ceiling_wei, gas.budget_wei)
+        if taken is None:
+            raise GasBudgetExhausted(gas)
+        reserved: asyncpg.Record = await conn.fetchrow(SET_GAS_RESERVED, row["id"], gas.ceiling_wei, gas.day)
+        return reserved
 
     @staticmethod
     async def _check_balance(conn: Any, new: NewJob, balance: PayerBalance) -> None:
@@ -504,6 +583,13 @@ class RelayJobs:
             RESERVED_SUPPLY, new.chain_id, *key, supply.block_number, new.bound_nonce
         )
         supply.check(int(reserved))
+
+    async def in_flight(self, chain_id: int, payer: str, token: str, except_bound_nonce: bytes) -> int:
+        """What ``payer``'s jobs not yet mined may still take of its ``token`` balance (atomic
+        units; see :data:`IN_FLIGHT_BY_PAYER`), the job of ``except_bound_nonce`` left out.
+        Read it before the balance: a job mined in between is then counted twice (a stricter
+        answer), never missed."""
+        return int(await self.db.fetchval(IN_FLIGHT_BY_PAYER, chain_id, payer, token, except_bound_nonce))
 
     async def supply_ahead(self, job_ids: Sequence[int], block_number: int) -> dict[int, SupplyAhead]:
         """For each of ``job_ids`` that takes supply, what other jobs take from its supply

@@ -23,15 +23,16 @@ from relayer.chain.catalogue import CatalogueChain, CatalogueLogs
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, SettledLog
+from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.errors import Unavailable
 from relayer.domain.incidents import Incident
-from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
+from relayer.domain.reorg import Ancestor
 from relayer.metrics import Metrics
 from relayer.store.catalogue import CatalogueStore, IndexBatch
 from relayer.store.retirements import IndexedRetirement
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
-from relayer.workers.reorg import ReorgWatch
+from relayer.workers.reorg import Confirmed, ReorgWatch, policy_of
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class CatalogueIndexer:
         reads: ChainReads,
         store: CatalogueStore,
         metrics: Metrics,
-        confirmations: int,
+        confirmations: int | ConfirmationPolicy,
         start_block: int,
         poll_interval_s: float,
         *,
@@ -62,11 +63,14 @@ class CatalogueIndexer:
         self.reads = reads
         self.store = store
         self.metrics = metrics
-        self.confirmations = confirmations
+        self.policy = policy_of(confirmations)
+        self.confirmations = self.policy.window  # a followed reorg takes at most this many blocks
+        self.confirmed = Confirmed(chain.blocks, self.policy)
         self.start_block = start_block
         self.poll_interval_s = poll_interval_s
         self.retirements = retirements
-        self.watch = ReorgWatch(chain.blocks, start_block - 1)  # the blocks this indexer indexed
+        # the blocks this indexer indexed: the window at the chain's block rate, bounded
+        self.watch = ReorgWatch(chain.blocks, start_block - 1, self.policy.memory_blocks)
         self._resumed = False
 
     async def step(self) -> bool:
@@ -92,9 +96,9 @@ class CatalogueIndexer:
                 log.warning("deep reorg: the chain holds the indexed blocks again; indexing resumes")
                 self.watch.incident = None
                 self.metrics.deep_reorg.labels(str(self.chain_id), "catalogue").set(0)
-        if not is_confirmed(done + 1, head.number, self.confirmations):
+        safe = await self.confirmed.through(head.number)
+        if safe < done + 1:
             return False
-        safe = confirmed_through(head.number, self.confirmations)
         to_block = min(safe, done + MAX_RANGE)
         logs = await self.chain.logs(done + 1, to_block)
         rows = await self._retirements(logs) if self.retirements else []
@@ -127,7 +131,7 @@ class CatalogueIndexer:
             await self.guard.check("catalogue", now=True)
         if self.watch.incident is None:
             to = await self.watch.ancestor(head.number)
-            why = self.watch.judge(to, self.confirmations, await self.chain.blocks.finalized())
+            why = self.watch.judge(to, self.confirmations, await self.confirmed.settled_floor())
             if why is None:
                 await self._rewind(to, f"head {head.number}")
                 return

@@ -1,11 +1,16 @@
 """The chain follower: one loop per new head that (0) notices a reorg (a head whose hash or
 parent hash is not the one it saw at that height) and undoes what the lost blocks held, back
 to the common ancestor (the walk back it shares with the catalogue indexer,
-:class:`~relayer.workers.reorg.ReorgWatch`); (1) reads the receipts of new blocks once per block and moves the
-jobs they settle to mined or reverted; (2) finds what took each journaled nonce the chain
-passed without its transaction (:class:`~relayer.workers.nonces.NonceAudit`); (3) confirms jobs
-buried under the configured depth; and (4) indexes RetirementSettled events of confirmed blocks
-into Postgres (cursor = block number and hash) and marks their jobs indexed (settled).
+:class:`~relayer.workers.reorg.ReorgWatch`); (1) finds our in-flight transactions among the
+transaction hashes of the new blocks (the head's come with it; skipped blocks in one batch)
+and reads the receipts of those only (one batch), never anyone else's, moving the jobs they
+settle to mined or reverted; (2) finds what took each journaled nonce the chain passed without
+its transaction (:class:`~relayer.workers.nonces.NonceAudit`); (3) confirms jobs under the
+confirmation policy (seconds of blocks, or the node's safe/finalized head:
+:class:`~relayer.workers.reorg.Confirmed`); and (4) indexes RetirementSettled events of
+confirmed blocks (``eth_getLogs`` filtered by the settlement's address) into Postgres (cursor =
+block number and hash) and marks their jobs indexed (settled). Its lag behind the head
+(blocks), the blocks it followed and its CPU time are metrics.
 
 It follows only the chain its database belongs to and only reorgs within the confirmation
 window: each step asks the chain guard first (:class:`~relayer.workers.chain_guard.ChainGuard`,
@@ -17,16 +22,19 @@ the node's chain holds the remembered blocks again."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from typing import Final
 
 from relayer.chain.blocks import BlockReader
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
+from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.errors import Unavailable
 from relayer.domain.incidents import Incident
-from relayer.domain.reorg import Ancestor, confirmed_through, is_confirmed
+from relayer.domain.reorg import Ancestor
 from relayer.domain.states import JobState
 from relayer.metrics import Metrics
 from relayer.store import reorg
@@ -36,7 +44,7 @@ from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.nonces import NonceAudit
-from relayer.workers.reorg import ReorgWatch
+from relayer.workers.reorg import Confirmed, ReorgWatch, policy_of
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +64,7 @@ class ChainFollower:
         lane: ExecutorLane,
         retirements: RetirementStore,
         metrics: Metrics,
-        confirmations: int,
+        confirmations: int | ConfirmationPolicy,
         start_block: int,
         poll_interval_s: float,
         guard: ChainGuard | None = None,
@@ -69,18 +77,32 @@ class ChainFollower:
         self.lane = lane
         self.retirements = retirements
         self.metrics = metrics
-        self.confirmations = confirmations
+        self.policy = policy_of(confirmations)
+        self.confirmations = self.policy.window  # a followed reorg takes at most this many blocks
+        self.confirmed = Confirmed(chain, self.policy)
         self.start_block = start_block
         self.poll_interval_s = poll_interval_s
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
-        self.watch = ReorgWatch(chain, start_block - 1)  # the blocks as this follower saw them
+        # the blocks as this follower saw them: the window at the chain's block rate, bounded
+        self.watch = ReorgWatch(chain, start_block - 1, self.policy.memory_blocks)
         self.nonces = NonceAudit(chain, lane, metrics, self._record)  # what took each passed nonce
 
     async def step(self) -> None:
-        """One pass: a reorg undone, receipts of new blocks, confirmations, indexing (all
-        bounded). Costs one ``eth_getBlockByNumber`` and nothing else while the head stands
-        still and nothing is left to catch up."""
+        """One pass (:meth:`_step`); its CPU time, the blocks it moved past and the lag behind
+        the head are metrics."""
+        cpu, scanned = time.thread_time(), self._scanned
+        try:
+            await self._step()
+        finally:
+            self.metrics.follower_cpu_seconds.inc(time.thread_time() - cpu)
+            if scanned is not None and self._scanned is not None and self._scanned > scanned:
+                self.metrics.follower_blocks.inc(self._scanned - scanned)
+
+    async def _step(self) -> None:
+        """One pass: a reorg undone, receipts of our transactions in new blocks, confirmations,
+        indexing (all bounded). Costs one ``eth_getBlockByNumber`` and nothing else while the
+        head stands still and nothing is left to catch up."""
         head = await self.chain.head_block()
         if self.guard is not None:
             await self.guard.check("follower", now=head.number < (self.watch.seen_head or 0))
@@ -90,9 +112,7 @@ class ChainFollower:
             await self._reorg(head)
         elif self.watch.incident is not None:
             self._resolved()
-        elif head.number == self._scanned and not is_confirmed(
-            self._indexed + 1, head.number, self.confirmations
-        ):
+        elif head.number == self._scanned and await self.confirmed.through(head.number) <= self._indexed:
             return
         if not self.watch.saw(head):
             return  # the chain moved again since the head was read: the next step sees it
@@ -100,7 +120,8 @@ class ChainFollower:
         indexed = self._indexed
         if head.number > self._scanned and not await self._scan(head):
             return  # the chain moved under this step: the next one sees the reorg from its head
-        safe = min(confirmed_through(head.number, self.confirmations), self._scanned)
+        self.metrics.follower_lag.set(head.number - self._scanned)
+        safe = min(await self.confirmed.through(head.number), self._scanned)
         await self.nonces.step(safe)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
@@ -120,7 +141,7 @@ class ChainFollower:
             await self.guard.check("follower", now=True)
         if self.watch.incident is None:
             to = await self.watch.ancestor(head.number)
-            why = self.watch.judge(to, self.confirmations, await self.chain.finalized())
+            why = self.watch.judge(to, self.confirmations, await self.confirmed.settled_floor())
             if why is None:
                 await self._rewind(to, f"head {head.number}")
                 return
@@ -177,46 +198,62 @@ class ChainFollower:
         )
 
     async def _scan(self, head: BlockHeader) -> bool:
-        """Read the receipts of the blocks after the last scanned, up to ``head`` (at most
-        :data:`MAX_RECEIPT_BLOCKS`) when something is in flight; False when a block read is
-        not the one remembered at its height (the chain moved since ``head`` was read: the
-        blocks before it stay scanned, the rest wait for the next step)."""
+        """Record our transactions mined in the blocks after the last scanned, up to ``head``
+        (at most :data:`MAX_RECEIPT_BLOCKS`), when something is in flight: our hashes are
+        looked up among each block's transaction hashes (the head's come with it, the blocks
+        between in one batch), and only their receipts are read (one batch). False, nothing
+        recorded, when the blocks read are not one chain with ``head`` and the memory, or a
+        receipt is not in the block that listed it (the chain moved since ``head`` was read:
+        the next step sees the reorg from its head)."""
         assert self._scanned is not None
         pending = await self.lane.pending()
         last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
         if pending:
-            for number in range(self._scanned + 1, last + 1):
-                if not await self._receipts(number, pending):
-                    self._scanned = number - 1
-                    return False
+            headers = await self._headers(range(self._scanned + 1, last + 1), head)
+            if headers is None or not await self._receipts(headers, pending):
+                return False
+            for header in headers:  # one chain with the head: remembered for the walk back
+                self.watch.memory.remember(header.number, header.hash)
         self._scanned = last
         return True
 
-    async def _receipts(self, number: int, pending: dict[bytes, PendingTx]) -> bool:
-        """Mark our transactions mined in block ``number``: a job's (any of its same-nonce
-        replacements) moves it to mined or reverted; a no-op that stood in for a job drops
-        it; every no-op's cost is counted. The block's transactions and their jobs are
-        written in one database transaction (a few round trips, not two per transaction):
-        a crash never leaves a transaction (or a no-op) recorded mined with its job still
-        waiting.
+    async def _headers(self, numbers: range, head: BlockHeader) -> list[BlockHeader] | None:
+        """The headers of blocks ``numbers`` (the head's as read, the others in one batch),
+        oldest first; None when they do not link up by parent hash or one disagrees with the
+        memory."""
+        read = await self.chain.headers([n for n in numbers if n != head.number])
+        headers = read + ([head] if head.number in numbers else [])
+        for older, newer in itertools.pairwise(headers):
+            if newer.parent_hash != older.hash:
+                return None
+        if any(self.watch.memory.agrees(h.number, h.hash) is False for h in headers):
+            return None
+        return headers
 
-        The block's hash is checked against the memory, never written to it: read by number,
-        it may already be the new chain's while the head read before it was the old one's
-        (False then, nothing recorded). A hash the memory does not hold is not checked; what
-        it records is undone by number with the rest when the next head shows the reorg."""
-        ours = []
-        for receipt in await self.chain.block_receipts(number):
-            if self.watch.memory.agrees(number, receipt.block_hash) is False:
+    async def _receipts(self, headers: list[BlockHeader], pending: dict[bytes, PendingTx]) -> bool:
+        """Mark our transactions listed in ``headers`` mined: a job's (any of its same-nonce
+        replacements) moves it to mined or reverted; a no-op that stood in for a job drops
+        it; every no-op's cost is counted. The receipts of the blocks' transactions are read
+        in one batch and written with their jobs in one database transaction (a crash never
+        leaves a transaction, or a no-op, recorded mined with its job still waiting). False,
+        nothing recorded, when a receipt is missing or not in the block that listed it."""
+        ours = {"0x" + tx_hash.hex(): tx_hash for tx_hash in pending}
+        where = {ours[t]: h for h in headers for t in h.transactions & ours.keys()}
+        if not where:
+            return True
+        receipts = await self.chain.receipts(list(where))
+        for tx_hash, header in where.items():
+            receipt = receipts.get(tx_hash)
+            if receipt is None or (receipt.block_number, receipt.block_hash) != (header.number, header.hash):
                 return False
-            tx = pending.get(receipt.tx_hash)
-            if tx is not None:
-                ours.append((receipt, tx))
-        await self._record(ours)
+        await self._record([(receipts[tx_hash], pending[tx_hash]) for tx_hash in where])
         return True
 
     async def _record(self, ours: list[tuple[Receipt, PendingTx]]) -> None:
         """Record receipts of our transactions (see :meth:`_receipts`), in one database
-        transaction."""
+        transaction (nothing to do for none)."""
+        if not ours:
+            return
         moves: dict[JobState, list[tuple[int, int, bytes, bytes]]] = {
             JobState.MINED: [],
             JobState.REVERTED: [],

@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from relayer.chain.types import BlockHeader
+from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.reorg import (
     KEEP_HASHES,
     Ancestor,
     BlockMemory,
     beyond_memory,
+    confirmed_through,
     head_reorged,
     reorg_incident,
     walk_back,
@@ -26,6 +28,48 @@ class BlockHashes(Protocol):
     async def block_hash(self, number: int) -> bytes:
         """The hash of block ``number`` on the node's chain now; raises ``ChainUnavailable``."""
         ...
+
+
+class TaggedBlocks(Protocol):
+    """The node's ``safe``/``finalized`` heads as a worker reads them."""
+
+    async def tagged(self, tag: str) -> int | None:
+        """The number of the node's ``tag`` block, None when it keeps none; raises ``ChainUnavailable``."""
+        ...
+
+
+def policy_of(confirmations: int | ConfirmationPolicy) -> ConfirmationPolicy:
+    """A worker's policy: a bare depth (blocks) counts at a block time of 1 s."""
+    if isinstance(confirmations, ConfirmationPolicy):
+        return confirmations
+    return ConfirmationPolicy(1_000, max(confirmations, 1))
+
+
+class Confirmed:
+    """Which blocks count as confirmed for one worker under its policy: ``depth`` blocks under
+    the head, or the node's ``safe``/``finalized`` head (read once per new head, one
+    ``eth_getBlockByNumber``; a node with no such tag confirms nothing)."""
+
+    def __init__(self, blocks: TaggedBlocks, policy: ConfirmationPolicy) -> None:
+        self.blocks = blocks
+        self.policy = policy
+        self._at: int | None = None  # the head the tag was read at
+        self._through = -1
+
+    async def through(self, head: int) -> int:
+        """The newest confirmed block number under head ``head`` (at most ``head``); raises
+        ``ChainUnavailable`` when the node fails."""
+        if self.policy.tag is None:
+            return confirmed_through(head, self.policy.depth)
+        if self._at != head:
+            tagged = await self.blocks.tagged(self.policy.tag)
+            self._through, self._at = (-1 if tagged is None else tagged), head
+        return min(self._through, head)
+
+    async def settled_floor(self) -> int | None:
+        """The block below which a reorg is an incident besides the window: the node's
+        ``finalized`` block, or the policy's tag block when it settles at one."""
+        return await self.blocks.tagged(self.policy.tag or "finalized")
 
 
 class ReorgWatch:

@@ -6,6 +6,7 @@ and one cancelled, a few retirements already settled, a registered executor), an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -26,6 +27,9 @@ from web3.contract import Contract
 from web3.logs import DISCARD
 
 from relayer.config import Settings
+from relayer.service.market.keys import ApiKeys
+from relayer.store.orders import Orders
+from relayer.store.pool import Database
 from relayer_dev import devnet
 from relayer_dev.deploy import (
     CANCELLED_LISTING_ID,
@@ -36,6 +40,7 @@ from relayer_dev.deploy import (
     deploy_and_seed,
     load_artifact,
 )
+from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.settings import dev_settings, env_lines, write_env_file
 
 pytestmark = pytest.mark.integration
@@ -421,6 +426,8 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
         assert first["chainId"] == CHAIN_ID
         assert first["x402BaseUrl"] == "http://x:8402/api"
         assert first["marketplaceBaseUrl"] == "http://x:8402"
+        assert first["facilitatorUrl"] == "http://x:8402/facilitator"
+        assert first["usdc"] == first["contracts"]["usdc"]
         assert first["rpcUrl"] == devnet.rpc_url(port)
         assert first["chains"] == [
             {
@@ -439,7 +446,13 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
         polygon = json.loads((devdata / "devnet-137.json").read_text())
         assert polygon["chainId"] == 137 == devnet.probe_chain_id(devnet.rpc_url(index_port))
         assert polygon["rpcUrl"] == devnet.rpc_url(index_port)
-        assert set(polygon) == set(first) - {"x402BaseUrl", "marketplaceBaseUrl", "chains"}
+        assert set(polygon) == set(first) - {
+            "x402BaseUrl",
+            "marketplaceBaseUrl",
+            "facilitatorUrl",
+            "usdc",
+            "chains",
+        }
         assert polygon["contracts"] == first["contracts"] and polygon["deployBlock"] > 0
         assert len(polygon["seededRetirements"]) == len(first["seededRetirements"]) >= 3
         assert (devdata / "anvil-137.log").stat().st_size > 0
@@ -561,3 +574,59 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
         index_file,
     ]
     assert env_lines(settings) == env_file.read_text().splitlines()[1:]
+
+
+async def _key_id(database_url: str, token: str) -> int:
+    db = await Database.connect(database_url, 1, 1)
+    try:
+        return await ApiKeys(Orders(db)).authenticate(f"Bearer {token}")
+    finally:
+        await db.close()
+
+
+def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, database_url: str) -> None:
+    """`devnet up` (as ``python -m relayer_dev devnet up`` runs it) leaves in devnet.json all a
+    standard x402 resource server needs: the facilitator's URL, a bearer key the daemon's
+    database knows, and the USDC address; an older description gains them, a reused one keeps
+    its key."""
+    port, index_port = _free_port(), _free_port()
+    devdata = tmp_path / ".devdata"
+    try:
+        info = devnet.up(
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://127.0.0.1:8402/api",
+            index_port=index_port,
+        )
+        assert info["facilitatorUrl"] == "http://127.0.0.1:8402/facilitator"
+        assert info["usdc"] == info["contracts"]["usdc"]
+        settings = Settings(database_url=database_url)
+        recorded = record_facilitator_key(devdata / "devnet.json", settings)
+        token = recorded["facilitatorApiKey"]
+        assert token.startswith("mk_")
+        written = json.loads((devdata / "devnet.json").read_text())
+        assert written == recorded == {**info, "facilitatorApiKey": token}
+        assert stat.S_IMODE((devdata / "devnet.json").stat().st_mode) == 0o600  # it holds a secret
+        key_id = asyncio.run(_key_id(database_url, token))
+        # Reused: the same key, not a new one each `up`.
+        assert record_facilitator_key(devdata / "devnet.json", settings)["facilitatorApiKey"] == token
+        again = devnet.up(
+            tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://other/api", index_port=index_port
+        )
+        assert again["facilitatorApiKey"] == token
+        # A description written before these keys existed gains them, and then a key.
+        older = {k: v for k, v in written.items() if k not in ("facilitatorUrl", "usdc", "facilitatorApiKey")}
+        (devdata / "devnet.json").write_text(json.dumps(older))
+        upgraded = devnet.up(
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://127.0.0.1:8402/api",
+            index_port=index_port,
+        )
+        assert (upgraded["facilitatorUrl"], upgraded["usdc"]) == (info["facilitatorUrl"], info["usdc"])
+        fresh = record_facilitator_key(devdata / "devnet.json", settings)["facilitatorApiKey"]
+        assert fresh != token and asyncio.run(_key_id(database_url, fresh)) != key_id
+    finally:
+        assert devnet.down(tmp_path) is True

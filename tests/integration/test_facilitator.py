@@ -1,14 +1,18 @@
 """The standard x402 v2 facilitator under ``/facilitator`` through HTTP, on real anvil and
 Postgres: supported lists the chain; verify answers isValid with the payer, or false with the
 spec's reason (wrong signer, expired, wrong recipient, value mismatch, insufficient balance);
-verify and settle need an API key; settle pays payTo exactly once (a repeated settle answers
-the same transaction from the same job); a settle the node holds unmined answers
-``settlement_pending`` with the hash, and the same settle after mining answers success."""
+verify and settle need an API key of scope facilitator; settle pays payTo exactly once (a
+repeated settle answers the same transaction from the same job); a settle the node holds
+unmined answers ``settlement_pending`` with the hash, and the same settle after mining answers success.
+Verify simulates the transfer (a nonce used elsewhere is refused) and counts the payer's
+transfers in flight; a front-runner's transaction is success only once at the confirmation
+depth; a settle cancelled unsigned is a new attempt when settled again."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import os
 import time
 import uuid
@@ -24,9 +28,10 @@ from hypothesis import strategies as st
 from web3 import Web3
 
 from relayer.admin import create_api_key
+from relayer.chain import calls
 from relayer.domain import eip712
 from relayer.domain.chains import usdc_domain_name
-from tests.chain_helpers import token_balance
+from tests.chain_helpers import token_balance, transact_as_deployer
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.integration
@@ -36,7 +41,9 @@ PAYER_INDEX = 2  # as test_transfers: its USDC is spare
 
 @pytest.fixture(scope="module")
 async def api_key(daemon: Daemon) -> AsyncIterator[str]:
-    yield await create_api_key(daemon.runtime.settings, f"facilitator-{uuid.uuid4().hex[:6]}")
+    """A facilitator key whose limit the generated-bodies test (300 requests at once) stays under."""
+    name = f"facilitator-{uuid.uuid4().hex[:6]}"
+    yield await create_api_key(daemon.runtime.settings, name, ["facilitator"], rate_limit="1000/second")
 
 
 def network(d: Daemon) -> str:
@@ -118,7 +125,7 @@ async def test_supported_lists_the_chain_and_the_executors(daemon: Daemon) -> No
     status, body = await daemon.get("/facilitator/supported")
     assert status == 200, body
     assert body["kinds"] == [{"x402Version": 2, "scheme": "exact", "network": network(daemon)}]
-    assert body["extensions"] == []
+    assert body["extensions"] == ["payment-identifier"]
     assert body["signers"] == {"eip155:*": [daemon.chain["executor"]["address"]]}
 
 
@@ -340,14 +347,18 @@ async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
 ) -> None:
     """With no wait at all the job is often not yet signed: it is cancelled (rejected, so
     the broadcaster can never send it) and the answer is a failure, and nothing is paid until
-    someone settles the payload again (a new attempt, answered truthfully); when the
-    broadcaster signed it first, the answer is pending with the hash and a repeated settle
-    is success with that transaction."""
+    someone settles the payload again: a new attempt (also under the same payment
+    identifier: a cancelled job does not pin it), answered truthfully; when the broadcaster
+    signed it first, the answer is pending with the hash and a repeated settle is success
+    with that transaction."""
     facilitator = daemon.runtime.facilitator
     wait, answers = facilitator.settle_wait_s, []
     facilitator.settle_wait_s = 0.0
     try:
         bodies = [(to, payment(daemon, to, 1_111)) for to in (fresh_address() for _ in range(4))]
+        for _, body in bodies:
+            info = {"required": False, "id": f"pay_{uuid.uuid4().hex}"}
+            body["paymentPayload"]["extensions"] = {"payment-identifier": {"info": info}}
         for to, body in bodies:
             status, answer = await call(daemon, "settle", body, api_key)
             assert status == 200, answer
@@ -372,4 +383,155 @@ async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
             status, again = await call(daemon, "settle", body, api_key)
             assert again["success"] is True, again
             assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
+            status, repeat = await call(daemon, "settle", body, api_key)  # and it stays paid once
+            assert repeat == again
+            assert await token_balance(daemon.runtime.node, "usdc", to) == 1_111
     print("no-wait settles:", [a["errorReason"] if not a["success"] else "success" for _, _, a in answers])
+    # Every job of the key has ended: the cancelled ones gave their gas reservations back and the
+    # mined ones moved theirs into the gas paid (design C3).
+    reserved = await daemon.runtime.db.fetchval(
+        "SELECT coalesce(sum(d.reserved_wei), 0) FROM api_key_gas_days d "
+        "JOIN api_keys k ON k.id = d.api_key_id WHERE k.key_hash = $1",
+        hashlib.sha256(api_key.encode()).digest(),
+    )
+    assert reserved == 0
+
+
+def submit_directly(d: Daemon, body: dict[str, Any]) -> bytes:
+    """Send the payload's authorization to USDC ourselves, as a front-runner would (the
+    deployer pays the gas): the hash of its transaction, mined (anvil automines)."""
+    auth, signature = (
+        body["paymentPayload"]["payload"]["authorization"],
+        body["paymentPayload"]["payload"]["signature"],
+    )
+    data = calls.transfer_with_authorization(
+        auth["from"],
+        auth["to"],
+        int(auth["value"]),
+        int(auth["validAfter"]),
+        int(auth["validBefore"]),
+        bytes.fromhex(auth["nonce"][2:]),
+        eip712.parse_signature(bytes.fromhex(signature[2:])),
+    )
+    w3 = Web3(Web3.HTTPProvider(d.chain["rpcUrl"]))
+    copier = Account.from_key(d.chain["deployer"]["privateKey"])
+    base_fee = int(w3.eth.get_block("latest")["baseFeePerGas"])  # type: ignore[arg-type]
+    tx = {
+        "type": 2,
+        "chainId": d.chain["chainId"],
+        "to": d.chain["contracts"]["usdc"],
+        "data": data,
+        "value": 0,
+        "gas": 200_000,
+        "nonce": w3.eth.get_transaction_count(copier.address, "pending"),
+        "maxFeePerGas": 2 * base_fee + 1,
+        "maxPriorityFeePerGas": 0,
+    }
+    sent = w3.eth.send_raw_transaction(copier.sign_transaction(tx).raw_transaction)
+    assert w3.eth.wait_for_transaction_receipt(sent, timeout=30)["status"] == 1
+    return bytes(sent)
+
+
+async def test_verify_simulates_the_transfer_so_a_nonce_used_elsewhere_is_refused(
+    daemon: Daemon, api_key: str
+) -> None:
+    """The authorization submitted to USDC by someone else: verify's simulation reverts on
+    the used nonce (the payer's balance would still cover another)."""
+    body = payment(daemon, fresh_address(), 2_222)
+    status, verdict = await call(daemon, "verify", body, api_key)
+    assert (status, verdict["isValid"]) == (200, True), verdict
+    submit_directly(daemon, body)
+    status, verdict = await call(daemon, "verify", body, api_key)
+    assert (status, verdict["isValid"], verdict["invalidReason"]) == (
+        200,
+        False,
+        "invalid_exact_evm_nonce_already_used",
+    ), verdict
+
+
+async def test_verify_counts_the_payers_transfers_in_flight(daemon: Daemon, api_key: str) -> None:
+    """A payer holding 10 000 with a transfer of 6 000 signed and sent but not mined: a second
+    payment of 6 000 is covered by the balance alone, not by what is left once the first
+    lands, so verify answers insufficient_funds; 4 000 still verifies."""
+    payer = Account.create()
+    transact_as_deployer(
+        daemon.chain, daemon.chain["contracts"]["usdc"], "UsdcEip3009", "mint", payer.address, 10_000
+    )
+    signer = {"key": payer.key.hex(), "payer": payer.address}
+    first = payment(daemon, fresh_address(), 6_000, **signer)
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    facilitator = daemon.runtime.facilitator
+    wait = facilitator.settle_wait_s
+    facilitator.settle_wait_s = 3.0
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        status, pending = await call(daemon, "settle", first, api_key)
+        assert (status, pending["errorReason"]) == (200, "settlement_pending"), pending
+        status, verdict = await call(
+            daemon, "verify", payment(daemon, fresh_address(), 6_000, **signer), api_key
+        )
+        assert (verdict["isValid"], verdict.get("invalidReason")) == (False, "insufficient_funds"), verdict
+        assert verdict["payer"] == payer.address
+        status, verdict = await call(
+            daemon, "verify", payment(daemon, fresh_address(), 4_000, **signer), api_key
+        )
+        assert verdict == {"isValid": True, "payer": payer.address}, verdict
+        # The payment in flight itself is not counted against itself.
+        status, verdict = await call(daemon, "verify", first, api_key)
+        assert verdict == {"isValid": True, "payer": payer.address}, verdict
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+        facilitator.settle_wait_s = wait
+    status, final = await call(daemon, "settle", first, api_key)
+    assert final["success"] is True and final["transaction"] == pending["transaction"], final
+
+
+async def test_a_front_runners_transaction_is_success_only_at_confirmation_depth(
+    daemon: Daemon, api_key: str
+) -> None:
+    """The payer's authorization sent to USDC by someone else before our settle: our
+    simulation reverts and the answer names the front-runner's transaction, as
+    ``settlement_pending`` until it is buried under the chain's confirmation depth (3 here),
+    then success; nothing of ours is sent and the recipient is paid once."""
+    outcomes = daemon.runtime.services.relay.outcomes
+    facilitator = daemon.runtime.facilitator
+    pay_to, value = fresh_address(), 5_432
+    body = payment(daemon, pay_to, value)
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    depth, wait = outcomes.confirmations, facilitator.settle_wait_s
+    outcomes.confirmations, facilitator.settle_wait_s = 3, 1.0
+    try:
+        other = "0x" + submit_directly(daemon, body).hex()
+        status, pending = await call(daemon, "settle", body, api_key)
+        assert status == 200, pending
+        assert (pending["success"], pending["errorReason"], pending["transaction"]) == (
+            False,
+            "settlement_pending",
+            other,
+        ), pending
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+        status, final = await call(daemon, "settle", body, api_key)
+    finally:
+        outcomes.confirmations, facilitator.settle_wait_s = depth, wait
+    assert status == 200 and (final["success"], final["transaction"]) == (True, other), final
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
+    sent = await daemon.runtime.db.fetchval(
+        "SELECT count(*) FROM relay_transactions t JOIN relay_jobs j ON j.id = t.job_id "
+        "WHERE j.kind = 'transfer' AND j.summary->>'nonce' = $1",
+        body["paymentPayload"]["payload"]["authorization"]["nonce"],
+    )
+    assert sent == 0
+
+
+async def test_a_front_runners_confirmed_transaction_is_success_at_once(daemon: Daemon, api_key: str) -> None:
+    """At the daemon's depth (1: anvil mines a block per transaction) the front-runner's
+    mined transaction is confirmed: success with its hash."""
+    pay_to, value = fresh_address(), 4_321
+    body = payment(daemon, pay_to, value)
+    other = "0x" + submit_directly(daemon, body).hex()
+    status, answer = await call(daemon, "settle", body, api_key)
+    assert status == 200 and (answer["success"], answer["transaction"]) == (True, other), answer
+    assert answer["amount"] == str(value)
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value

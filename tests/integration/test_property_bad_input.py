@@ -39,13 +39,17 @@ from typing import Any, Final
 
 import pytest
 import requests
+from eth_account import Account
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from relayer.admin import create_api_key
 from relayer.domain.eip712 import SECP256K1_N
 from relayer.domain.errors import COMMON_CODES, REGISTRY, X402_REGISTRY, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, AuthPayload, Details
 from tests.conftest import Daemon
+from tests.integration.test_facilitator import JSON_VALUES as ANY_JSON
+from tests.integration.test_facilitator import _mutate, fresh_address, payment
 from tests.integration.test_relay import challenge, sign, signed_request
 
 pytestmark = pytest.mark.integration
@@ -1534,3 +1538,143 @@ async def test_generated_bad_requests_answer_4xx_envelopes_and_record_nothing(da
     assert ctx.sent >= 5000, ctx.sent
     assert after == before, "a bad request was recorded or broadcast"
     assert all(400 <= s < 500 for s in ctx.statuses), ctx.statuses
+
+
+# ---------------------------------------------------------------------------- the x402 facilitator
+
+FACILITATOR_PATHS: Final = ("/facilitator/verify", "/facilitator/settle", "/facilitator/supported")
+# Headers that frame the HTTP message itself: a bad one is the client library's problem.
+FRAMING: Final = frozenset({"content-length", "transfer-encoding", "host", "connection", "expect"})
+HEADER_NAME: Final = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,24}", fullmatch=True).filter(
+    lambda n: n.lower() not in FRAMING
+)
+HEADER_VALUE: Final = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=120).map(
+    str.lstrip  # requests refuses leading whitespace itself
+)
+PAYMENT_IDS: Final = st.one_of(
+    st.from_regex(r"[A-Za-z0-9_-]{16,128}", fullmatch=True),
+    st.text(max_size=140),
+    ANY_JSON,
+)
+
+
+def _identified(body: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    """``body`` with a ``payment-identifier`` extension made of good and bad parts."""
+    info = data.draw(
+        st.one_of(
+            st.fixed_dictionaries({"required": st.booleans(), "id": PAYMENT_IDS}),
+            st.dictionaries(st.sampled_from(["required", "id", "other"]), ANY_JSON, max_size=3),
+            ANY_JSON,
+        ),
+        label="info",
+    )
+    extension = data.draw(st.sampled_from(["info", "bare", "value"]), label="extension")
+    body = copy.deepcopy(body)
+    body["paymentPayload"]["extensions"] = {
+        "payment-identifier": {"info": info, "schema": {"type": "object"}}
+        if extension == "info"
+        else info
+        if extension == "value"
+        else {"info": info}
+    }
+    return body
+
+
+def _facilitator_body(data: st.DataObject, base: dict[str, Any]) -> tuple[bytes | None, str]:
+    """A body for a facilitator route: a mutated valid one (with or without an identifier),
+    any JSON value, or bytes that may not be JSON at all."""
+    kind = data.draw(st.sampled_from(["mutated", "identified", "json", "bytes", "none"]), label="kind")
+    if kind == "mutated":
+        return json.dumps(_mutate(base, data.draw)).encode(), kind
+    if kind == "identified":
+        body = _identified(base, data)
+        if data.draw(st.booleans(), label="mutate too"):
+            body = _mutate(body, data.draw)
+        return json.dumps(body).encode(), kind
+    if kind == "json":
+        return json.dumps(data.draw(ANY_JSON, label="json")).encode(), kind
+    if kind == "bytes":
+        return data.draw(st.binary(max_size=300), label="bytes"), kind
+    return None, kind
+
+
+def _facilitator_headers(data: st.DataObject, key: str) -> dict[str, str]:
+    headers = data.draw(st.dictionaries(HEADER_NAME, HEADER_VALUE, max_size=4), label="headers")
+    auth = data.draw(
+        st.sampled_from(["key", "key", "key", "none", "bearer junk", "junk", "lowercase scheme"]),
+        label="auth",
+    )
+    headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    if auth == "key":
+        headers["Authorization"] = f"Bearer {key}"
+    elif auth == "bearer junk":
+        headers["Authorization"] = "Bearer " + data.draw(HEADER_VALUE, label="token")
+    elif auth == "junk":
+        headers["Authorization"] = data.draw(HEADER_VALUE, label="authorization")
+    elif auth == "lowercase scheme":
+        headers["Authorization"] = f"bearer {key}"
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = data.draw(
+            st.sampled_from([*CONTENT_TYPES_FACILITATOR]), label="content type"
+        )
+    return headers
+
+
+CONTENT_TYPES_FACILITATOR: Final = (
+    "application/json",
+    "application/json; charset=utf-8",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "",
+)
+
+
+@pytest.mark.timeout(300)
+async def test_generated_facilitator_requests_never_answer_5xx(daemon: Daemon) -> None:
+    """Random bodies (mutated valid payments, ``payment-identifier`` extensions good and bad,
+    any JSON, any bytes, none) and headers (API key good, bad or missing; any content type;
+    extra headers) by any method on ``/facilitator/verify``, ``/settle`` and ``/supported``:
+    never a 5xx; every answer is one JSON object; a payment answered 200 is invalid (the payer
+    holds nothing); and nothing is recorded for the payer."""
+    key = await create_api_key(
+        daemon.runtime.settings, "property-facilitator", ["facilitator"], rate_limit="100000/second"
+    )
+    broke = Account.create()
+    base = payment(daemon, fresh_address(), 5_000, key=broke.key.hex(), payer=broke.address)
+    seen: Counter[int] = Counter()
+    url = daemon.base_url
+
+    def run() -> None:
+        with requests.Session() as session:
+
+            @_settings(800)
+            @given(
+                st.data(),
+                st.sampled_from(FACILITATOR_PATHS),
+                st.sampled_from(["POST"] * 6 + ["GET", "PUT", "DELETE"]),
+            )
+            def check(data: st.DataObject, path: str, method: str) -> None:
+                if path.endswith("supported") and data.draw(st.booleans(), label="plain GET"):
+                    method = "GET"
+                raw, kind = _facilitator_body(data, base)
+                headers = _facilitator_headers(data, key)
+                r = session.request(method, url + path, data=raw, headers=headers, timeout=60)
+                seen[r.status_code] += 1
+                assert r.status_code < 500, (r.status_code, r.text[:500], method, path, kind, headers, raw)
+                answer = r.json()
+                assert isinstance(answer, dict), answer
+                if r.status_code == 200 and method == "POST" and not path.endswith("supported"):
+                    flag = "isValid" if path.endswith("verify") else "success"
+                    assert answer[flag] is False, (answer, raw)
+
+            check()
+
+    await asyncio.to_thread(run)
+    print(f"\nfacilitator bad input: {sum(seen.values())} requests, statuses {dict(sorted(seen.items()))}")
+    assert sum(seen.values()) >= 800 and all(s < 500 for s in seen)
+    assert seen[200] > 0 and seen[401] > 0
+    recorded = await daemon.runtime.db.fetchval(
+        "SELECT count(*) FROM relay_jobs WHERE payer = $1", broke.address
+    )
+    assert recorded == 0

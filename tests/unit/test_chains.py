@@ -14,16 +14,18 @@ from relayer.domain import chains
 from relayer.domain.chains import CHAINS, ChainFacts
 
 PACKAGE = Path(chains.__file__).resolve().parents[1]
+SEPOLIA, AMOY = "https://sepolia.basescan.org", "https://amoy.polygonscan.com"
 UNKNOWN = 31337  # anvil's default chain id: not in the table
 
 
 @pytest.mark.parametrize(
-    ("chain_id", "name", "network", "explorer", "confirmations", "relay", "usdc"),
+    ("chain_id", "name", "network", "explorer", "block_ms", "seconds", "confirmations", "relay", "usdc"),
     [
-        (8453, "Base", "base", "https://basescan.org/tx/", 10, True, "USD Coin"),
-        (84532, "Base Sepolia", "base-sepolia", "https://sepolia.basescan.org/tx/", 5, True, "USDC"),
-        (137, "Polygon", "polygon", "https://polygonscan.com/tx/", 64, False, None),
-        (80002, "Polygon Amoy", "polygon-amoy", "https://amoy.polygonscan.com/tx/", 16, False, None),
+        # Base since Denim: 200 ms blocks; the confirmation is a time, its depth derived.
+        (8453, "Base", "base", "https://basescan.org/tx/", 200, 20.0, 100, True, "USD Coin"),
+        (84532, "Base Sepolia", "base-sepolia", f"{SEPOLIA}/tx/", 200, 10, 50, True, "USDC"),
+        (137, "Polygon", "polygon", "https://polygonscan.com/tx/", 2_000, 128.0, 64, False, None),
+        (80002, "Polygon Amoy", "polygon-amoy", f"{AMOY}/tx/", 2000, 32, 16, False, None),
     ],
 )
 def test_each_chains_facts(
@@ -31,18 +33,21 @@ def test_each_chains_facts(
     name: str,
     network: str,
     explorer: str,
+    block_ms: int,
+    seconds: float,
     confirmations: int,
     relay: bool,
     usdc: str | None,
 ) -> None:
     facts = chains.facts(chain_id)
+    assert facts is not None and facts.confirmations == confirmations
     assert facts == ChainFacts(
         chain_id=chain_id,
         name=name,
         network=network,
         explorer_tx=explorer,
-        block_time_ms=2_000,
-        confirmations=confirmations,
+        block_time_ms=block_ms,
+        confirmation_s=seconds,
         relay=relay,
         catalogue=True,
         usdc_domain_name=usdc,
@@ -72,7 +77,7 @@ def test_an_unknown_chain_gets_the_stated_fallbacks() -> None:
     assert chains.display_name(UNKNOWN) == "chain 31337"
     assert chains.network(UNKNOWN) == "eip155:31337"
     assert chains.explorer_tx_url(UNKNOWN, "0x" + "00" * 32) is None
-    assert chains.default_confirmations(UNKNOWN) == chains.UNKNOWN_CHAIN_CONFIRMATIONS == 64
+    assert chains.default_confirmations(UNKNOWN) == chains.UNKNOWN_CHAIN_CONFIRMATIONS == 100
     assert chains.relay_supported(UNKNOWN) is False
     assert chains.catalogue_supported(UNKNOWN) is False
     assert chains.usdc_domain_name(UNKNOWN) == chains.UNKNOWN_USDC_DOMAIN_NAME == "USDC"
@@ -82,7 +87,7 @@ def test_the_table_is_read_only() -> None:
     with pytest.raises(TypeError):
         CHAINS[1] = chains.BASE  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        chains.BASE.confirmations = 1  # type: ignore[misc]
+        chains.BASE.confirmation_s = 1.0  # type: ignore[misc]
 
 
 def test_config_and_eip712_read_the_table() -> None:

@@ -183,7 +183,9 @@ def test_config_check_shows_no_secret(tmp_path: Path) -> None:
     assert rows["RELAYER_EXECUTOR_KEYSTORE_PASSWORD"]["value"] == "***"
     assert rows["RELAYER_TREASURY_PRIVATE_KEY"]["value"] == str(Account.from_key("0x" + "6e" * 32).address)
     assert rows["RELAYER_CHAIN_ID"] == {"variable": "RELAYER_CHAIN_ID", "value": "84532", "source": "default"}
-    assert shown_value(settings, "confirmations") == "(unset: chain 84532's default: 5)"
+    assert shown_value(settings, "confirmations") == "(unset: chain 84532's default: 50)"
+    default = "(unset: chain 84532's default: 10 s = 50 blocks of 200 ms)"
+    assert shown_value(settings, "confirmation") == default
 
 
 @pytest.mark.parametrize(

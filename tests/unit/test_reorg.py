@@ -297,17 +297,25 @@ async def test_the_watch_judges_from_the_newest_head_it_saw() -> None:
 
 
 class FakeBlocks:
-    """The follower's chain reads: heads, block hashes and block receipts by number, from
-    ``chain`` (number -> (hash, parent hash)), which a test swaps mid-step."""
+    """The follower's chain reads: heads (each listing one transaction, ``TX``), headers,
+    block hashes and receipts by hash, from ``chain`` (number -> (hash, parent hash)), which a
+    test swaps mid-step."""
 
     def __init__(self, chain: dict[int, tuple[bytes, bytes]]) -> None:
         self.chain = chain
         self.node = type("Node", (), {"chain_id": 8453})()
         self.on_receipts: Callable[[], None] = lambda: None
+        self.read: list[str] = []
+
+    def _header(self, number: int) -> BlockHeader:
+        return BlockHeader(number, *self.chain[number], frozenset({"0x" + bytes([number]).hex() * 32}))
 
     async def head_block(self) -> BlockHeader:
-        number = max(self.chain)
-        return BlockHeader(number, *self.chain[number])
+        return self._header(max(self.chain))
+
+    async def headers(self, numbers: list[int]) -> list[BlockHeader]:
+        self.read.append(f"headers {numbers}")
+        return [self._header(n) for n in numbers]
 
     async def block_hash(self, number: int) -> bytes:
         return self.chain[number][0]
@@ -315,10 +323,15 @@ class FakeBlocks:
     async def finalized(self) -> int | None:
         return None
 
-    async def block_receipts(self, number: int) -> list[Receipt]:
+    async def tagged(self, tag: str) -> int | None:
+        return None
+
+    async def receipts(self, tx_hashes: list[bytes]) -> dict[bytes, Receipt]:
+        self.read.append(f"receipts of {len(tx_hashes)}")
         self.on_receipts()  # the chain moves while the step reads
-        block_hash = self.chain[number][0]
-        return [Receipt(bytes([number]) * 32, number, block_hash, 1, 21_000, 1, 0)]
+        return {
+            t: Receipt(t, t[0], self.chain[t[0]][0], 1, 21_000, 1, 0) for t in tx_hashes if t[0] in self.chain
+        }
 
 
 def _fork(numbers: range, fork: int, below: int) -> dict[int, tuple[bytes, bytes]]:
@@ -328,33 +341,59 @@ def _fork(numbers: range, fork: int, below: int) -> dict[int, tuple[bytes, bytes
 
 
 class FakeLane:
-    def __init__(self) -> None:
+    def __init__(self, pending: dict[bytes, Any] | None = None) -> None:
         self.recorded: list[Any] = []
+        self.in_flight = {b"\xff" * 32: object()} if pending is None else pending
 
     async def pending(self) -> dict[bytes, Any]:
-        return {b"\xff" * 32: object()}  # something in flight: receipts are read
+        return self.in_flight  # something in flight: our receipts are read
 
     async def record_mined(self, mined: Any, moves: Any, stood_in: Any) -> dict[Any, Any]:
         self.recorded.append(mined)
         return {}
 
 
-async def test_a_reorg_while_the_follower_reads_receipts_leaves_its_memory_on_one_chain() -> None:
-    # The follower saw 100 on chain 0; it reads head 101 (chain 0), then, while it reads the
-    # receipts of 101, a depth-2 reorg replaces 100 and 101 (chain 1, common ancestor 99).
-    old = {**_fork(range(90, 102), 0, 0)}
-    blocks = FakeBlocks({n: v for n, v in old.items() if n <= 100})
-    follower = ChainFollower(
+def _follower(blocks: FakeBlocks, lane: FakeLane) -> ChainFollower:
+    return ChainFollower(
         blocks,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
-        FakeLane(),  # type: ignore[arg-type]
+        lane,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         Metrics(),
         confirmations=1,
         start_block=90,
         poll_interval_s=0.05,
     )
+
+
+async def test_the_follower_reads_only_the_receipts_of_its_own_transactions() -> None:
+    # Blocks 101-103 each list one transaction; ours (in flight) is 102's only: one batch of
+    # headers for the blocks under the head, one receipt, nobody else's.
+    chain = _fork(range(90, 104), 0, 0)
+    blocks = FakeBlocks(chain)
+    ours = bytes([102]) * 32
+    tx = type("Tx", (), {"kind": "noop", "job_id": None})()
+    lane = FakeLane({ours: tx, b"\xee" * 32: tx})
+    follower = _follower(blocks, lane)
+    follower._indexed = follower._scanned = 100
+    head = await blocks.head_block()
+    assert follower.watch.saw(head)
+    assert await follower._scan(head)
+    assert blocks.read == ["headers [101, 102]", "receipts of 1"]
+    assert [[m[0] for m in mined] for mined in lane.recorded] == [[ours]]
+    assert follower._scanned == 103
+    assert [follower.watch.memory.get(n) for n in (101, 102, 103)] == [h(101), h(102), h(103)]
+
+
+async def test_a_reorg_while_the_follower_reads_receipts_leaves_its_memory_on_one_chain() -> None:
+    # The follower saw 100 on chain 0; it reads head 101 (chain 0), then, while it reads the
+    # receipt of our transaction listed in 101, a depth-2 reorg replaces 100 and 101 (chain 1,
+    # common ancestor 99).
+    old = {**_fork(range(90, 102), 0, 0)}
+    blocks = FakeBlocks({n: v for n, v in old.items() if n <= 100})
+    lane = FakeLane({bytes([101]) * 32: type("Tx", (), {"kind": "noop", "job_id": None})()})
+    follower = _follower(blocks, lane)
     follower._indexed = follower._scanned = 100
     for number in range(90, 101):
         assert follower.watch.memory.remember(number, old[number][0])
@@ -366,9 +405,10 @@ async def test_a_reorg_while_the_follower_reads_receipts_leaves_its_memory_on_on
         blocks.chain = new
 
     blocks.on_receipts = reorg
-    follower.watch.memory.remember(101, old[101][0])  # as step does before its receipts
-    follower.watch.memory.remember(100, old[101][1])
-    assert await follower._receipts(101, {}) is False  # the chain moved under the step
+    head = await blocks.head_block()
+    assert follower.watch.saw(head)  # as step does before its receipts
+    assert await follower._scan(head) is False  # the chain moved under the step
+    assert lane.recorded == [] and follower._scanned == 100, "nothing recorded of a moved chain"
     assert follower.watch.memory.get(101) == h(101, 0), "no hash of the new chain is remembered"
     follower.watch.seen_head = 101
     head = await blocks.head_block()

@@ -1,0 +1,262 @@
+"""Payments of the standard x402 retirement resource (design: docs/design/x402-v2.md C4-C6,
+table ``x402_payments``): one row per payer authorization, single use per quote reference,
+and where the payment stands (its transfer, retirement and refund relay jobs). Amounts in USDC
+atomic units; times in unix seconds. Every method raises ``StoreUnavailable`` when the
+database fails."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import asyncpg
+
+from relayer.domain.errors import RelayerError
+from relayer.store.pool import Database
+
+PaymentState = Literal["accepted", "paid", "retiring", "retired", "refunding", "refunded", "failed"]
+OPEN_STATES: Final = ("accepted", "paid", "retiring", "refunding")
+
+_COLUMNS: Final = (
+    "id, chain_id, quote_id, request_hash, request::text AS request, payload::text AS payload, payload_hash, "
+    "payer, auth_nonce, amount, transfer_job_id, payment_tx, retire_job_id, refund_job_id, "
+    "refund_valid_before, "
+    "state, error::text AS error, created_at, updated_at"
+)
+INSERT: Final = """
+INSERT INTO x402_payments (id, chain_id, quote_id, request_hash, request, payload, payload_hash, payer,
+                           auth_nonce, amount, state, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10, 'accepted', $11, $11)
+"""
+BY_ID: Final = f"SELECT {_COLUMNS} FROM x402_payments WHERE id = $1"
+BY_AUTHORIZATION: Final = (
+    f"SELECT {_COLUMNS} FROM x402_payments WHERE chain_id = $1 AND payer = $2 AND auth_nonce = $3"
+)
+# Payments not final, recorded before $1, oldest first.
+OPEN: Final = f"""
+SELECT {_COLUMNS} FROM x402_payments
+WHERE state IN ('accepted', 'paid', 'retiring', 'refunding') AND created_at < $1 ORDER BY created_at LIMIT $2
+"""
+# Move payment $1 from one of states $2 to $3, setting the given columns (NULL keeps a column).
+MOVE: Final = f"""
+UPDATE x402_payments SET state = $3,
+    transfer_job_id = COALESCE($4, transfer_job_id), payment_tx = COALESCE($5, payment_tx),
+    retire_job_id = COALESCE($6, retire_job_id), refund_job_id = COALESCE($7, refund_job_id),
+    refund_valid_before = COALESCE($8, refund_valid_before), error = COALESCE($9::jsonb, error),
+    updated_at = $10
+WHERE id = $1 AND state = ANY($2::text[])
+RETURNING {_COLUMNS}
+"""
+# Payments by state (relayer status) and refunds (relayer ledger).
+BY_STATE: Final = "SELECT state, count(*) AS n FROM x402_payments WHERE chain_id = $1 GROUP BY state"
+REFUNDS: Final = """
+SELECT count(*) AS refunds, COALESCE(sum(p.amount) FILTER (WHERE p.state = 'refunded'), 0) AS refunded_usdc,
+       COALESCE(sum(t.paid_wei), 0) AS paid_wei
+FROM x402_payments p
+LEFT JOIN LATERAL (SELECT sum(r.paid_wei) AS paid_wei FROM relay_transactions r
+                   WHERE r.job_id = p.refund_job_id AND r.mined_block IS NOT NULL) t ON true
+WHERE p.chain_id = $1 AND p.refund_job_id IS NOT NULL
+"""
+LOCK_KEY: Final = 0x7834_3032  # "x402": the advisory lock class of payments
+
+
+class QuoteSpent(RelayerError):
+    """The quote reference was already used by another payment."""
+
+    default_code = "quote_consumed"
+
+
+@dataclass(frozen=True, slots=True)
+class NewPayment:
+    """A payment to record: its quote reference's id, the request (``actions/retire`` body as
+    parsed, wire names) and its hash, the decoded PaymentPayload and its hash, the payer, the
+    authorization's 32-byte nonce and the amount (USDC atomic units)."""
+
+    id: uuid.UUID
+    chain_id: int
+    quote_id: str
+    request_hash: bytes
+    request: dict[str, Any]
+    payload: dict[str, Any]
+    payload_hash: bytes
+    payer: str
+    auth_nonce: bytes
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentRow:
+    """A recorded payment and its jobs (ids; None until made)."""
+
+    id: uuid.UUID
+    chain_id: int
+    quote_id: str
+    request_hash: bytes
+    request: dict[str, Any]
+    payload: dict[str, Any]
+    payload_hash: bytes
+    payer: str
+    auth_nonce: bytes
+    amount: int
+    transfer_job_id: int | None
+    payment_tx: bytes | None
+    retire_job_id: int | None
+    refund_job_id: int | None
+    refund_valid_before: int | None
+    state: PaymentState
+    error: dict[str, Any] | None
+    created_at: int
+    updated_at: int
+
+
+def _row(r: asyncpg.Record) -> PaymentRow:
+    def opt(v: Any) -> int | None:
+        return None if v is None else int(v)
+
+    return PaymentRow(
+        r["id"],
+        int(r["chain_id"]),
+        r["quote_id"],
+        bytes(r["request_hash"]),
+        json.loads(r["request"]),
+        json.loads(r["payload"]),
+        bytes(r["payload_hash"]),
+        r["payer"],
+        bytes(r["auth_nonce"]),
+        int(r["amount"]),
+        opt(r["transfer_job_id"]),
+        None if r["payment_tx"] is None else bytes(r["payment_tx"]),
+        opt(r["retire_job_id"]),
+        opt(r["refund_job_id"]),
+        opt(r["refund_valid_before"]),
+        r["state"],
+        None if r["error"] is None else json.loads(r["error"]),
+        int(r["created_at"]),
+        int(r["updated_at"]),
+    )
+
+
+class X402Payments:
+    """The ``x402_payments`` table."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def record(self, new: NewPayment, now: int) -> PaymentRow:
+        """Record ``new`` in state ``accepted``; the payment of the same authorization when
+        one is recorded (a concurrent identical request).
+
+        Raises:
+            QuoteSpent: another payment used the quote reference.
+        """
+        try:
+            await self.db.execute(
+                INSERT,
+                new.id,
+                new.chain_id,
+                new.quote_id,
+                new.request_hash,
+                json.dumps(new.request),
+                json.dumps(new.payload),
+                new.payload_hash,
+                new.payer,
+                new.auth_nonce,
+                new.amount,
+                now,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            same = await self.by_authorization(new.chain_id, new.payer, new.auth_nonce)
+            if same is not None:
+                return same
+            if "quote_id" in str(exc.constraint_name or ""):
+                raise QuoteSpent() from None
+            raise
+        found = await self.get(new.id)
+        assert found is not None
+        return found
+
+    async def get(self, payment_id: uuid.UUID) -> PaymentRow | None:
+        row = await self.db.fetchrow(BY_ID, payment_id)
+        return None if row is None else _row(row)
+
+    async def by_authorization(self, chain_id: int, payer: str, nonce: bytes) -> PaymentRow | None:
+        """The payment of the payer's authorization ``nonce``, if recorded."""
+        row = await self.db.fetchrow(BY_AUTHORIZATION, chain_id, payer, nonce)
+        return None if row is None else _row(row)
+
+    async def open(self, recorded_before: int, limit: int) -> list[PaymentRow]:
+        """Payments not final recorded before ``recorded_before``, oldest first."""
+        return [_row(r) for r in await self.db.fetch(OPEN, recorded_before, limit)]
+
+    async def move(
+        self,
+        payment_id: uuid.UUID,
+        sources: Sequence[PaymentState],
+        target: PaymentState,
+        now: int,
+        *,
+        transfer_job_id: int | None = None,
+        payment_tx: bytes | None = None,
+        retire_job_id: int | None = None,
+        refund_job_id: int | None = None,
+        refund_valid_before: int | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> PaymentRow | None:
+        """Move the payment from one of ``sources`` to ``target`` setting the given columns
+        (None keeps one); None when it was in none of ``sources``."""
+        row = await self.db.fetchrow(
+            MOVE,
+            payment_id,
+            list(sources),
+            target,
+            transfer_job_id,
+            payment_tx,
+            retire_job_id,
+            refund_job_id,
+            refund_valid_before,
+            None if error is None else json.dumps(error),
+            now,
+        )
+        return None if row is None else _row(row)
+
+    @contextlib.asynccontextmanager
+    async def locked(self, payment_id: uuid.UUID) -> AsyncIterator[bool]:
+        """Hold the payment's advisory lock (session-level, on a connection of its own) for
+        the block; yields whether it was taken (False: another request or keeper holds it).
+        A process that dies releases it with its connection."""
+        key = int.from_bytes(payment_id.bytes[:4], "big", signed=True)
+        async with self.db.connection() as conn:
+            taken = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LOCK_KEY, key))
+            try:
+                yield taken
+            finally:
+                if taken:
+                    await conn.fetchval("SELECT pg_advisory_unlock($1, $2)", LOCK_KEY, key)
+
+    async def quote_used(self, quote_id: str) -> bool:
+        """Whether a payment used the quote reference ``quote_id``."""
+        sql = "SELECT EXISTS (SELECT 1 FROM x402_payments WHERE quote_id = $1)"
+        return bool(await self.db.fetchval(sql, quote_id))
+
+    async def expires_at(self, job_id: int) -> int:
+        """The signed authorization's expiry (``validBefore``, unix seconds) of relay job ``job_id``."""
+        return int(await self.db.fetchval("SELECT auth_expires_at FROM relay_jobs WHERE id = $1", job_id))
+
+    async def count_by_state(self, chain_id: int) -> dict[str, int]:
+        """Payments by state (``relayer status``)."""
+        return {r["state"]: int(r["n"]) for r in await self.db.fetch(BY_STATE, chain_id)}
+
+    async def refunds(self, chain_id: int) -> dict[str, str]:
+        """Refunds made (``relayer ledger``): count, USDC refunded (atomic, decimal string) and
+        the wei their transactions paid."""
+        row = await self.db.fetchrow(REFUNDS, chain_id)
+        assert row is not None
+        return {
+            "refunds": str(int(row["refunds"])),
+            "refundedUsdc": str(int(row["refunded_usdc"])),
+            "paidWei": str(int(row["paid_wei"])),
+        }

@@ -1,0 +1,324 @@
+"""The facilitator's API keys, request limits and daily gas budgets (issue 19, design:
+docs/design/x402-v2.md, C3) on real anvil and Postgres, through HTTP: verify and settle need a
+key of scope ``facilitator`` (a marketplace key is 401 there, and the other way round) while
+``supported`` is public; each key has its own request limit (429 ``rate_limited`` with
+Retry-After); a settle its day's budget cannot take is 429 ``gas_budget_exhausted`` with
+nothing recorded; a settle reserves its fee ceiling while in flight and its receipt moves the
+reservation into the gas paid, which ``relayer ledger`` shows per key; a rejected job gives its
+reservation back, and concurrent reservations never pass the budget; ``relayer apikey create``
+takes the scopes and limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import pytest
+from web3 import Web3
+
+from relayer.admin import create_api_key
+from relayer.domain.budget import seconds_to_utc_midnight, utc_day
+from relayer.domain.states import JobState
+from relayer.domain.verify import TransferAuthorization, VerifiedTransfer
+from relayer.ops import ledger_summary
+from relayer.service.facilitator import Payment, Requirements
+from relayer.service.relay import _transfer_job
+from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
+from tests.chain_helpers import token_balance
+from tests.conftest import Daemon
+from tests.integration.test_facilitator import call, fresh_address, payment
+from tests.processes import RELAYER
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+async def new_key(
+    d: Daemon, *scopes: str, rate: str | None = None, budget: int | None = None
+) -> tuple[str, str, int]:
+    """(token, name, id) of a new API key."""
+    name = f"keys-{uuid.uuid4().hex[:8]}"
+    token = await create_api_key(d.runtime.settings, name, scopes, rate, budget)
+    key_id = await d.runtime.db.fetchval("SELECT id FROM api_keys WHERE name = $1", name)
+    return token, name, int(key_id)
+
+
+async def jobs_of(d: Daemon, key_id: int) -> int:
+    return int(await d.runtime.db.fetchval("SELECT count(*) FROM relay_jobs WHERE api_key_id = $1", key_id))
+
+
+async def gas_day(d: Daemon, key_id: int) -> dict[str, int] | None:
+    row = await d.runtime.db.fetchrow(
+        "SELECT reserved_wei, paid_wei, settles FROM api_key_gas_days WHERE api_key_id = $1 AND day = $2",
+        key_id,
+        utc_day(int(time.time())),
+    )
+    return None if row is None else {k: int(v) for k, v in row.items()}
+
+
+async def test_only_a_facilitator_key_may_verify_and_settle_and_supported_is_public(daemon: Daemon) -> None:
+    market, _, market_id = await new_key(daemon, "marketplace")
+    facilitator, _, _ = await new_key(daemon, "facilitator")
+    both, _, _ = await new_key(daemon, "marketplace", "facilitator")
+    body = payment(daemon, fresh_address(), 1_000)
+    for path in ("verify", "settle"):
+        status, answer = await call(daemon, path, body, market)
+        assert status == 401, answer
+        assert answer == {"error": "unauthorized", "message": answer["message"]}
+        assert "facilitator" in answer["message"]
+    assert await jobs_of(daemon, market_id) == 0
+    async with daemon.session.get(f"{daemon.base_url}/facilitator/supported") as r:  # no key
+        assert r.status == 200 and (await r.json())["kinds"][0]["scheme"] == "exact"
+    for key in (facilitator, both):
+        status, answer = await call(daemon, "verify", body, key)
+        assert status == 200 and answer["isValid"] is True, answer
+    # A facilitator-only key is no marketplace key; one with both scopes is.
+    quote = {"asset_price_source_id": "listing-1-0x" + "0" * 64, "quantity_tonnes": "1"}
+    for key, expected in ((facilitator, 401), (market, None), (both, None)):
+        headers = {"Authorization": f"Bearer {key}"}
+        async with daemon.session.post(f"{daemon.base_url}/quotes", json=quote, headers=headers) as r:
+            answer = await r.json()
+            if expected is None:
+                assert r.status != 401, answer
+            else:
+                assert (r.status, answer["code"]) == (401, "unauthorized"), answer
+
+
+async def test_each_key_has_its_own_request_limit(daemon: Daemon) -> None:
+    slow, _, _ = await new_key(daemon, "facilitator", rate="3/minute")
+    other, _, _ = await new_key(daemon, "facilitator")
+    body = payment(daemon, fresh_address(), 1_000)
+    for _ in range(3):
+        status, answer = await call(daemon, "verify", body, slow)
+        assert status == 200 and answer["isValid"] is True, answer
+    for path in ("verify", "settle"):
+        headers = {"Authorization": f"Bearer {slow}"}
+        async with daemon.session.post(
+            f"{daemon.base_url}/facilitator/{path}", json=body, headers=headers
+        ) as r:
+            answer = await r.json()
+            assert r.status == 429, answer
+            assert answer == {"error": "rate_limited", "message": answer["message"]}
+            assert 1 <= int(r.headers["Retry-After"]) <= 60
+    status, answer = await call(daemon, "verify", body, other)  # another key counts on its own
+    assert status == 200 and answer["isValid"] is True, answer
+
+
+async def test_a_settle_past_the_daily_budget_is_429_and_records_nothing(daemon: Daemon) -> None:
+    poor, _, poor_id = await new_key(daemon, "facilitator", budget=1)
+    pay_to = fresh_address()
+    body = payment(daemon, pay_to, 2_222)
+    headers = {"Authorization": f"Bearer {poor}"}
+    async with daemon.session.post(f"{daemon.base_url}/facilitator/settle", json=body, headers=headers) as r:
+        answer = await r.json()
+        assert r.status == 429, answer
+        assert answer == {"error": "gas_budget_exhausted", "message": answer["message"]}
+        assert abs(int(r.headers["Retry-After"]) - seconds_to_utc_midnight(int(time.time()))) <= 5
+    assert await jobs_of(daemon, poor_id) == 0
+    assert (await gas_day(daemon, poor_id)) is None
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 0
+    # Nothing of the refused attempt is left: a key with budget settles the same payment.
+    rich, _, rich_id = await new_key(daemon, "facilitator")
+    status, settled = await call(daemon, "settle", body, rich)
+    assert status == 200 and settled["success"] is True, settled
+    assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 2_222
+    assert await jobs_of(daemon, rich_id) == 1
+
+
+async def test_a_settle_reserves_its_ceiling_and_the_ledger_shows_the_gas_each_key_paid(
+    daemon: Daemon,
+) -> None:
+    token, name, key_id = await new_key(daemon, "facilitator")
+    pay_to = fresh_address()
+    body = payment(daemon, pay_to, 4_321)
+    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
+    facilitator = daemon.runtime.facilitator
+    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, 2.0
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        status, pending = await call(daemon, "settle", body, token)
+        assert (status, pending["errorReason"]) == (200, "settlement_pending"), pending
+        job = await daemon.runtime.db.fetchrow(
+            "SELECT gas_limit, max_fee_per_gas, gas_reserved_wei FROM relay_jobs WHERE api_key_id = $1",
+            key_id,
+        )
+        day = await gas_day(daemon, key_id)
+        assert day is not None and day["reserved_wei"] == int(job["gas_reserved_wei"]), (day, job)
+        ceiling = daemon.runtime.settings.facilitator_max_fee_per_gas_wei
+        assert (
+            day["reserved_wei"]
+            >= int(job["gas_limit"]) * ceiling
+            >= int(job["gas_limit"]) * int(job["max_fee_per_gas"])
+        )
+        assert (day["paid_wei"], day["settles"]) == (0, 0)
+        reserved = day["reserved_wei"]
+        w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+        facilitator.settle_wait_s = wait
+    status, final = await call(daemon, "settle", body, token)
+    assert status == 200 and final["success"] is True, final
+    paid = int(
+        await daemon.runtime.db.fetchval(
+            "SELECT paid_wei FROM relay_transactions WHERE tx_hash = $1",
+            bytes.fromhex(final["transaction"][2:]),
+        )
+    )
+    assert paid > 0
+    print(f"\none settle: gas limit {job['gas_limit']}, reserved {reserved} wei, paid {paid} wei")
+    assert await gas_day(daemon, key_id) == {"reserved_wei": 0, "paid_wei": paid, "settles": 1}
+    assert (
+        await daemon.runtime.db.fetchval(
+            "SELECT gas_reserved_wei FROM relay_jobs WHERE api_key_id = $1", key_id
+        )
+        is None
+    )
+    ledger = await ledger_summary(daemon.runtime.settings)
+    mine = [k for k in ledger["facilitator"] if k["apiKey"] == name]
+    today = {"settles": 1, "paidWei": str(paid), "reservedWei": "0"}
+    assert mine == [{"apiKey": name, **today, "today": today}], ledger["facilitator"]
+
+
+def _transfer(d: Daemon, key_id: int) -> NewJob:
+    """The job of a new signed transfer of the test payer (not recorded)."""
+    body = payment(d, fresh_address(), 1_000)
+
+    def req(m: dict[str, Any]) -> Requirements:
+        return Requirements(
+            m["scheme"],
+            m["network"],
+            m["asset"],
+            int(m["amount"]),
+            m["payTo"],
+            m["maxTimeoutSeconds"],
+            m["extra"],
+        )
+
+    auth = body["paymentPayload"]["payload"]["authorization"]
+    authorization = TransferAuthorization(
+        auth["from"],
+        auth["to"],
+        int(auth["value"]),
+        int(auth["validAfter"]),
+        int(auth["validBefore"]),
+        bytes.fromhex(auth["nonce"][2:]),
+        bytes.fromhex(body["paymentPayload"]["payload"]["signature"][2:]),
+    )
+    r = req(body["paymentRequirements"])
+    verified = d.runtime.facilitator.check(Payment(r, r, authorization), int(time.time()))
+    assert isinstance(verified, VerifiedTransfer), verified
+    return _transfer_job(verified, key_id)
+
+
+async def test_a_rejected_job_gives_its_reservation_back_and_concurrent_ones_never_pass_the_budget(
+    daemon: Daemon,
+) -> None:
+    """At the store, on the daemon's database (each job is rejected at once, long before the
+    sweeper would take it as an orphan: none is ever sent)."""
+    jobs = daemon.runtime.jobs
+    _, _, key_id = await new_key(daemon, "facilitator")
+    now = int(time.time())
+    ceiling, budget = 1_000_000, 3_000_000
+
+    def gas() -> GasReservation:
+        return GasReservation(key_id, utc_day(now), ceiling, budget, seconds_to_utc_midnight(now))
+
+    async def attempt(new: NewJob) -> int | None:
+        try:
+            job, owned = await jobs.reserve(new, gas=gas())
+        except GasBudgetExhausted:
+            return None
+        assert owned and job.gas_reserved_wei == ceiling
+        return job.id
+
+    news = [_transfer(daemon, key_id) for _ in range(8)]
+    ids = await asyncio.gather(*(attempt(n) for n in news))
+    taken = [i for i in ids if i is not None]
+    try:
+        assert len(taken) == 3, ids  # 3 ceilings fit in the budget, whatever the interleaving
+        assert await jobs_of(daemon, key_id) == 3  # the refused ones recorded nothing
+        assert await gas_day(daemon, key_id) == {"reserved_wei": 3 * ceiling, "paid_wei": 0, "settles": 0}
+        first = taken[0]
+        rejected = await jobs.move(first, JobState.REJECTED)
+        assert rejected is not None and rejected.gas_reserved_wei is None
+        assert await gas_day(daemon, key_id) == {"reserved_wei": 2 * ceiling, "paid_wei": 0, "settles": 0}
+        # The identical request re-opens the rejected job, which reserves again.
+        again = await attempt(news[ids.index(first)])
+        assert again == first
+        assert await gas_day(daemon, key_id) == {"reserved_wei": 3 * ceiling, "paid_wei": 0, "settles": 0}
+        assert await attempt(news[ids.index(None)]) is None
+    finally:
+        for job_id in taken:
+            await jobs.move(job_id, JobState.REJECTED)
+    assert await gas_day(daemon, key_id) == {"reserved_wei": 0, "paid_wei": 0, "settles": 0}
+
+
+def _relayer(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "RELAYER_DATABASE_URL": d.runtime.dsn,
+        "RELAYER_CHAIN_ID": str(d.chain["chainId"]),
+    }
+    return subprocess.run([str(RELAYER), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+async def test_the_cli_creates_a_scoped_key_with_its_limits_and_refuses_bad_ones(daemon: Daemon) -> None:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    args = ("apikey", "create", "--name", name, "--scope", "facilitator", "--scope", "marketplace")
+    done = await asyncio.to_thread(_relayer, daemon, *args, "--rate", "5/second", "--gas-budget-wei", "7")
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    assert token.startswith("mk_") and token not in done.stderr
+    row = await daemon.runtime.db.fetchrow(
+        "SELECT scopes, rate_limit, gas_budget_wei_per_day, key_hash FROM api_keys WHERE name = $1", name
+    )
+    assert (sorted(row["scopes"]), row["rate_limit"], int(row["gas_budget_wei_per_day"])) == (
+        ["facilitator", "marketplace"],
+        "5/second",
+        7,
+    )
+    assert bytes(row["key_hash"]) != token.encode()  # only its hash is stored
+    status, answer = await call(daemon, "verify", payment(daemon, fresh_address(), 1_000), token)
+    assert status == 200 and answer["isValid"] is True, answer
+    plain = await asyncio.to_thread(_relayer, daemon, "apikey", "create", "--name", f"{name}-plain")
+    assert plain.returncode == 0, plain.stderr
+    scopes = await daemon.runtime.db.fetchval("SELECT scopes FROM api_keys WHERE name = $1", f"{name}-plain")
+    assert scopes == ["marketplace"]  # the default: existing usage unchanged
+    for bad in (("--rate", "fast"), ("--gas-budget-wei", "-1"), ("--scope", "admin")):
+        refused = await asyncio.to_thread(_relayer, daemon, "apikey", "create", "--name", "bad", *bad)
+        assert refused.returncode == 2, (bad, refused.stdout, refused.stderr)
+        assert not refused.stdout.strip()
+    ledger = await asyncio.to_thread(_relayer, daemon, "ledger")
+    assert ledger.returncode == 0, ledger.stderr
+    assert isinstance(json.loads(ledger.stdout)["facilitator"], list)
+
+
+async def test_a_settle_cancelled_unsigned_gives_its_reservation_back(daemon: Daemon) -> None:
+    """With no wait the job is cancelled (rejected) before the broadcaster signs it, as a rule
+    (see test_facilitator): its reservation is given back at once and nothing is paid."""
+    token, _, key_id = await new_key(daemon, "facilitator")
+    facilitator = daemon.runtime.facilitator
+    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, 0.0
+    cancelled = 0
+    try:
+        for _ in range(5):
+            status, answer = await call(daemon, "settle", payment(daemon, fresh_address(), 1_500), token)
+            assert status == 200, answer
+            if answer["success"] is False and answer["errorReason"] == "unexpected_settle_error":
+                cancelled += 1
+                break
+    finally:
+        facilitator.settle_wait_s = wait
+    assert cancelled == 1, "no settle was cancelled unsigned"
+    rows = await daemon.runtime.db.fetch(
+        "SELECT state, gas_reserved_wei FROM relay_jobs WHERE api_key_id = $1 AND state = 'rejected'", key_id
+    )
+    assert len(rows) == 1 and rows[0]["gas_reserved_wei"] is None, rows
+    await asyncio.sleep(2)  # the ones signed before the cancel (if any) are mined by now
+    day = await gas_day(daemon, key_id)
+    assert day is not None and day["reserved_wei"] == 0, day

@@ -1,0 +1,436 @@
+"""actions/retire as a standard x402 v2 resource (issue 19 part 4, design C4-C6), on a private
+anvil and Postgres: the 402's PAYMENT-REQUIRED header; a payload signed here exactly as the
+standard exact EVM client signs it (EIP-712 TransferWithAuthorization, 32 random bytes of
+nonce, to = payTo, value = amount, validAfter 0, validBefore now + maxTimeoutSeconds) and sent
+base64 in PAYMENT-SIGNATURE with the same body; paid once, retired from the treasury, replays
+answered from the payment; refusals charge nothing; a crash between payment and retirement
+completes once; a retirement that cannot execute is refunded once; a front-run still retires."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from web3 import Web3
+
+from relayer.domain.schemas import parse_request
+from relayer.domain.verify import request_hash
+from relayer.ops import ledger_summary
+from relayer.service.facilitator import Requirements
+from relayer.service.x402_payments import quote_ref
+from tests.chain_helpers import token_balance, transact_as
+from tests.conftest import Daemon, free_port
+from tests.private import daemon_settings, private_chain, serving
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+SECRET = "test-quote-secret-" + "ab" * 16
+
+
+@pytest.fixture(scope="module")
+async def chain_and_db(
+    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
+) -> AsyncIterator[tuple[dict[str, Any], str]]:
+    async with private_chain(tmp_path_factory.mktemp("x402res"), admin_database_url) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def resource(
+    info: dict[str, Any], dsn: str, *, workers: bool = True, **overrides: Any
+) -> AsyncIterator[Daemon]:
+    settings = daemon_settings(
+        info,
+        dsn,
+        free_port(),
+        treasury_private_key=info["treasury"]["privateKey"],
+        x402_quote_secret=SECRET,
+        **overrides,
+    )
+    async with serving(settings, info, workers=workers) as d:
+        yield d
+
+
+def payer_of(info: dict[str, Any], n: int) -> dict[str, str]:
+    """A devnet payer (USDC, no ETH); the devnet has a few, so tests share them (their checks
+    are deltas)."""
+    payers: list[dict[str, str]] = info["payers"]
+    return payers[n % len(payers)]
+
+
+def retire_body(payer: str, **fields: Any) -> dict[str, Any]:
+    body = {"carbonClass": "NBO", "amount": "1", "inputToken": "USDC", **fields}
+    return {
+        "action": "actions/retire",
+        "from": payer,
+        "details": {"beneficiaryIsPayer": True, "beneficiaryString": "x402 buyer"},
+        **body,
+    }
+
+
+def decode(header: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(base64.b64decode(header, validate=True))
+    return value
+
+
+async def post(
+    d: Daemon, body: dict[str, Any], signature: str | None = None
+) -> tuple[int, dict[str, Any], Any]:
+    headers = {} if signature is None else {"PAYMENT-SIGNATURE": signature}
+    async with d.session.post(d.api, json=body, headers=headers) as r:
+        return r.status, await r.json(content_type=None), r.headers
+
+
+async def required(d: Daemon, body: dict[str, Any]) -> dict[str, Any]:
+    status, data, headers = await post(d, body)
+    assert status == 402 and data["error"] == "payment_required", data
+    assert "PAYMENT-REQUIRED" in headers.get("Access-Control-Expose-Headers", "")
+    return decode(headers["PAYMENT-REQUIRED"])
+
+
+def sign_payload(
+    pr: dict[str, Any], key: str, *, value: int | None = None, to: str | None = None, **accepted: Any
+) -> str:
+    """PAYMENT-SIGNATURE as the standard exact EVM client makes it for ``pr["accepts"][0]``."""
+    req = {**pr["accepts"][0], **accepted}
+    account = Account.from_key(key)
+    message = {
+        "from": account.address,
+        "to": Web3.to_checksum_address(to or req["payTo"]),
+        "value": int(value if value is not None else req["amount"]),
+        "validAfter": 0,
+        "validBefore": int(time.time()) + int(req["maxTimeoutSeconds"]),
+        "nonce": os.urandom(32),
+    }
+    typed = {
+        "types": {
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "version", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "TransferWithAuthorization": [
+                {"name": "from", "type": "address"},
+                {"name": "to", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "validAfter", "type": "uint256"},
+                {"name": "validBefore", "type": "uint256"},
+                {"name": "nonce", "type": "bytes32"},
+            ],
+        },
+        "primaryType": "TransferWithAuthorization",
+        "domain": {
+            "name": req["extra"]["name"],
+            "version": req["extra"]["version"],
+            "chainId": int(req["network"].split(":")[1]),
+            "verifyingContract": req["asset"],
+        },
+        "message": message,
+    }
+    signature = Account.sign_message(encode_typed_data(full_message=typed), key).signature
+    authorization = {k: str(v) for k, v in message.items() if k not in ("nonce", "from", "to")}
+    authorization.update(
+        {"from": message["from"], "to": message["to"], "nonce": "0x" + bytes(message["nonce"]).hex()}
+    )
+    payload = {
+        "x402Version": 2,
+        "payload": {"authorization": authorization, "signature": "0x" + bytes(signature).hex()},
+        "accepted": req,
+        "resource": pr["resource"],
+    }
+    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+
+
+async def usdc(d: Daemon, owner: str) -> int:
+    return await token_balance(d.runtime.node, "usdc", owner)
+
+
+async def payments_of(d: Daemon, payer: str) -> list[Any]:
+    return list(await d.runtime.db.fetch("SELECT * FROM x402_payments WHERE payer = $1", payer))
+
+
+async def wait_state(d: Daemon, payment_id: str, states: set[str], timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = await d.runtime.db.fetchrow("SELECT * FROM x402_payments WHERE id = $1::uuid", payment_id)
+        if (row is not None and row["state"] in states) or time.monotonic() > deadline:
+            assert row is not None and row["state"] in states, row
+            return row
+        await asyncio.sleep(0.2)
+
+
+async def test_402_carries_payment_required(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    async with resource(info, dsn, workers=False) as d:
+        payer = payer_of(info, 0)
+        status, body, headers = await post(d, retire_body(payer["address"]))
+        assert status == 402 and "typedData" in body and "actionsRetireRequest" in body  # today's body
+        pr = decode(headers["PAYMENT-REQUIRED"])
+        assert pr["x402Version"] == 2 and pr["resource"]["url"] == f"{d.base_url}/api/actions/retire"
+        [accept] = pr["accepts"]
+        assert accept["scheme"] == "exact" and accept["network"] == "eip155:84532"
+        assert accept["asset"] == info["contracts"]["usdc"] and accept["payTo"] == info["treasury"]["address"]
+        assert int(accept["amount"]) > int(body["authValue"]) > 0  # the retirement plus the transfer's gas
+        assert accept["maxTimeoutSeconds"] > 30
+        assert accept["extra"]["name"] == "USDC" and accept["extra"]["version"] == "2"
+        assert accept["extra"]["quoteRef"].startswith("q1.")
+        again = await required(d, retire_body(payer["address"]))
+        assert again["accepts"][0]["extra"]["quoteRef"] != accept["extra"]["quoteRef"]  # one per 402
+        assert await d.runtime.db.fetchval("SELECT count(*) FROM x402_payments") == 0  # a 402 writes nothing
+
+
+async def test_paid_retires_once_and_a_replay_gets_the_same_answer(
+    chain_and_db: tuple[dict[str, Any], str],
+) -> None:
+    info, dsn = chain_and_db
+    payer, treasury = payer_of(info, 1), info["treasury"]["address"]
+    async with resource(info, dsn) as d:
+        body = retire_body(payer["address"])
+        pr = await required(d, body)
+        amount = int(pr["accepts"][0]["amount"])
+        before_payer, before_treasury = await usdc(d, payer["address"]), await usdc(d, treasury)
+        header = sign_payload(pr, payer["privateKey"])
+        status, paid, headers = await post(d, body, header)
+        assert status == 200, paid
+        settle = decode(headers["PAYMENT-RESPONSE"])
+        assert settle["success"] is True and settle["payer"] == payer["address"], settle
+        assert settle["amount"] == str(amount) and settle["network"] == "eip155:84532"
+        assert settle["transaction"].startswith("0x") and len(settle["transaction"]) == 66
+        assert paid["status"] in ("settled", "pending_index"), paid
+        assert paid["payment"]["transaction"] == settle["transaction"]
+        assert await usdc(d, payer["address"]) == before_payer - amount  # charged exactly once
+        treasury_delta = await usdc(d, treasury) - before_treasury
+        assert 0 < treasury_delta < amount  # paid the amount, spent the retirement (gas priced in)
+        tx = paid["transactionHash"]
+        deadline = time.monotonic() + 30
+        while True:  # readable by certificate once indexed
+            status, cert = await d.get("/api/certificate", txHash=tx)
+            if status == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.3)
+        assert status == 200, cert
+        row = await wait_state(d, paid["paymentId"], {"retired"})
+        assert row["retire_job_id"] is not None and row["refund_job_id"] is None
+
+        status, replay, replay_headers = await post(d, body, header)  # the identical payload again
+        assert status == 200 and replay["paymentId"] == paid["paymentId"], replay
+        assert decode(replay_headers["PAYMENT-RESPONSE"])["transaction"] == settle["transaction"]
+        assert await usdc(d, payer["address"]) == before_payer - amount  # never a second charge
+        nonce = bytes.fromhex(decode(header)["payload"]["authorization"]["nonce"][2:])
+        assert (
+            await d.runtime.db.fetchval("SELECT count(*) FROM x402_payments WHERE auth_nonce = $1", nonce)
+            == 1
+        )
+        transfers = await d.runtime.db.fetchval(
+            "SELECT count(*) FROM relay_jobs WHERE kind = 'transfer' AND summary->>'nonce' = $1",
+            "0x" + nonce.hex(),
+        )
+        assert transfers == 1
+
+
+async def test_refusals_charge_nothing(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    payer = payer_of(info, 2)
+    async with resource(info, dsn, workers=False) as d:
+        body = retire_body(payer["address"])
+        pr = await required(d, body)
+        accept = pr["accepts"][0]
+        amount = int(accept["amount"])
+        before, recorded = await usdc(d, payer["address"]), len(await payments_of(d, payer["address"]))
+        other = Account.create().address
+        expired = copy.deepcopy(accept)
+        now = int(time.time())
+        core = Requirements(
+            "exact", accept["network"], accept["asset"], amount, accept["payTo"], accept["maxTimeoutSeconds"]
+        )
+        req = parse_request({k: v for k, v in body.items() if k != "action"})
+        expired["extra"]["quoteRef"] = quote_ref(
+            SECRET.encode(), 84532, request_hash(req), core, now - 1, os.urandom(16)
+        )
+        tampered = copy.deepcopy(body)
+        tampered["details"]["beneficiaryString"] = "someone else"
+        cases = [
+            (
+                body,
+                sign_payload(pr, payer["privateKey"], value=amount - 1),
+                "invalid_exact_evm_payload_authorization_value_mismatch",
+            ),
+            (
+                body,
+                sign_payload(pr, payer["privateKey"], to=other),
+                "invalid_exact_evm_payload_recipient_mismatch",
+            ),
+            (
+                body,
+                sign_payload(pr, payer["privateKey"], to=other, payTo=other),
+                "invalid_payment_requirements",
+            ),
+            (
+                body,
+                sign_payload(pr, payer["privateKey"], amount=str(amount - 1), value=amount - 1),
+                "invalid_payment_requirements",
+            ),
+            (
+                body,
+                sign_payload(pr, payer["privateKey"], extra=expired["extra"]),
+                "invalid_payment_requirements",
+            ),
+            (tampered, sign_payload(pr, payer["privateKey"]), "invalid_payment_requirements"),
+            (body, base64.b64encode(b"not json").decode(), "invalid_payload"),
+        ]
+        for sent, header, reason in cases:
+            status, refused, headers = await post(d, sent, header)
+            assert status == 402 and refused["error"] == "payment_required", refused
+            fresh = decode(headers["PAYMENT-REQUIRED"])
+            assert fresh["error"] == reason, (reason, fresh.get("error"))
+            assert fresh["accepts"][0]["extra"]["quoteRef"] != accept["extra"]["quoteRef"]
+        assert await usdc(d, payer["address"]) == before
+        assert len(await payments_of(d, payer["address"])) == recorded
+
+
+async def test_a_quote_pays_once(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    first, second = payer_of(info, 3), payer_of(info, 4)
+    async with resource(info, dsn) as d:
+        body = retire_body(first["address"])
+        pr = await required(d, body)
+        status, paid, _ = await post(d, body, sign_payload(pr, first["privateKey"]))
+        assert status == 200, paid
+        before, recorded = await usdc(d, second["address"]), len(await payments_of(d, second["address"]))
+        status, _refused, headers = await post(d, body, sign_payload(pr, second["privateKey"]))
+        why = decode(headers["PAYMENT-RESPONSE"])
+        assert status == 402 and decode(headers["PAYMENT-REQUIRED"])["error"] == "quote_consumed", why
+        assert await usdc(d, second["address"]) == before
+        assert len(await payments_of(d, second["address"])) == recorded
+
+
+async def test_a_crash_between_payment_and_retirement_completes_once(
+    chain_and_db: tuple[dict[str, Any], str],
+) -> None:
+    info, dsn = chain_and_db
+    payer = payer_of(info, 5)
+    body = retire_body(payer["address"])
+    before = None
+    async with resource(info, dsn, workers=False, settle_wait_s=2) as d:  # nothing is ever sent
+        pr = await required(d, body)
+        amount = int(pr["accepts"][0]["amount"])
+        before = await usdc(d, payer["address"])
+        status, answer, headers = await post(d, body, sign_payload(pr, payer["privateKey"]))
+        assert status == 200, answer
+        settle = decode(headers["PAYMENT-RESPONSE"])
+        assert settle["success"] is False and settle["errorReason"] == "settlement_pending", settle
+        payment_id = answer["paymentId"]
+    async with resource(info, dsn) as d:  # "restarted": the keeper drives it
+        row = await wait_state(d, payment_id, {"retired"})
+        assert await usdc(d, payer["address"]) == before - amount
+        jobs = await d.runtime.db.fetchval(
+            "SELECT count(*) FROM relay_jobs WHERE id = $1 OR id = $2",
+            row["transfer_job_id"],
+            row["retire_job_id"],
+        )
+        assert jobs == 2 and row["refund_job_id"] is None
+
+
+async def test_a_retirement_that_cannot_execute_is_refunded_once(
+    chain_and_db: tuple[dict[str, Any], str],
+) -> None:
+    info, dsn = chain_and_db
+    payer = payer_of(info, 6)
+    listing = next(li for li in info["listings"] if li.get("state", "active") == "active")
+    body = retire_body(payer["address"], listingId=str(listing["listingId"]))
+    del body["carbonClass"]
+    async with resource(info, dsn, workers=False, settle_wait_s=2) as d:
+        pr = await required(d, body)
+        before = await usdc(d, payer["address"])
+        status, answer, _ = await post(d, body, sign_payload(pr, payer["privateKey"]))
+        assert status == 200, answer
+        payment_id = answer["paymentId"]
+    # The seller withdraws the listing after the payment was taken, before its retirement.
+    receipt = transact_as(
+        info,
+        "seller",
+        info["contracts"]["marketplace"],
+        "Marketplace",
+        "cancelListing",
+        int(listing["listingId"]),
+    )
+    assert receipt["status"] == 1
+    async with resource(info, dsn) as d:
+        row = await wait_state(d, payment_id, {"refunded"}, timeout_s=90)
+        assert row["retire_job_id"] is None and row["refund_job_id"] is not None
+        assert await usdc(d, payer["address"]) == before  # paid, then refunded in full
+        refunds = (await ledger_summary(d.runtime.settings))["x402Refunds"]  # `relayer ledger`
+        assert refunds["refunds"] == "1" and int(refunds["paidWei"]) > 0, refunds
+        assert refunds["refundedUsdc"] == str(row["amount"])
+        await asyncio.sleep(2)  # the keeper steps again: nothing more happens
+        again = await d.runtime.db.fetchrow("SELECT * FROM x402_payments WHERE id = $1::uuid", payment_id)
+        assert again["state"] == "refunded" and again["refund_job_id"] == row["refund_job_id"]
+
+
+async def test_a_front_run_payment_still_retires(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    payer, treasury = payer_of(info, 7), info["treasury"]["address"]
+    async with resource(info, dsn) as d:
+        body = retire_body(payer["address"])
+        pr = await required(d, body)
+        amount = int(pr["accepts"][0]["amount"])
+        before = await usdc(d, payer["address"])
+        header = sign_payload(pr, payer["privateKey"])
+        a = decode(header)["payload"]
+        auth, sig = a["authorization"], bytes.fromhex(a["signature"][2:])
+        receipt = transact_as(
+            info,
+            "deployer",
+            info["contracts"]["usdc"],
+            "UsdcEip3009",
+            "transferWithAuthorization",
+            auth["from"],
+            auth["to"],
+            int(auth["value"]),
+            int(auth["validAfter"]),
+            int(auth["validBefore"]),
+            bytes.fromhex(auth["nonce"][2:]),
+            sig[64],
+            sig[:32],
+            sig[32:64],
+        )
+        assert receipt["status"] == 1
+        assert await usdc(d, payer["address"]) == before - amount  # the funds are in the treasury
+        status, paid, headers = await post(d, body, header)
+        assert status == 200, paid
+        settle = decode(headers["PAYMENT-RESPONSE"])
+        assert (
+            settle["success"] is True
+            and settle["transaction"] == "0x" + bytes(receipt["transactionHash"]).hex()
+        )
+        row = await wait_state(d, paid["paymentId"], {"retired"})
+        assert row["refund_job_id"] is None
+        assert await usdc(d, payer["address"]) == before - amount
+        assert treasury
+
+
+async def test_discovery_lists_the_retirement_resource(chain_and_db: tuple[dict[str, Any], str]) -> None:
+    info, dsn = chain_and_db
+    async with resource(info, dsn, workers=False) as d:
+        async with d.session.get(f"{d.base_url}/facilitator/discovery/resources", params={"limit": "5"}) as r:
+            assert r.status == 200
+            listed = await r.json()
+        assert listed["x402Version"] == 2 and listed["pagination"] == {"limit": 5, "offset": 0, "total": 1}
+        [item] = listed["items"]
+        assert item["resource"] == f"{d.base_url}/api/actions/retire" and item["type"] == "http"
+        [accept] = item["accepts"]
+        assert accept["payTo"] == info["treasury"]["address"] and "quoteRef" not in accept["extra"]
+        bazaar = item["extensions"]["bazaar"]
+        assert bazaar["info"]["input"]["method"] == "POST" and bazaar["info"]["output"]["type"] == "json"
+        assert "properties" in bazaar["schema"]["input"]
