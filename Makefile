@@ -21,6 +21,7 @@ NODE_STAMP := node_modules/.installed
 LINT_PATHS := $(wildcard relayer relayer_dev tests bench)
 PYTEST_ARGS ?=
 TPS ?= 150
+BENCH_ARGS ?=
 
 # True when pid $1 is a live `relayer all` (judged by its command line, so a recycled pid is left alone).
 define is_daemon
@@ -28,7 +29,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test devnet devnet-down traffic compile lint
+.PHONY: help install demo test devnet devnet-down traffic compile lint bench-facilitator
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -109,3 +110,6 @@ lint: install ## ruff check, ruff format --check, mypy --strict, import-linter c
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict relayer relayer_dev
 	$(BIN)/lint-imports
+
+bench-facilitator: install ## Our /facilitator/settle vs the x402 SDK's facilitator (BENCH_ARGS=--scenario dropped ...)
+	$(BIN)/python bench/facilitator_vs_reference.py $(BENCH_ARGS)

@@ -173,3 +173,32 @@ def daemon_env(dsn: str, devnet: dict[str, Any], deployment_file: Path, http_por
         "RELAYER_LOG_LEVEL": "WARNING",
         "RELAYER_RATE_LIMIT": "off",  # the load comes from one client
     }
+
+
+def fund(info: dict[str, Any], payers: list[str], each: int) -> None:
+    """Mint ``each`` USDC atomic units to every payer, pipelined from the deployer."""
+    from eth_account import Account
+    from web3 import Web3
+
+    from relayer.chain.abi import abi
+
+    w3 = Web3(Web3.HTTPProvider(info["rpcUrl"], request_kwargs={"timeout": 60}))
+    owner = Account.from_key(info["deployer"]["privateKey"])
+    usdc = w3.eth.contract(address=info["contracts"]["usdc"], abi=abi("UsdcEip3009"))
+    nonce = w3.eth.get_transaction_count(owner.address, "pending")
+    fee = 2 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + 1
+    hashes = []
+    for i, payer in enumerate(payers):
+        tx = usdc.functions.mint(payer, each).build_transaction(
+            {
+                "from": owner.address,
+                "nonce": nonce + i,
+                "gas": 100_000,
+                "maxFeePerGas": fee,
+                "maxPriorityFeePerGas": 0,
+                "chainId": info["chainId"],
+            }
+        )
+        hashes.append(w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction))
+    for tx_hash in hashes[-1:]:
+        assert w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)["status"] == 1

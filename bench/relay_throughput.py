@@ -62,13 +62,13 @@ from bench.common import (  # noqa: E402
     counting_proxy,
     cpu_seconds,
     free_port,
+    fund,
     start_daemon,
     stop_processes,
     wait_ready,
 )
 from relayer.app import open_runtime  # noqa: E402
 from relayer.chain import calls  # noqa: E402
-from relayer.chain.abi import abi  # noqa: E402
 from relayer.config import Settings  # noqa: E402
 from relayer.domain.eip712 import Signature  # noqa: E402
 from relayer.domain.schemas import parse_request  # noqa: E402
@@ -84,30 +84,6 @@ AMOUNT = "0.01"  # tonnes of class RE per retirement
 
 def bench_key(index: int) -> str:
     return "0x" + keccak(text=f"relayer-bench payer {index}").hex()
-
-
-def fund(info: dict[str, Any], payers: list[str], each: int) -> None:
-    """Mint ``each`` USDC atomic units to every payer, pipelined from the deployer."""
-    w3 = Web3(Web3.HTTPProvider(info["rpcUrl"], request_kwargs={"timeout": 60}))
-    owner = Account.from_key(info["deployer"]["privateKey"])
-    usdc = w3.eth.contract(address=info["contracts"]["usdc"], abi=abi("UsdcEip3009"))
-    nonce = w3.eth.get_transaction_count(owner.address, "pending")
-    fee = 2 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + 1
-    hashes = []
-    for i, payer in enumerate(payers):
-        tx = usdc.functions.mint(payer, each).build_transaction(
-            {
-                "from": owner.address,
-                "nonce": nonce + i,
-                "gas": 100_000,
-                "maxFeePerGas": fee,
-                "maxPriorityFeePerGas": 0,
-                "chainId": info["chainId"],
-            }
-        )
-        hashes.append(w3.eth.send_raw_transaction(owner.sign_transaction(tx).raw_transaction))
-    for tx_hash in hashes[-1:]:
-        assert w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)["status"] == 1
 
 
 async def signed_requests(rt: Any, payers: list[str], now: int) -> list[dict[str, Any]]:
