@@ -579,7 +579,7 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
 async def _key_id(database_url: str, token: str) -> int:
     db = await Database.connect(database_url, 1, 1)
     try:
-        return await ApiKeys(Orders(db)).authenticate(f"Bearer {token}")
+        return (await ApiKeys(Orders(db)).authenticate(f"Bearer {token}", "facilitator")).id
     finally:
         await db.close()
 
