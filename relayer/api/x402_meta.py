@@ -60,7 +60,7 @@ PURPOSES: Final[Mapping[str, str]] = {
     "certificate": "Certificate URL(s) of the retirements of a txHash.",
 }
 
-GUIDE_IDS: Final = ("quick-start", "relay-flow", "errors", "fees", "versioning")
+GUIDE_IDS: Final = ("quick-start", "relay-flow", "errors", "fees", "versioning", "standard-x402")
 """The packaged guide documents (``relayer/guides/<id>.md``), in index order."""
 
 PINNING_NOTE: Final = (
@@ -283,11 +283,41 @@ def manifest_document(info: X402Info) -> dict[str, Any]:
             for action in ACTIONS
         ],
         "extensions": extensions(),
+        "standardX402": standard_x402(info),
         "errors": ERRORS_PATH,
         "changelog": CHANGELOG_PATH,
         "openapi": OPENAPI_PATH,
         "docs": DOCS_PATH,
         "securityTxt": SECURITY_TXT_PATH,
+    }
+
+
+def standard_x402(info: X402Info) -> dict[str, Any]:
+    """Where this host speaks the standard x402 v2 protocol (design: docs/design/x402-v2.md):
+    the retirement endpoint as a standard resource (its headers) and the facilitator's
+    routes (public or behind a bearer API key of scope ``facilitator``)."""
+    origin = _origin(info)
+    return {
+        "x402Version": 2,
+        "scheme": "exact",
+        "network": chains.caip2(info.chain_id),
+        "resource": {
+            "url": f"{info.base_url}/actions/retire",
+            "method": "POST",
+            "paymentRequiredHeader": "PAYMENT-REQUIRED",
+            "paymentHeader": "PAYMENT-SIGNATURE",
+            "paymentResponseHeader": "PAYMENT-RESPONSE",
+            "asset": "USDC",
+        },
+        "facilitator": {
+            "url": f"{origin}/facilitator",
+            "supported": f"{origin}/facilitator/supported",
+            "verify": f"{origin}/facilitator/verify",
+            "settle": f"{origin}/facilitator/settle",
+            "discovery": f"{origin}/facilitator/discovery/resources",
+            "authentication": "Authorization: Bearer <API key of scope facilitator> on verify and settle",
+        },
+        "guide": f"{info.base_url}/docs?id=standard-x402",
     }
 
 

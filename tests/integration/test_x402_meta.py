@@ -103,6 +103,29 @@ async def test_manifest_names_what_the_daemon_uses(daemon: Daemon, meta: str) ->
         assert set(schema["$defs"]["AuthPayload"]["required"]) <= set(request["authPayload"])
 
 
+async def test_manifest_and_docs_lead_to_the_standard_x402_routes(daemon: Daemon, meta: str) -> None:
+    """The manifest's ``standardX402`` names the facilitator's routes and the standard
+    resource's headers, each link answering on this daemon; ``/api/docs`` lists its guide."""
+    manifest = await _fetch(daemon.session, f"{meta}/.well-known/x402.json")
+    standard = manifest["standardX402"]
+    assert (standard["x402Version"], standard["scheme"]) == (2, "exact")
+    assert standard["network"] == f"eip155:{manifest['chains'][0]['chainId']}"
+    assert standard["resource"]["url"] == f"{manifest['baseUrl']}/actions/retire"
+    facilitator = standard["facilitator"]
+    assert facilitator["url"] == f"{daemon.base_url}/facilitator"
+    for name in ("supported", "discovery"):  # public
+        async with daemon.session.get(facilitator[name]) as resp:
+            assert resp.status == 200, (name, await resp.text())
+    supported = await _fetch(daemon.session, facilitator["supported"])
+    assert supported["kinds"][0]["network"] == standard["network"]
+    for name in ("verify", "settle"):  # behind a key
+        async with daemon.session.post(facilitator[name], json={}) as resp:
+            assert resp.status == 401, name
+    status, index = await daemon.get("/api/docs")
+    assert status == 200 and "standard-x402" in [d["id"] for d in index["documents"]]
+    assert standard["guide"].endswith("/docs?id=standard-x402")
+
+
 async def test_errors_document_gives_the_statuses_the_daemon_answers(daemon: Daemon, meta: str) -> None:
     document = await _fetch(daemon.session, f"{meta}/.well-known/x402-errors.json")
     statuses = {e["code"]: e["httpStatus"] for e in document["errors"]}

@@ -292,7 +292,7 @@ def test_security_txt_expires_a_year_after_now() -> None:
 
 def test_the_packaged_guides_are_the_listed_ones() -> None:
     assert {p.stem for p in GUIDES_DIR.glob("*.md")} == set(GUIDE_IDS)
-    assert set(GUIDE_IDS) == {"quick-start", "relay-flow", "errors", "fees", "versioning"}
+    assert set(GUIDE_IDS) == {"quick-start", "relay-flow", "errors", "fees", "versioning", "standard-x402"}
 
 
 async def test_docs_index_and_each_document(client: TestClient[Any, Any]) -> None:
