@@ -434,3 +434,84 @@ async def test_discovery_lists_the_retirement_resource(chain_and_db: tuple[dict[
         bazaar = item["extensions"]["bazaar"]
         assert bazaar["info"]["input"]["method"] == "POST" and bazaar["info"]["output"]["type"] == "json"
         assert "properties" in bazaar["schema"]["input"]
+
+
+def _mutated(data: Any, good: str) -> tuple[str, str]:
+    """A PAYMENT-SIGNATURE header drawn by hypothesis: random text, base64 of random bytes or
+    of random JSON, or the good payload with one field replaced, dropped or retyped."""
+    from hypothesis import strategies as st
+
+    kind = data.draw(st.sampled_from(["text", "bytes", "json", "field"]), label="kind")
+    if kind == "text":
+        return kind, data.draw(st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=300))
+    if kind == "bytes":
+        return kind, base64.b64encode(data.draw(st.binary(max_size=600))).decode()
+    if kind == "json":
+        value = data.draw(
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                max_leaves=12,
+            )
+        )
+        return kind, base64.b64encode(json.dumps(value).encode()).decode()
+    payload = json.loads(base64.b64decode(good))
+    where = data.draw(
+        st.sampled_from(["top", "payload", "authorization", "accepted", "extra"]), label="where"
+    )
+    target = {
+        "top": payload,
+        "payload": payload["payload"],
+        "authorization": payload["payload"]["authorization"],
+        "accepted": payload["accepted"],
+        "extra": payload["accepted"]["extra"],
+    }[where]
+    key = data.draw(st.sampled_from([*sorted(target), "unknown"]), label="key")
+    action = data.draw(st.sampled_from(["drop", "replace"]), label="action")
+    if action == "drop":
+        target.pop(key, None)
+    else:
+        target[key] = data.draw(
+            st.none()
+            | st.integers(-(2**300), 2**300)
+            | st.text(max_size=80)
+            | st.lists(st.integers(), max_size=3),
+            label="value",
+        )
+    return f"{where}.{key}.{action}", base64.b64encode(json.dumps(payload).encode()).decode()
+
+
+async def test_generated_payment_signatures_never_answer_5xx(
+    chain_and_db: tuple[dict[str, Any], str],
+) -> None:
+    """Random PAYMENT-SIGNATURE headers on actions/retire (random text, base64 of random bytes
+    or JSON, a good payload of a payer holding no USDC with one field dropped or replaced):
+    never a 5xx, a refusal is 402 with a fresh PAYMENT-REQUIRED, and nothing is charged or
+    recorded for the payer."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    info, dsn = chain_and_db
+    broke = Account.create()
+    body = retire_body(broke.address)
+    seen: dict[int, int] = {}
+    async with resource(info, dsn, workers=False) as d:
+        good = sign_payload(await required(d, body), broke.key.hex())
+        loop = asyncio.get_running_loop()
+
+        @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(st.data())
+        def check(data: Any) -> None:
+            kind, header = _mutated(data, good)
+            status, answer, headers = asyncio.run_coroutine_threadsafe(post(d, body, header), loop).result(60)
+            seen[status] = seen.get(status, 0) + 1
+            assert status < 500, (status, answer, kind)
+            assert status in (400, 402), (status, answer, kind)
+            if status == 402:
+                assert "PAYMENT-REQUIRED" in headers, (answer, kind)
+
+        await asyncio.to_thread(check)
+        print(f"\nPAYMENT-SIGNATURE bad input: statuses {dict(sorted(seen.items()))}")
+        assert sum(seen.values()) >= 300
+        assert await payments_of(d, broke.address) == []
+        assert await usdc(d, broke.address) == 0
