@@ -165,9 +165,13 @@ async def post_all(base: str, bodies: list[dict[str, Any]], rate: float) -> dict
             t0 = time.perf_counter()
             try:
                 async with session.post(f"{base}/api", json=body) as r:
-                    out = await r.json(content_type=None)
-                key = str(out.get("status") or out.get("error") or r.status)
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    text = await r.text()
+                try:
+                    out = json.loads(text)
+                    key = str(out.get("status") or out.get("error") or r.status)
+                except ValueError:
+                    key = f"HTTP {r.status}, not JSON: {text[:60]!r}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 key = f"client error {type(exc).__name__}"
             outcomes[key] = outcomes.get(key, 0) + 1
             if key == "settled":
@@ -255,6 +259,9 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         rss_start = after_warmup[0] if after_warmup else sampler.rss[0][1]
         rss_end = sampler.rss[-1][1]
         settled = result["outcomes"].get("settled", 0)
+        if settled < n:  # the daemon's own account of the failures (the state directory goes)
+            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            print("the daemon's last log lines:\n" + "\n".join(ln[:400] for ln in lines[-15:]), flush=True)
         return {
             "settled": settled,
             "failures": n - settled,
