@@ -9,7 +9,8 @@ One run, everything on loopback:
    signed ahead through the daemon's own prepare-auth (before the clock starts, so that the
    client's signing does not take the cores the daemon runs on);
 2. the background traffic (``python -m relayer_dev traffic``, bench/background.py), then the
-   daemon;
+   daemon; the clock starts once its follower has caught up with the blocks mined since the
+   deployment (lag <= 2 blocks, at most 120 s: followerCatchUpSeconds, null if it did not);
 3. the load, open loop: the i-th retirement is posted at ``i / rate`` seconds whatever the
    earlier ones do. Every ``--sample-interval`` seconds a sampler reads the chain's head
    (``eth_blockNumber`` from anvil) then the follower's retirements cursor in Postgres
@@ -30,7 +31,7 @@ answer is not ``settled`` (an error, a timeout, another status).
 Prints progress every 30 s and the figures, then one JSON line: settled, failures,
 followerLagBlocksMax, followerLagBlocksP95, rssStartBytes, rssEndBytes,
 daemonCpuMsPerRetirement, and beside them posted, outcomes, p50Seconds, p95Seconds,
-rssReadyBytes, rssGrowth, lagSamples, seconds, ratePerSecond, blockTimeSeconds,
+rssReadyBytes, rssGrowth, lagSamples, followerCatchUpSeconds, seconds, ratePerSecond, blockTimeSeconds,
 backgroundTps, backgroundErrors, loadAverage (the 1-minute load average at the start and the
 end: the machine may be shared). Targets: 0 failures, lag <= 2 blocks, RSS growth <= 10 %.
 
@@ -77,6 +78,8 @@ CURSOR = "retirements"  # the follower's cursor in indexer_cursor (relayer.worke
 PAYER_USDC = 1_000 * 10**6  # atomic units minted to each payer of the pool
 SIGN_BATCH = 50  # authorizations prepared concurrently while signing ahead
 POST_TIMEOUT_S = 120.0
+CAUGHT_UP_BLOCKS = 2  # the follower's lag at which the load starts ...
+CATCH_UP_TIMEOUT_S = 120.0  # ... or after this long (reported as followerCatchUpSeconds null)
 PROGRESS_EVERY_S = 30.0
 
 
@@ -148,6 +151,27 @@ class Sampler:
         else:
             self.lags.append(max(0, head - (self.depth - 1) - int(cursor)))
         self.rss.append((time.monotonic(), rss_bytes(self.pid)))
+
+    async def caught_up(self, within: int, timeout_s: float) -> float | None:
+        """Seconds until the follower's lag is at most ``within`` blocks (sampled every 0.2 s),
+        or None when ``timeout_s`` passed first; the samples are not kept."""
+        import asyncpg
+
+        started = time.monotonic()
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            async with aiohttp.ClientSession() as session:
+                while time.monotonic() - started < timeout_s:
+                    await self._sample(session, conn)
+                    lag = self.lags[-1] if self.lags else None
+                    self.lags.clear()
+                    self.rss.clear()
+                    if lag is not None and lag <= within:
+                        return time.monotonic() - started
+                    await asyncio.sleep(0.2)
+        finally:
+            await conn.close()
+        return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -239,6 +263,18 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         rss_ready = rss_bytes(daemon.pid)
         await asyncio.sleep(1)
         sampler = Sampler(info["rpcUrl"], dsn, daemon.pid, args.confirmations, args.sample_interval)
+        # the load starts once the follower has caught up with the blocks mined since the deployment
+        catch_up = await sampler.caught_up(CAUGHT_UP_BLOCKS, CATCH_UP_TIMEOUT_S)
+        sampler.missing_cursor = 0
+        print(
+            "follower "
+            + (
+                f"caught up in {catch_up:.1f} s"
+                if catch_up is not None
+                else f"not caught up in {CATCH_UP_TIMEOUT_S:g} s"
+            ),
+            flush=True,
+        )
         sampling = asyncio.create_task(sampler.run())
         print(
             f"soak: {n} retirements at {args.rate:g}/s for {duration:.0f} s, {args.block_time:g} s blocks, "
@@ -277,6 +313,7 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
             "rssReadyBytes": rss_ready,
             "rssGrowth": round(rss_end / rss_start - 1, 4),
             "lagSamples": len(sampler.lags),
+            "followerCatchUpSeconds": None if catch_up is None else round(catch_up, 1),
             "lagSamplesWithoutCursor": sampler.missing_cursor,
             "seconds": round(result["seconds"], 1),
             "ratePerSecond": args.rate,
