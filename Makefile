@@ -29,7 +29,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test devnet devnet-down traffic compile lint bench-facilitator
+.PHONY: help install demo test devnet devnet-down traffic compile lint bench-facilitator bench-soak
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -101,6 +101,10 @@ devnet-down: ## Stop the daemon started by `make devnet`, then the devnet
 
 traffic: install ## Other senders' token transfers on the running devnet at TPS a second (default 150) until Ctrl-C
 	$(DEV) traffic --tps $(TPS)
+
+SOAK_MINUTES ?= 10
+bench-soak: install ## Soak: SOAK_MINUTES (default 10) at 200 ms blocks, 150 tx/s background, 20 retirements/s
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES)
 
 compile: $(NODE_STAMP) ## Compile contracts/src into contracts_abi/ with the pinned solc
 	node contracts/compile.js

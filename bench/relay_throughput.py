@@ -23,9 +23,18 @@ On the Base-like profile (issue 20): ``--block-time 0.2`` (Base's 200 ms blocks)
 ``--background-tps 150`` (``python -m relayer_dev traffic`` against the bench's anvil for the
 whole run, from after the payers are funded: other senders' token transfers, some on the
 devnet's USDC and kVCM); the JSON line then adds blockTimeSeconds, backgroundTps (what the
-generator achieved), backgroundErrors and anvilBackgroundCpuMsPerSecond (anvil's CPU under the
-traffic alone, measured for 3 s before the daemon's load; anvil's figures under load include
-it).
+generator achieved), backgroundErrors and anvilBackgroundCpuMsPerSecond (anvil's CPU without the
+relay: its blocks and the traffic, measured for 3 s before the baselines and the daemon's load).
+
+The fair physical baseline (issue 20, item 5): in the same run, a minimal relay sends a third
+set of the same settlements: for each one ``eth_estimateGas`` (the spec's simulation), sign,
+send, pipelined over one WebSocket connection to the node, no database and no HTTP server. The
+JSON line adds minimalRelayPerSecond and ratioToMinimalRelay (the daemon's settled/s over it,
+target >= 0.8, beside ``ratio``, the one to the direct send); nodeCpuMsPerRetirement (anvil's CPU
+over the daemon's load less its rate without the relay, a retirement); and, from the jobs'
+stamps in Postgres, acceptedToSubmittedP50Seconds and confirmationSeconds (median mined ->
+confirmed: the follower's receipt to the daemon's confirmation policy deeming it final; the
+daemon runs at ``--confirmations`` 1 unless told, 0 leaving it its policy for the chain).
 
     .venv/bin/python bench/relay_throughput.py --retirements 1000 --concurrency 500
     .venv/bin/python bench/relay_throughput.py --retirements 300 --concurrency 50 \
@@ -37,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import itertools
 import json
 import os
 import subprocess
@@ -79,6 +89,7 @@ from relayer_dev import devdb, devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 DEFAULT_BLOCK_GAS: int = 30_000_000
+ANVIL_IDLE_S = 3.0  # how long anvil's CPU without the relay is measured before the load
 AMOUNT = "0.01"  # tonnes of class RE per retirement
 
 
@@ -184,6 +195,86 @@ async def baseline(info: dict[str, Any], datas: list[bytes]) -> dict[str, Any]:
     }
 
 
+async def minimal_relay(info: dict[str, Any], datas: list[bytes], in_flight: int = 64) -> dict[str, Any]:
+    """The physical floor of a relay (issue 20): for each settlement call one ``eth_estimateGas``
+    (the spec's simulation before broadcast), sign (gas limit from the estimate), send, all
+    pipelined over one WebSocket connection to the node (at most ``in_flight`` calls
+    outstanding), no database and no HTTP server; a nonce is taken only once the estimate
+    passed (a refused simulation leaves no hole). Per second from the first estimate to the last
+    transaction mined; ``errors`` counts refused estimates and sends."""
+    executor = Account.from_key(info["executor"]["privateKey"])
+    settlement = info["contracts"]["settlement"]
+    ws_url = "ws" + info["rpcUrl"].removeprefix("http")
+    ids = itertools.count()
+    waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+    errors = 0
+    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
+
+        async def read() -> None:
+            async for msg in ws:
+                reply = json.loads(msg.data)
+                future = waiting.pop(reply["id"], None)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+
+        reader = asyncio.create_task(read())
+
+        async def call(method: str, params: list[Any]) -> dict[str, Any]:
+            request_id = next(ids)
+            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            waiting[request_id] = future
+            request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            await ws.send_str(json.dumps(request))
+            return await asyncio.wait_for(future, 120)
+
+        first = int((await call("eth_getTransactionCount", [executor.address, "pending"]))["result"], 16)
+        latest = await call("eth_getBlockByNumber", ["latest", False])
+        fee = 4 * int(latest["result"]["baseFeePerGas"], 16) + 10**6
+        taken = itertools.count(first)
+        sem = asyncio.Semaphore(in_flight)
+        started = time.perf_counter()
+
+        async def relay(data: bytes) -> None:
+            nonlocal errors
+            async with sem:
+                tx = {"from": executor.address, "to": settlement, "data": "0x" + data.hex()}
+                estimate = await call("eth_estimateGas", [tx])
+                if "error" in estimate:
+                    errors += 1
+                    return
+                signed = executor.sign_transaction(
+                    {
+                        "type": 2,
+                        "chainId": info["chainId"],
+                        "nonce": next(taken),
+                        "to": settlement,
+                        "data": data,
+                        "value": 0,
+                        "gas": int(estimate["result"], 16) * 12 // 10,
+                        "maxFeePerGas": fee,
+                        "maxPriorityFeePerGas": 10**6,
+                    }
+                )
+                sent = await call("eth_sendRawTransaction", ["0x" + bytes(signed.raw_transaction).hex()])
+                if "error" in sent:
+                    errors += 1
+
+        await asyncio.gather(*(relay(d) for d in datas))
+        target = next(taken)  # one past the last nonce taken
+        deadline = time.monotonic() + 300
+
+        async def mined_nonce() -> int:
+            return int((await call("eth_getTransactionCount", [executor.address, "latest"]))["result"], 16)
+
+        while await mined_nonce() < target:
+            assert time.monotonic() < deadline, "minimal relay's transactions not mined"
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        reader.cancel()
+    mined = target - first
+    return {"perSecond": mined / elapsed, "seconds": elapsed, "errors": errors, "mined": mined}
+
+
 async def load(base: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
     latencies: list[float] = []
     outcomes: dict[str, int] = {}
@@ -280,6 +371,32 @@ async def stamp_means(dsn: str) -> str:
     return f"{means}\nthe 5 slowest jobs, the same stamps: {tails}"
 
 
+async def stamp_medians(dsn: str) -> dict[str, float]:
+    """Medians over the settled (indexed) jobs, seconds, from their stamps in Postgres:
+    ``acceptedToSubmitted`` (accepted -> submitted) and ``confirmation`` (mined -> confirmed: the
+    follower's receipt to the daemon's confirmation policy deeming it final)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            """
+            SELECT percentile_cont(0.5) WITHIN GROUP
+                       (ORDER BY extract(epoch FROM submitted_at - accepted_at)) AS accepted_submitted,
+                   percentile_cont(0.5) WITHIN GROUP
+                       (ORDER BY extract(epoch FROM confirmed_at - mined_at)) AS mined_confirmed
+            FROM relay_jobs WHERE state = 'indexed'
+            """
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return {
+        "acceptedToSubmitted": float(row["accepted_submitted"] or 0.0),
+        "confirmation": float(row["mined_confirmed"] or 0.0),
+    }
+
+
 async def main(args: argparse.Namespace) -> None:
     n = args.retirements
     admin = devdb.ensure_database_url(os.environ.get("RELAYER_DATABASE_URL"), ROOT / ".devdata")
@@ -301,35 +418,45 @@ async def main(args: argparse.Namespace) -> None:
         print(f"funded {n} payers in {time.perf_counter() - t0:.1f} s", flush=True)
         if args.background_tps:
             background = start_background(args.background_tps, info["rpcUrl"], state / "devnet.json", state)
-            before = cpu_seconds(anvil.pid)
-            await asyncio.sleep(3)
-            traffic["anvilCpuMsPerSecond"] = 1000 * (cpu_seconds(anvil.pid) - before) / 3
-            print(
-                f"background traffic at {args.background_tps:g}/s (log {background.log}); anvil CPU under it "
-                f"alone: {traffic['anvilCpuMsPerSecond']:.0f} ms/s",
-                flush=True,
-            )
+        # anvil's CPU without us: mining its blocks and the background traffic, if any (what
+        # nodeCpuMsPerRetirement takes away from its CPU under the daemon's load)
+        before = cpu_seconds(anvil.pid)
+        await asyncio.sleep(ANVIL_IDLE_S)
+        traffic["anvilCpuMsPerSecond"] = 1000 * (cpu_seconds(anvil.pid) - before) / ANVIL_IDLE_S
+        print(
+            f"background traffic at {args.background_tps:g}/s"
+            + (f" (log {background.log})" if background else "")
+            + f"; anvil CPU without the relay: {traffic['anvilCpuMsPerSecond']:.0f} ms/s",
+            flush=True,
+        )
         settings = Settings(
             database_url=dsn,
             rpc_url=info["rpcUrl"],
             chain_id=84532,
             deployment_file=state / "devnet.json",
             executor_private_key=info["executor"]["privateKey"],
-            confirmations=1,
+            confirmations=args.confirmations or None,
         )
         now = int(time.time())
         t0 = time.perf_counter()
         async with open_runtime(settings, workers=False) as rt:
             base_bodies = await signed_requests(rt, payers, now)
             datas = [await call_data(rt, b, now) for b in base_bodies]
+            minimal_datas = [await call_data(rt, b, now) for b in await signed_requests(rt, payers, now)]
             daemon_bodies = await signed_requests(rt, payers, now)
-        print(f"signed {2 * n} authorizations in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"signed {3 * n} authorizations in {time.perf_counter() - t0:.1f} s", flush=True)
         base = await baseline(info, datas)
         print(
             f"baseline: {n} direct sends mined in {base['seconds']:.2f} s = {base['perSecond']:.1f}/s "
             f"(signing {base['signSeconds']:.2f} s, send errors {base['sendErrors']}); "
             f"{base['gasPerRetirement']} gas a retirement: "
             f"{DEFAULT_BLOCK_GAS // base['gasPerRetirement']} fit in a {DEFAULT_BLOCK_GAS:,}-gas block",
+            flush=True,
+        )
+        minimal = await minimal_relay(info, minimal_datas)
+        print(
+            f"minimal relay (estimateGas, sign, send over one WebSocket): {minimal['mined']}/{n} mined in "
+            f"{minimal['seconds']:.2f} s = {minimal['perSecond']:.1f}/s (errors {minimal['errors']})",
             flush=True,
         )
         counts: dict[str, int] = {}
@@ -344,13 +471,14 @@ async def main(args: argparse.Namespace) -> None:
             "RELAYER_CHAIN_ID": "84532",
             "RELAYER_DEPLOYMENT_FILE": str(state / "devnet.json"),
             "RELAYER_EXECUTOR_PRIVATE_KEY": info["executor"]["privateKey"],
-            "RELAYER_CONFIRMATIONS": "1",
             "RELAYER_SETTLE_WAIT_S": "300",
             "RELAYER_HTTP_PORT": str(http_port),
             "RELAYER_PUBLIC_BASE_URL": base_url,
             "RELAYER_LOG_LEVEL": "WARNING",
             "RELAYER_RATE_LIMIT": "off",  # the load comes from one client
         }
+        if args.confirmations:
+            env["RELAYER_CONFIRMATIONS"] = str(args.confirmations)
         commands = ["serve", "work"] if args.split else ["all"]
         procs = [
             start_daemon(c, env, log, Path(f"{args.profile}.{c}") if args.profile else None) for c in commands
@@ -393,6 +521,14 @@ async def main(args: argparse.Namespace) -> None:
         if stages:
             print("mean seconds a stage: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), flush=True)
         print("mean seconds between a job's stamps: " + await stamp_means(dsn), flush=True)
+        medians = await stamp_medians(dsn)
+        node_ms = 1000 * (anvil_cpu - traffic["anvilCpuMsPerSecond"] / 1000 * result["seconds"]) / n
+        print(
+            f"anvil CPU for our calls {node_ms:.1f} ms a retirement (its {1000 * anvil_cpu / n:.1f} ms less "
+            f"{traffic['anvilCpuMsPerSecond']:.0f} ms/s without the relay); medians: accepted -> submitted "
+            f"{medians['acceptedToSubmitted']:.3f} s, mined -> confirmed {medians['confirmation']:.3f} s",
+            flush=True,
+        )
         print(
             f"daemon CPU {cpu:.2f} s = {1000 * cpu / n:.1f} ms a retirement; broadcasts the node refused for "
             f"their nonce: {nonce_errors}"
@@ -420,6 +556,11 @@ async def main(args: argparse.Namespace) -> None:
                     "backgroundTps": traffic.get("achievedTps", 0.0),
                     "backgroundErrors": traffic.get("errors", 0),
                     "anvilBackgroundCpuMsPerSecond": round(traffic.get("anvilCpuMsPerSecond", 0.0), 1),
+                    "minimalRelayPerSecond": round(minimal["perSecond"], 2),
+                    "ratioToMinimalRelay": round(per_second / minimal["perSecond"], 3),
+                    "nodeCpuMsPerRetirement": round(node_ms, 2),
+                    "acceptedToSubmittedP50Seconds": round(medians["acceptedToSubmitted"], 3),
+                    "confirmationSeconds": round(medians["confirmation"], 3),
                 }
             )
         )
@@ -444,6 +585,12 @@ if __name__ == "__main__":
         type=float,
         default=0.0,
         help="other senders' token transfers a second on the chain during the run (0: none)",
+    )
+    parser.add_argument(
+        "--confirmations",
+        type=int,
+        default=1,
+        help="RELAYER_CONFIRMATIONS for the daemon (default 1; 0: the daemon's own policy for the chain)",
     )
     parser.add_argument(
         "--split", action="store_true", help="relayer serve + relayer work instead of relayer all"
