@@ -126,11 +126,13 @@ async def test_a_reorg_below_the_confirmation_depth_is_followed_and_settles(
 
 
 async def _until_indexed(d: Daemon, number: int, timeout_s: float = 10.0) -> None:
-    """Until the follower has indexed through block ``number`` (seen it as its head, with
-    confirmations 1)."""
+    """Until the follower and the catalogue indexer have indexed through block ``number``
+    (seen it as their head, with confirmations 1): a reorg then is judged from that head by
+    both, not from an older one the slower worker last saw."""
     deadline = time.monotonic() + timeout_s
-    while d.runtime.metrics.indexed_block._value.get() < number:
-        assert time.monotonic() < deadline, "the follower did not index the head"
+    catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))
+    while d.runtime.metrics.indexed_block._value.get() < number or catalogue._value.get() < number:
+        assert time.monotonic() < deadline, "the follower or the catalogue indexer did not index the head"
         await asyncio.sleep(0.02)
 
 
