@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from eth_abi.exceptions import DecodingError
-from eth_typing import HexStr
+from eth_typing import BlockNumber, HexStr
 from web3.types import TxParams
 
 from relayer.chain import codec
@@ -52,8 +52,11 @@ class ExecutorChain:
 
         return await self.node.cached("fee_market", load)
 
-    async def estimate_gas(self, sender: str, to: str, data: bytes, function: str | None = None) -> int:
-        """Simulate the call from ``sender`` and return its gas (one ``eth_estimateGas``).
+    async def estimate_gas(
+        self, sender: str, to: str, data: bytes, function: str | None = None, *, block: int | None = None
+    ) -> int:
+        """Simulate the call from ``sender`` at ``block`` (default: the node's own default,
+        its latest block) and return its gas (one ``eth_estimateGas``).
 
         Raises:
             ChainRevert: the simulation reverted (custom error decoded; ``function`` named).
@@ -64,7 +67,8 @@ class ExecutorChain:
             "to": address(to),
             "data": HexStr("0x" + data.hex()),
         }
-        return int(await rpc(self.node.w3.eth.estimate_gas(tx), function))
+        at = None if block is None else BlockNumber(block)
+        return int(await rpc(self.node.w3.eth.estimate_gas(tx, at), function))
 
     async def calls_succeed(
         self, sender: str, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]]

@@ -14,6 +14,7 @@ from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
+from relayer.chain.multicall import Balances
 from relayer.chain.node import ChainNode, address
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
@@ -55,6 +56,7 @@ class ChainReads:
         self.node = node
         self.contracts = node.contracts
         self._credits: dict[int, CreditInfo] = {}
+        self._balances = Balances(node)
 
     async def fee_schedule(self) -> FeeSchedule:
         """The settlement's protocol fees (cached per head: the owner may change them)."""
@@ -199,6 +201,17 @@ class ChainReads:
         if not self.node.fresh(_balance_key(token, owner, block)):
             return None
         return await self.balance(token, owner)
+
+    async def balance_latest(self, token: str, owner: str) -> TokenBalance:
+        """``owner``'s balance of ``token`` (atomic units) at the node's latest block now, past
+        the cache, with that block's number: the balances asked together share one
+        ``eth_call`` (Multicall3, see :mod:`relayer.chain.multicall`).
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        read = await self._balances.latest(token, owner)
+        return TokenBalance(read.amount, read.block_number)
 
     async def balance_now(self, token: str, owner: str) -> int:
         """``owner``'s balance of ``token`` (atomic units) at the node's latest block now, past

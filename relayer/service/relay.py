@@ -286,9 +286,9 @@ class Relay:
         throwaway key, say) costs no row, no simulation and at most one ``eth_call``.
 
         A balance not yet read at the cached head, or short at it (that head may predate the
-        payer's funding), is read once at the node's latest block: short there, the payer is
-        refused on that one call; covered, it is read at a numbered block for the reservation
-        (the cached head, else the chain's head now).
+        payer's funding), is read once at the node's latest block with that block's number
+        (Multicall3: the payers asked together share one ``eth_call``): short there, the payer
+        is refused; covered, that read and its block are the reservation's.
 
         Raises:
             ChainRevert: ``contract_revert`` with the token's ``ERC20InsufficientBalance``,
@@ -315,12 +315,7 @@ class Relay:
         chain = self.supply.chain
         read = await chain.cached_balance(token, payer)
         if read is None or read.amount < value:
-            held = await chain.balance_now(token, payer)
-            if held < value:
-                raise refuse(held)
-            read = await chain.balance(token, payer)
-            if read.amount < value:  # funded after the cached head
-                read = await chain.balance(token, payer, fresh=True)
+            read = await chain.balance_latest(token, payer)
             if read.amount < value:
                 raise refuse(read.amount)
         return PayerBalance(read.amount, read.block_number)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -39,6 +40,9 @@ SUPPLY_REASONS: Final = frozenset(
 """The fill rule's refusals a signing batch makes itself, with the listing's codes; a cancelled or
 expired listing is left to the batch's own execution (``contract_revert``)."""
 
+SIMULATED_AT_KEPT: Final = 10_000
+"""Most jobs whose simulation block this process remembers (the oldest are forgotten: those
+jobs are executed again before signing)."""
 SupplyKey = tuple[int, int, int]
 """(source, class or listing id, credit token id) of a job's supply."""
 
@@ -65,6 +69,7 @@ class Simulator:
         self.executor_address = executor_address
         self.usdc = usdc
         self._wake_broadcaster = wake_broadcaster
+        self._simulated_at: OrderedDict[int, int] = OrderedDict()
 
     async def sponsored_cost(self, new: NewJob) -> tuple[int, int]:
         """(gas estimate, fee ceiling in wei) of a sponsored transfer not yet recorded: its
@@ -102,9 +107,7 @@ class Simulator:
             if isinstance(estimate, RelayerError):
                 raise estimate
             if estimate is None:
-                estimate = await self.executor.estimate_gas(
-                    self.executor_address, job.settlement, job.call_data, _function(job)
-                )
+                estimate = await self._estimate_at_head(job)
             plan = await self._plan(job, estimate)
         except RelayerError as refusal:
             await self.jobs.move(job.id, JobState.REJECTED, error=refusal)
@@ -119,6 +122,31 @@ class Simulator:
         )
         if moved is not None:
             self._wake_broadcaster()
+
+    async def _estimate_at_head(self, job: Job) -> int:
+        """The job's simulation as the executor (``eth_estimateGas``) at the head block the
+        node's cache holds, remembered as the block the job was simulated at (see
+        :meth:`recheck`); a revert there is confirmed at the latest block before it refuses
+        the job (that head may predate what the payer did since).
+
+        Raises:
+            ChainRevert: the simulation reverted at the latest block.
+            Unavailable: the chain node failed.
+        """
+        function = _function(job)
+        head = await self.reads.node.head()
+        try:
+            estimate = await self.executor.estimate_gas(
+                self.executor_address, job.settlement, job.call_data, function, block=head
+            )
+        except ChainRevert:
+            return await self.executor.estimate_gas(
+                self.executor_address, job.settlement, job.call_data, function
+            )
+        self._simulated_at[job.id] = head
+        while len(self._simulated_at) > SIMULATED_AT_KEPT:
+            self._simulated_at.popitem(last=False)
+        return estimate
 
     async def recheck(self, batch: Sequence[Job], sender: str) -> list[int]:
         """Check a signing batch again, at the latest block, just before ``sender`` (the
@@ -135,7 +163,9 @@ class Simulator:
           below_min_fill, insufficient_liquidity); one that fits only if a job ahead of it
           fails waits for a later batch.
         - Each job is executed again as ``sender`` at its gas limit (``eth_call``, the
-          whole batch in one JSON-RPC batch); one that fails is simulated again
+          whole batch in one JSON-RPC batch), unless this process simulated it at the very
+          block that is the latest now (nothing changed on chain since: that execution would
+          repeat the simulation's); one that fails is simulated again
           (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
           planned again and waits for a later batch. A job whose allowance now covers a
           lower fee cap (the L1 fee or the ETH price moved) is planned again from a fresh
@@ -155,19 +185,9 @@ class Simulator:
         fits = await self._fits(batch, block)
         fits = await self._supply_fits([job for job in batch if job.id in fits], block)
         checked = [job for job in batch if job.id in fits]
+        simulated_at = {job.id: self._simulated_at.pop(job.id, None) for job in batch}
         try:
-            succeed = await self.executor.calls_succeed(
-                sender,
-                [
-                    (
-                        job.settlement,
-                        job.call_data,
-                        job.gas_limit or 0,
-                        relayed_function(job.kind, job.scheme),
-                    )
-                    for job in checked
-                ],
-            )
+            succeed = await self._executions(checked, sender, block, simulated_at)
         except Unavailable:
             log.warning("re-check failed; the batch waits for the next one")
             return []
@@ -187,6 +207,31 @@ class Simulator:
             elif outcome:
                 good.append(job.id)
         return good
+
+    async def _executions(
+        self, jobs: Sequence[Job], sender: str, block: int, simulated_at: dict[int, int | None]
+    ) -> list[bool]:
+        """Whether each of ``jobs`` succeeds as ``sender`` at its gas limit at ``block`` (the
+        latest): True without a call for a job simulated at ``block`` itself, the others
+        executed (``eth_call``, one JSON-RPC batch).
+
+        Raises:
+            Unavailable: the batch failed as a whole.
+        """
+        run = [job for job in jobs if simulated_at.get(job.id) != block]
+        succeed = (
+            await self.executor.calls_succeed(
+                sender,
+                [
+                    (j.settlement, j.call_data, j.gas_limit or 0, relayed_function(j.kind, j.scheme))
+                    for j in run
+                ],
+            )
+            if run
+            else []
+        )
+        executed = {job.id: ok for job, ok in zip(run, succeed, strict=True)}
+        return [executed.get(job.id, True) for job in jobs]
 
     async def _fits(self, batch: Sequence[Job], block: int) -> set[int]:
         """The jobs of ``batch`` whose payers can pay them, oldest first, beside what their

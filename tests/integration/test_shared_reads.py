@@ -1,0 +1,97 @@
+"""Issue 20, half the work per retirement: reads the accept path shares between retirements
+(the same checks, fewer JSON-RPC calls), counted through a JSON-RPC proxy on a private chain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+
+from relayer.chain import codec
+from relayer.chain.multicall import MULTICALL3
+from tests.conftest import free_port
+from tests.integration.test_relay import challenge, signed_request
+from tests.private import daemon_settings, private_chain, serving
+from tests.processes import RpcProxy
+
+
+async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were_read_at(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The payers' balances at the latest block are read in one Multicall3 ``eth_call``
+    (placed by state override: the devnet has no Multicall3), each with the number of the
+    block it was read at; the amounts are the token's own ``balanceOf``."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
+    ):
+        reads = d.runtime.services.supply.chain
+        usdc = info["contracts"]["usdc"]
+        owners = [p["address"] for p in info["payers"]] + [Account.create().address for _ in range(5)]
+        singly = [await reads.balance_now(usdc, o) for o in owners]
+        head = await reads.latest_block()
+        proxy.calls.clear()
+        together = await asyncio.gather(*(reads.balance_latest(usdc, o) for o in owners))
+        calls = list(proxy.calls)
+    assert [b.amount for b in together] == singly and any(singly) and 0 in singly
+    assert {b.block_number for b in together} == {head}  # one block per transaction: none mined since
+    eth_calls = [json.loads(p) for m, p in calls if m == "eth_call"]
+    assert len(eth_calls) == 1 and eth_calls[0][0]["to"] == MULTICALL3, calls
+    assert len(eth_calls[0]) == 3 and MULTICALL3 in eth_calls[0][2]  # the code by state override
+    assert [m for m, _ in calls if m != "eth_blockNumber"] in (
+        ["eth_call"],
+        ["eth_getCode", "eth_call"],
+    ), calls  # the gauges read the head meanwhile
+
+
+def _executions(calls: list[tuple[str, str]]) -> int:
+    """The pre-signing executions (``eth_call`` of ``retireWithAuthorization``) among ``calls``."""
+    selector = "0x" + codec.function("RetirementSettlement", "retireWithAuthorization").selector.hex()
+    return sum(m == "eth_call" and selector in p for m, p in calls)
+
+
+async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_since_its_simulation(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The re-check before signing executes a job again (``eth_call`` at its gas limit) only
+    when the latest block is not the block it was simulated at: on the same block nothing
+    changed on chain and that execution would repeat the simulation; after a new block it is
+    made (griefing protection: the payer may have moved its funds meanwhile)."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info) as d,
+    ):
+        payer = info["payers"][0]
+        first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
+                                                        inputToken="USDC"), payer["privateKey"])
+                         for _ in range(2)]  # fmt: skip
+        await asyncio.sleep(0.5)  # the follower has seen the head: the simulation's block is the latest
+        proxy.calls.clear()
+        status, answer = await d.post(first)
+        assert (status, answer.get("status")) == (200, "settled"), answer
+        same_block = _executions(list(proxy.calls))
+
+        rt = d.runtime
+        real_next = rt.lane.next_simulated
+
+        async def a_block_comes_first(limit: int) -> list[Any]:
+            batch = await real_next(limit)
+            if batch:
+                await rt.node.request("evm_mine", [])
+            return batch
+
+        await asyncio.sleep(0.5)
+        rt.lane.next_simulated = a_block_comes_first  # type: ignore[method-assign]
+        proxy.calls.clear()
+        try:
+            status, answer = await d.post(second)
+        finally:
+            rt.lane.next_simulated = real_next  # type: ignore[method-assign]
+        assert (status, answer.get("status")) == (200, "settled"), answer
+        new_block = _executions(list(proxy.calls))
+    assert (same_block, new_block) == (0, 1)
