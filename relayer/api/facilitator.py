@@ -228,9 +228,11 @@ def payment_identifier(body: dict[str, Any]) -> PaymentIdentifier | None:
     return PaymentIdentifier(pid, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest())
 
 
-def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = None) -> Payment:
-    a, signature = m.paymentPayload.payload.authorization, m.paymentPayload.payload.signature
-    authorization = TransferAuthorization(
+def authorization_of(m: PaymentPayloadModel) -> TransferAuthorization:
+    """The EIP-3009 authorization a validated ``PaymentPayload`` carries (addresses
+    checksummed, amounts and times as integers, nonce and signature as bytes)."""
+    a, signature = m.payload.authorization, m.payload.signature
+    return TransferAuthorization(
         checksum_address(a.from_),
         checksum_address(a.to),
         int(a.value),
@@ -239,6 +241,10 @@ def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = 
         bytes.fromhex(a.nonce[2:]),
         bytes.fromhex(signature[2:]),
     )
+
+
+def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = None) -> Payment:
+    authorization = authorization_of(m.paymentPayload)
     return Payment(
         _requirements(m.paymentRequirements),
         _requirements(m.paymentPayload.accepted),

@@ -25,12 +25,10 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import ValidationError
 
-from relayer.api.facilitator import PaymentPayloadModel, guarded
+from relayer.api.facilitator import PaymentPayloadModel, authorization_of, guarded
 from relayer.api.http import RESPONSE_HEADERS, SERVICES, X402_RESOURCE, X402Resource
-from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
-from relayer.domain.verify import TransferAuthorization
 from relayer.service.facilitator import X402_VERSION, Refused, Requirements
 from relayer.service.x402_payments import Offer, Paid, Payments
 
@@ -99,19 +97,6 @@ def _requirements(m: Any) -> Requirements:
     )
 
 
-def _authorization(m: PaymentPayloadModel) -> TransferAuthorization:
-    a, signature = m.payload.authorization, m.payload.signature
-    return TransferAuthorization(
-        checksum_address(a.from_),
-        checksum_address(a.to),
-        int(a.value),
-        int(a.validAfter),
-        int(a.validBefore),
-        bytes.fromhex(a.nonce[2:]),
-        bytes.fromhex(signature[2:]),
-    )
-
-
 class Resource(X402Resource):
     """The hooks :mod:`relayer.api.http` calls for ``actions/retire``."""
 
@@ -161,7 +146,7 @@ class Resource(X402Resource):
             return Refused("invalid_payload", f"PAYMENT-SIGNATURE: {exc}"[:300])
         payload = model.model_dump(mode="json", by_alias=True, exclude_none=True)
         return await self.payments.pay(
-            req, _requirements(model.accepted), _authorization(model), payload, now
+            req, _requirements(model.accepted), authorization_of(model), payload, now
         )
 
     async def _challenge(
