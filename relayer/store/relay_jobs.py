@@ -233,8 +233,9 @@ WHERE id = ANY($1::bigint[]) AND state = 'accepted'
 """
 # Delete up to $2 jobs of chain $3 rejected before anything was signed more than $1 seconds
 # ago, with their spent salts (the identical request may be posted again and starts afresh).
-# A job a marketplace order references is kept: the order reads FAILED with the job's error
-# (and orders.job_id has no ON DELETE, so deleting it would fail the whole batch).
+# A job a marketplace order or a standard x402 payment references is kept: the order reads
+# FAILED with the job's error, the payment keeps its history (and orders.job_id and
+# x402_payments' job columns have no ON DELETE, so deleting it would fail the whole batch).
 PURGE_REJECTED: Final = """
 WITH doomed AS (
     SELECT id FROM relay_jobs j
@@ -242,6 +243,8 @@ WITH doomed AS (
       AND updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM relay_transactions t WHERE t.job_id = j.id)
       AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.job_id = j.id)
+      AND NOT EXISTS (SELECT 1 FROM x402_payments p
+                      WHERE j.id IN (p.transfer_job_id, p.retire_job_id, p.refund_job_id))
     ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), salts AS (
     DELETE FROM spent_salts WHERE job_id IN (SELECT id FROM doomed)
@@ -664,8 +667,8 @@ class RelayJobs:
 
     async def purge_rejected(self, chain_id: int, older_than_s: float, limit: int) -> int:
         """Delete up to ``limit`` jobs of ``chain_id`` rejected before signing more than
-        ``older_than_s`` seconds ago, with their salts, except those a marketplace order
-        references (the order shows the job's error); returns how many (see
+        ``older_than_s`` seconds ago, with their salts, except those a marketplace order or a
+        standard x402 payment references (they show the job's error); returns how many (see
         :data:`PURGE_REJECTED`)."""
         return len(await self.db.fetch(PURGE_REJECTED, older_than_s, limit, chain_id))
 

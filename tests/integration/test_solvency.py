@@ -152,3 +152,43 @@ async def test_a_rejected_job_an_order_references_is_kept_and_the_sweeper_lives_
         assert await _rows(d, referenced) == (1, 1), "a job an order references is kept"
         order = await d.runtime.marketplace.desk.order(key_id, str(order_id))
         assert order["status"] == "FAILED" and order["error"]["code"] == "contract_revert", order
+
+
+@pytest.mark.parametrize("column", ["transfer_job_id", "retire_job_id", "refund_job_id"])
+async def test_a_rejected_job_an_x402_payment_references_is_kept_and_the_sweeper_lives_on(
+    tmp_path: Path, admin_database_url: str, column: str
+) -> None:
+    """Issue 19: a standard x402 payment references its transfer, retirement and refund jobs
+    (``x402_payments``, no ON DELETE); a rejected one of them must outlive the purge, as an
+    order's does, or the foreign key refuses the whole batch and the sweeper purges nothing."""
+    async with private_daemon(tmp_path, admin_database_url, rejected_retention_s=1.0) as (d, _anvil):
+        referenced = await _not_yet_valid(d)
+        status, refused = await d.post(referenced)
+        assert (status, refused["error"]) == (422, "contract_revert"), refused
+        job_id = await d.runtime.db.fetchval(
+            "SELECT id FROM relay_jobs WHERE salt = $1", bytes.fromhex(referenced["salt"][2:])
+        )
+        now = int(time.time())
+        await d.runtime.db.execute(
+            "INSERT INTO x402_payments (id, chain_id, quote_id, request_hash, request, payload, "
+            f"payload_hash, payer, auth_nonce, amount, {column}, state, created_at, updated_at) "
+            "VALUES ($1, 84532, $2, $3, '{}', '{}', $3, $4, $3, 1, $5, 'failed', $6, $6)",
+            uuid.uuid4(),
+            uuid.uuid4().hex,
+            b"\x01" * 32,
+            d.chain["payers"][0]["address"],
+            int(job_id),
+            now,
+        )
+        unreferenced = await _not_yet_valid(d)
+        status, refused = await d.post(unreferenced)
+        assert (status, refused["error"]) == (422, "contract_revert"), refused
+        restarts = d.runtime.metrics.worker_restarts.labels("sweeper")
+        before = restarts._value.get()
+        started = time.monotonic()
+        while await _rows(d, unreferenced) != (0, 0):
+            assert time.monotonic() - started < 15, "unreferenced rejected rows not purged"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(3 * SWEEP_EVERY_S)
+        assert restarts._value.get() - before == 0, "the sweeper died"
+        assert await _rows(d, referenced) == (1, 1), "a job an x402 payment references is kept"
