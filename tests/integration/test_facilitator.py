@@ -11,12 +11,13 @@ depth; a settle cancelled unsigned is a new attempt when settled again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -220,24 +221,31 @@ async def test_settle_pays_once_and_a_repeat_answers_the_same_transaction(
     assert await token_balance(daemon.runtime.node, "usdc", other_to) == 0
 
 
+@contextlib.contextmanager
+def held_unmined(d: Daemon, wait_s: float) -> Iterator[Web3]:
+    """Automine off and the facilitator's settle wait at ``wait_s`` (so a settle answers
+    ``settlement_pending``), both restored on exit; yields the node (``evm_mine`` mines)."""
+    w3 = Web3(Web3.HTTPProvider(d.chain["rpcUrl"]))
+    facilitator = d.runtime.facilitator
+    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, wait_s
+    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
+    try:
+        yield w3
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
+        facilitator.settle_wait_s = wait
+
+
 async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api_key: str) -> None:
     pay_to, value = fresh_address(), 7_777
     body = payment(daemon, pay_to, value)
-    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
-    facilitator = daemon.runtime.facilitator
-    wait = facilitator.settle_wait_s
-    facilitator.settle_wait_s = 3.0
-    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
-    try:
+    with held_unmined(daemon, 3.0) as w3:
         status, pending = await call(daemon, "settle", body, api_key)
         assert status == 200, pending
         assert (pending["success"], pending["errorReason"]) == (False, "settlement_pending"), pending
         assert pending["transaction"].startswith("0x") and len(pending["transaction"]) == 66
         assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 0
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
-    finally:
-        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
-        facilitator.settle_wait_s = wait
     await asyncio.sleep(0.1)
     status, final = await call(daemon, "settle", body, api_key)
     assert status == 200, final
@@ -459,12 +467,7 @@ async def test_verify_counts_the_payers_transfers_in_flight(daemon: Daemon, api_
     )
     signer = {"key": payer.key.hex(), "payer": payer.address}
     first = payment(daemon, fresh_address(), 6_000, **signer)
-    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
-    facilitator = daemon.runtime.facilitator
-    wait = facilitator.settle_wait_s
-    facilitator.settle_wait_s = 3.0
-    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
-    try:
+    with held_unmined(daemon, 3.0) as w3:
         status, pending = await call(daemon, "settle", first, api_key)
         assert (status, pending["errorReason"]) == (200, "settlement_pending"), pending
         status, verdict = await call(
@@ -480,9 +483,6 @@ async def test_verify_counts_the_payers_transfers_in_flight(daemon: Daemon, api_
         status, verdict = await call(daemon, "verify", first, api_key)
         assert verdict == {"isValid": True, "payer": payer.address}, verdict
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
-    finally:
-        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
-        facilitator.settle_wait_s = wait
     status, final = await call(daemon, "settle", first, api_key)
     assert final["success"] is True and final["transaction"] == pending["transaction"], final
 

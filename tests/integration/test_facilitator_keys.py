@@ -19,7 +19,6 @@ import uuid
 from typing import Any
 
 import pytest
-from web3 import Web3
 
 from relayer.admin import create_api_key
 from relayer.domain.budget import seconds_to_utc_midnight, utc_day
@@ -31,7 +30,7 @@ from relayer.service.relay import _transfer_job
 from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
-from tests.integration.test_facilitator import call, fresh_address, payment
+from tests.integration.test_facilitator import call, fresh_address, held_unmined, payment
 from tests.processes import RELAYER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -135,11 +134,7 @@ async def test_a_settle_reserves_its_ceiling_and_the_ledger_shows_the_gas_each_k
     token, name, key_id = await new_key(daemon, "facilitator")
     pay_to = fresh_address()
     body = payment(daemon, pay_to, 4_321)
-    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
-    facilitator = daemon.runtime.facilitator
-    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, 2.0
-    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
-    try:
+    with held_unmined(daemon, 2.0) as w3:
         status, pending = await call(daemon, "settle", body, token)
         assert (status, pending["errorReason"]) == (200, "settlement_pending"), pending
         job = await daemon.runtime.db.fetchrow(
@@ -157,9 +152,6 @@ async def test_a_settle_reserves_its_ceiling_and_the_ledger_shows_the_gas_each_k
         assert (day["paid_wei"], day["settles"]) == (0, 0)
         reserved = day["reserved_wei"]
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
-    finally:
-        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
-        facilitator.settle_wait_s = wait
     status, final = await call(daemon, "settle", body, token)
     assert status == 200 and final["success"] is True, final
     paid = int(

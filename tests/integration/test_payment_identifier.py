@@ -14,12 +14,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from web3 import Web3
 
 from relayer.admin import create_api_key
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
-from tests.integration.test_facilitator import call, fresh_address, payment
+from tests.integration.test_facilitator import call, fresh_address, held_unmined, payment
 
 pytestmark = pytest.mark.integration
 
@@ -171,19 +170,11 @@ async def test_an_invalid_id_is_an_invalid_payload(daemon: Daemon, api_key: str)
 async def test_a_pending_answer_becomes_final_through_the_identifier(daemon: Daemon, api_key: str) -> None:
     pay_to, value, pid = fresh_address(), 8_642, new_id()
     body = with_id(payment(daemon, pay_to, value), pid)
-    w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
-    facilitator = daemon.runtime.facilitator
-    wait = facilitator.settle_wait_s
-    facilitator.settle_wait_s = 3.0
-    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
-    try:
+    with held_unmined(daemon, 3.0) as w3:
         status, pending = await call(daemon, "settle", body, api_key)
         assert (status, pending["errorReason"]) == (200, "settlement_pending"), pending
         assert len(pending["transaction"]) == 66
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
-    finally:
-        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
-        facilitator.settle_wait_s = wait
     status, final = await call(daemon, "settle", body, api_key)
     assert status == 200 and final["success"] is True, final
     assert final["transaction"] == pending["transaction"]

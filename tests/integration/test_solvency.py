@@ -125,6 +125,22 @@ async def _order_on(d: Daemon, job_id: int) -> tuple[int, uuid.UUID]:
     return key_id, order_id
 
 
+async def _purges_beside(d: Daemon) -> None:
+    """Another rejected request, unreferenced: the sweeper purges it within 15 s and lives on
+    for a few more sweeps past the retention period (no restart)."""
+    unreferenced = await _not_yet_valid(d)
+    status, refused = await d.post(unreferenced)
+    assert (status, refused["error"]) == (422, "contract_revert"), refused
+    restarts = d.runtime.metrics.worker_restarts.labels("sweeper")
+    before = restarts._value.get()
+    started = time.monotonic()
+    while await _rows(d, unreferenced) != (0, 0):
+        assert time.monotonic() - started < 15, "unreferenced rejected rows not purged"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3 * SWEEP_EVERY_S)
+    assert restarts._value.get() - before == 0, "the sweeper died"
+
+
 async def test_a_rejected_job_an_order_references_is_kept_and_the_sweeper_lives_on(
     tmp_path: Path, admin_database_url: str
 ) -> None:
@@ -138,17 +154,7 @@ async def test_a_rejected_job_an_order_references_is_kept_and_the_sweeper_lives_
             "SELECT id FROM relay_jobs WHERE salt = $1", bytes.fromhex(referenced["salt"][2:])
         )
         key_id, order_id = await _order_on(d, int(job_id))
-        unreferenced = await _not_yet_valid(d)
-        status, refused = await d.post(unreferenced)
-        assert (status, refused["error"]) == (422, "contract_revert"), refused
-        restarts = d.runtime.metrics.worker_restarts.labels("sweeper")
-        before = restarts._value.get()
-        started = time.monotonic()
-        while await _rows(d, unreferenced) != (0, 0):
-            assert time.monotonic() - started < 15, "unreferenced rejected rows not purged"
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(3 * SWEEP_EVERY_S)  # a few more sweeps past the retention period
-        assert restarts._value.get() - before == 0, "the sweeper died"
+        await _purges_beside(d)
         assert await _rows(d, referenced) == (1, 1), "a job an order references is kept"
         order = await d.runtime.marketplace.desk.order(key_id, str(order_id))
         assert order["status"] == "FAILED" and order["error"]["code"] == "contract_revert", order
@@ -180,15 +186,5 @@ async def test_a_rejected_job_an_x402_payment_references_is_kept_and_the_sweeper
             int(job_id),
             now,
         )
-        unreferenced = await _not_yet_valid(d)
-        status, refused = await d.post(unreferenced)
-        assert (status, refused["error"]) == (422, "contract_revert"), refused
-        restarts = d.runtime.metrics.worker_restarts.labels("sweeper")
-        before = restarts._value.get()
-        started = time.monotonic()
-        while await _rows(d, unreferenced) != (0, 0):
-            assert time.monotonic() - started < 15, "unreferenced rejected rows not purged"
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(3 * SWEEP_EVERY_S)
-        assert restarts._value.get() - before == 0, "the sweeper died"
+        await _purges_beside(d)
         assert await _rows(d, referenced) == (1, 1), "a job an x402 payment references is kept"
