@@ -89,19 +89,9 @@ class NewPayment:
 
 
 @dataclass(frozen=True, slots=True)
-class PaymentRow:
-    """A recorded payment and its jobs (ids; None until made)."""
+class PaymentRow(NewPayment):
+    """A recorded payment (what :class:`NewPayment` holds) and its jobs (ids; None until made)."""
 
-    id: uuid.UUID
-    chain_id: int
-    quote_id: str
-    request_hash: bytes
-    request: dict[str, Any]
-    payload: dict[str, Any]
-    payload_hash: bytes
-    payer: str
-    auth_nonce: bytes
-    amount: int
     transfer_job_id: int | None
     payment_tx: bytes | None
     retire_job_id: int | None
