@@ -29,7 +29,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test devnet devnet-down traffic compile lint bench-facilitator bench-soak
+.PHONY: help install demo test devnet devnet-down traffic compile lint docs bench-facilitator bench-soak
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -114,6 +114,9 @@ lint: install ## ruff check, ruff format --check, mypy --strict, import-linter c
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict relayer relayer_dev
 	$(BIN)/lint-imports
+
+docs: install ## Regenerate the settings reference in docs/configuration.md from relayer/config.py
+	$(DEV) config-doc
 
 bench-facilitator: install ## Our /facilitator/settle vs the x402 SDK's facilitator (BENCH_ARGS=--scenario dropped ...)
 	$(BIN)/python bench/facilitator_vs_reference.py $(BENCH_ARGS)

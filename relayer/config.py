@@ -95,12 +95,25 @@ class Settings(BaseSettings):
 
     # --- storage -----------------------------------------------------------------------
     database_url: SecretStr | None = Field(default=None, description="Postgres DSN")
-    db_pool_min: int = Field(default=2, ge=1)
-    db_pool_max: int = Field(default=10, ge=1)
+    db_pool_min: int = Field(
+        default=2,
+        ge=1,
+        description="Connections the database pool keeps open.",
+        json_schema_extra={"unit": "connections"},
+    )
+    db_pool_max: int = Field(
+        default=10,
+        ge=1,
+        description="Most connections the database pool opens.",
+        json_schema_extra={"unit": "connections"},
+    )
 
     # --- chain -------------------------------------------------------------------------
     rpc_url: str | None = Field(default=None, description="JSON-RPC URL of the chain node")
-    chain_id: int = Field(default=BASE_SEPOLIA.chain_id, description="8453 (Base) or 84532 (Base Sepolia).")
+    chain_id: int = Field(
+        default=BASE_SEPOLIA.chain_id,
+        description="8453 (Base) or 84532 (Base Sepolia); checked against the node at start.",
+    )
     deployment_file: Path | None = Field(
         default=None, description="JSON file with the deployment's `contracts` addresses and `deployBlock`"
     )
@@ -132,6 +145,7 @@ class Settings(BaseSettings):
         ge=1,
         description="Blocks a receipt must be buried under before a retirement is settled "
         "(overrides RELAYER_CONFIRMATION; default per chain: relayer.domain.chains).",
+        json_schema_extra={"unit": "blocks"},
     )
     confirmation: str | None = Field(
         default=None,
@@ -142,13 +156,32 @@ class Settings(BaseSettings):
     block_time_ms: int | None = Field(
         default=None, gt=0, description="The chain's block interval, ms (default: the chain table's)."
     )
-    gas_cap: int = Field(default=1_500_000, ge=21_000, description="Executor gas ceiling per tx.")
-    gas_limit_margin_bps: int = Field(default=2_000, ge=0, description="Gas limit = estimate * (1+m).")
-    priority_fee_wei: int = Field(default=1_000_000, ge=0, description="EIP-1559 tip, wei per gas.")
-    base_fee_multiplier: int = Field(default=2, ge=1, description="maxFee = mult * baseFee + tip.")
+    gas_cap: int = Field(
+        default=1_500_000,
+        ge=21_000,
+        description="Executor gas ceiling per transaction: a request whose gas limit is above it "
+        "answers gas_limit_exceeds_cap.",
+        json_schema_extra={"unit": "gas"},
+    )
+    gas_limit_margin_bps: int = Field(
+        default=2_000,
+        ge=0,
+        description="Headroom on eth_estimateGas: the gas limit is the estimate times (1 + margin), "
+        "capped at the gas cap.",
+    )
+    priority_fee_wei: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="Lowest EIP-1559 tip per gas (the recent median tip when higher).",
+        json_schema_extra={"unit": "wei per gas"},
+    )
+    base_fee_multiplier: int = Field(
+        default=2, ge=1, description="Max fee per gas = this times the next block's base fee, plus the tip."
+    )
     facilitator_max_fee_per_gas_wei: int = Field(
         default=10 * 10**9,
         gt=0,
+        json_schema_extra={"unit": "wei per gas"},
         description="Highest max fee per gas (wei) of a sponsored transfer (an EIP-3009 "
         "transferWithAuthorization whose gas no signed allowance pays: x402 settles, payment pulls, "
         "refunds): its first fees and every bump stay at or below it.",
@@ -171,8 +204,18 @@ class Settings(BaseSettings):
     gas_allowance_margin_bps: int = Field(
         default=5_000, ge=0, description="Headroom on the quoted gas allowance (basis points)."
     )
-    gas_budget_class: int = Field(default=450_000, gt=0, description="Gas priced into a class allowance.")
-    gas_budget_listing: int = Field(default=350_000, gt=0, description="Gas priced into a listing allowance.")
+    gas_budget_class: int = Field(
+        default=450_000,
+        gt=0,
+        description="Gas priced into the gas allowance of a class retirement.",
+        json_schema_extra={"unit": "gas"},
+    )
+    gas_budget_listing: int = Field(
+        default=350_000,
+        gt=0,
+        description="Gas priced into the gas allowance of a listing retirement.",
+        json_schema_extra={"unit": "gas"},
+    )
     block_poll_interval_s: float | None = Field(
         default=None,
         gt=0,
@@ -180,10 +223,27 @@ class Settings(BaseSettings):
     )
 
     # --- relay -------------------------------------------------------------------------
-    class_auth_lifetime_s: int = Field(default=3600, gt=0, description="Authorization lifetime, class.")
-    listing_auth_lifetime_s: int = Field(default=300, gt=0, description="Authorization lifetime, listing.")
-    class_slippage_bps: int = Field(default=400, ge=0, description="Suggested max input headroom.")
-    settle_wait_s: float = Field(default=45.0, gt=0, description="How long actions/retire waits.")
+    class_auth_lifetime_s: int = Field(
+        default=3600,
+        gt=0,
+        description="How long an authorization prepare-auth issues for a class retirement is valid.",
+    )
+    listing_auth_lifetime_s: int = Field(
+        default=300,
+        gt=0,
+        description="How long an authorization prepare-auth issues for a listing retirement is valid.",
+    )
+    class_slippage_bps: int = Field(
+        default=400,
+        ge=0,
+        description="Headroom over a class quote's total in the suggested maximum input amount.",
+    )
+    settle_wait_s: float = Field(
+        default=45.0,
+        gt=0,
+        description="How long actions/retire waits for the outcome before answering 202 submitted "
+        "(or accepted).",
+    )
     rejected_retention_s: float = Field(
         default=7 * 24 * 3600.0,
         ge=0,
@@ -238,20 +298,37 @@ class Settings(BaseSettings):
     )
 
     # --- executor lane (see relayer/domain/lane.py) -------------------------------------
-    resend_after_s: float = Field(default=10.0, gt=0, description="Re-send the same bytes when unmined.")
-    replace_after_s: float = Field(
-        default=30.0, gt=0, description="Replace with bumped fees when unmined and priced out."
+    resend_after_s: float = Field(
+        default=10.0, gt=0, description="Re-send the same bytes of a transaction not mined for this long."
     )
-    hole_after_s: float = Field(default=10.0, gt=0, description="Fill nonces no transaction holds.")
+    replace_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Replace a transaction at the same nonce, fees bumped at least 10 %, when unmined this "
+        "long and priced out.",
+    )
+    hole_after_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Fill nonces no transaction holds with no-ops once the lane has not moved for this long.",
+    )
     noop_before_expiry_s: float = Field(
         default=30.0, gt=0, description="No-op a job's nonce when its authorization is about to expire."
     )
 
     # --- http --------------------------------------------------------------------------
-    http_host: str = "127.0.0.1"
-    http_port: int = 8402
+    http_host: str = Field(
+        default="127.0.0.1", description="Address the HTTP API (and `relayer work`'s ops port) listens on."
+    )
+    http_port: int = Field(
+        default=8402,
+        description="Port of the HTTP API (`relayer serve` and `all`).",
+        json_schema_extra={"unit": "TCP port"},
+    )
     ops_port: int = Field(
-        default=9402, description="`relayer work` serves /metrics, /healthz and /readyz on this port"
+        default=9402,
+        description="`relayer work` serves /metrics, /healthz and /readyz on this port",
+        json_schema_extra={"unit": "TCP port"},
     )
     shutdown_grace_s: float = Field(
         default=20.0,
@@ -261,7 +338,9 @@ class Settings(BaseSettings):
     public_base_url: str = Field(
         default="http://127.0.0.1:8402", description="Where callers reach this daemon (no slash)."
     )
-    max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    max_body_bytes: int = Field(
+        default=64 * 1024, gt=0, description="Largest request body either API accepts."
+    )
     http_idle_timeout_s: float = Field(
         default=15.0,
         gt=0,
@@ -287,7 +366,7 @@ class Settings(BaseSettings):
     rate_limit: str | None = Field(
         default="50/second;1000/minute",
         description="Per-client request limit of both APIs in the `limits` notation (e.g. "
-        "'50/second;1000/minute'); 'off': no limit",
+        "'50/second;1000/minute'), counted in each process's memory; 'off': no limit",
     )
     rate_limit_forwarded_for: bool = Field(
         default=False,
@@ -306,6 +385,7 @@ class Settings(BaseSettings):
         ge=1,
         description="Most clients the rate limit tracks per process; while that many are live, new "
         "ones share one window",
+        json_schema_extra={"unit": "clients"},
     )
     request_timeout_s: float = Field(
         default=75.0, gt=0, description="Longest an HTTP request may run, seconds (above settle_wait_s)"
@@ -316,7 +396,9 @@ class Settings(BaseSettings):
     )
 
     # --- logging -----------------------------------------------------------------------
-    log_level: str = "INFO"
+    log_level: str = Field(
+        default="INFO", description="Lowest level logged: DEBUG, INFO, WARNING, ERROR or CRITICAL."
+    )
 
     @field_validator("facilitator_default_rate_limit")
     @classmethod

@@ -1,5 +1,6 @@
 """The dev command line, run from the repository root: ``python -m relayer_dev devnet up|down``,
-``demo``, ``env`` and ``traffic``. It supplies the product's settings (see :mod:`relayer_dev.settings`)."""
+``demo``, ``env``, ``traffic`` and ``config-doc``. It supplies the product's settings (see
+:mod:`relayer_dev.settings`)."""
 
 from __future__ import annotations
 
@@ -200,6 +201,27 @@ def traffic(
     except RelayerError as exc:
         _fail(exc)
     click.echo(json.dumps(summary))
+
+
+@main.command("config-doc")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when the committed reference is stale.")
+def config_doc(check: bool) -> None:
+    """Generate the settings reference of docs/configuration.md from relayer/config.py
+    (between its markers; `make docs` runs this)."""
+    from relayer_dev import config_doc as doc
+
+    try:
+        if check:
+            if doc.stale():
+                click.echo(f"{doc.DOC_FILE}: the settings reference is stale: run {doc.REGENERATE}", err=True)
+                sys.exit(1)
+            click.echo(f"{doc.DOC_FILE}: the settings reference is current")
+            return
+        changed = doc.write()
+    except doc.DocError as exc:
+        click.echo(f"relayer_dev: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{doc.DOC_FILE}: settings reference {'rewritten' if changed else 'already current'}")
 
 
 if __name__ == "__main__":

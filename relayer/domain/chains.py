@@ -76,7 +76,8 @@ BASE: Final = ChainFacts(
 )
 """Base mainnet: 200 ms blocks since Denim (2026-11-05); 20 s = 100 blocks, the time the
 10 blocks of 2 s gave before Denim (a reorg of the sequencer's unsafe head takes a sequencer
-fault and loses seconds of blocks, not a count of them; see the README, Confirmation)."""
+fault and loses seconds of blocks, not a count of them; see docs/configuration.md,
+Confirmation, and docs/design.md)."""
 BASE_SEPOLIA: Final = ChainFacts(
     chain_id=84532,
     name="Base Sepolia",

@@ -21,8 +21,11 @@ import yaml
 
 from relayer.metrics import Metrics
 from tests.browser import in_ci
+from tests.unit.test_docs import anchors
 
 ROOT: Final = Path(__file__).resolve().parents[2]
+RUNBOOKS: Final = anchors((ROOT / "docs" / "operations.md").read_text(encoding="utf-8"))
+"""The headings of docs/operations.md: each alert's runbook_url points at its own."""
 PROMETHEUS: Final = ROOT / "deploy" / "prometheus"
 RULES: Final = PROMETHEUS / "rules.yml"
 RULES_TEST: Final = PROMETHEUS / "rules_test.yml"
@@ -57,7 +60,7 @@ METRICS: Final = frozenset(
         "relayer_halted_steps_total",
     }
 )
-"""The operator metrics the rules and the dashboard may query (README, Metrics)."""
+"""The operator metrics the rules and the dashboard may query (docs/operations.md, Metrics)."""
 HISTOGRAMS: Final = frozenset(
     {"relayer_http_server_request_duration_seconds", "relayer_relay_stage_duration_seconds"}
 )
@@ -179,7 +182,8 @@ def test_the_alerts() -> None:
         name = rule["alert"]
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
-        assert rule["annotations"]["runbook_url"].endswith("README.md#operating"), name
+        assert rule["annotations"]["runbook_url"].endswith(f"/docs/operations.md#{name.lower()}"), name
+        assert name.lower() in RUNBOOKS, f"{name}: no runbook heading in docs/operations.md"
         names = metric_names(rule["expr"])
         assert names <= METRICS, f"{name}: unknown metrics {sorted(names - METRICS)}"
         check_labels(name, rule["expr"])

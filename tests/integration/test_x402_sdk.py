@@ -406,10 +406,10 @@ async def test_settlement_pending_and_the_sdks_one_retry(daemon: Daemon, api_key
 
 
 def readme_examples() -> tuple[str, str, str]:
-    """The README's three Python examples of "With the official SDKs": server, client, and
-    the client paying the retirement endpoint (run by test_x402_sdk_retire.py)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### With the official SDKs", 1)[1].split("\n## ", 1)[0]
+    """The three Python examples of docs/x402.md, "With the official SDKs": server, client,
+    and the client paying the retirement endpoint (run by test_x402_sdk_retire.py)."""
+    text = (ROOT / "docs" / "x402.md").read_text()
+    section = text.split("\n## With the official SDKs\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 3, blocks
     return blocks[0], blocks[1], blocks[2]
@@ -424,11 +424,11 @@ async def wait_for_port(port: int, server: asyncio.subprocess.Process) -> None:
             await writer.wait_closed()
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the README's server did not listen on {port}")
+    raise AssertionError(f"the documented server did not listen on {port}")
 
 
 async def test_readme_examples_run(daemon: Daemon, api_key: str, tmp_path: Path) -> None:
-    """The README's resource server and client, as written, against a devnet.json naming the
+    """The documented resource server and client (docs/x402.md), as written, against a devnet.json naming the
     test daemon (its facilitator URL and a key) and a fresh payer: the client prints 200 and
     a successful PAYMENT-RESPONSE, and the seller is paid 0.01 USDC."""
     server_code, client_code, _ = readme_examples()
@@ -463,7 +463,7 @@ async def test_readme_examples_run(daemon: Daemon, api_key: str, tmp_path: Path)
         server.terminate()
         _, server_err = await asyncio.wait_for(server.communicate(), timeout=10)
     assert client.returncode == 0, (err.decode(), server_err.decode()[-2000:])
-    print("\nREADME client:", out.decode().strip())
+    print("\ndocumented client:", out.decode().strip())
     assert out.decode().startswith("200 {'weather': 'sunny'} success=True"), out
     assert await usdc(daemon, seller) == 10_000
     assert await usdc(daemon, payer.address) == FUNDED - 10_000

@@ -16,7 +16,7 @@ Postgres, over HTTP.
 - A crash between payment and retirement: the SDK client is answered 200 with
   ``settlement_pending`` by a daemon whose workers are off; the daemon started again retires it,
   once.
-- The README's example paying the retirement endpoint runs as written against a
+- The documented example (docs/x402.md) paying the retirement endpoint runs as written against a
   ``.devdata/devnet.json`` holding only what ``make devnet`` writes."""
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ async def completes_once(
 
 
 async def test_readme_example_pays_the_retirement(resource: Daemon, tmp_path: Path) -> None:
-    """The README's retirement example, as written, in a directory whose
+    """The documented retirement example (docs/x402.md), as written, in a directory whose
     ``.devdata/devnet.json`` has only fields ``make devnet`` writes (pointing at this daemon):
     it prints 200, the retirement's status and hash, and a successful PAYMENT-RESPONSE."""
     d = resource
@@ -385,7 +385,7 @@ async def test_readme_example_pays_the_retirement(resource: Daemon, tmp_path: Pa
     out, err = await asyncio.wait_for(proc.communicate(), timeout=150)
     assert proc.returncode == 0, err.decode()
     printed = out.decode().strip()
-    print("\nREADME retirement client:", printed)
+    print("\ndocumented retirement client:", printed)
     status, state, tx, settled = printed.split(" ", 3)
     assert status == "200" and state in ("settled", "pending_index"), printed
     assert settled.startswith("success=True"), printed
