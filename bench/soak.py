@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -63,6 +64,7 @@ from bench.common import (  # noqa: E402
     daemon_env,
     free_port,
     in_scratch_database,
+    machine_cpu_seconds,
     start_daemon,
     stop_processes,
     wait_ready,
@@ -114,6 +116,22 @@ async def sign_ahead(settings: Settings, payers: list[str], n: int) -> list[dict
             batches = await asyncio.gather(*(signed_requests(rt, [k], now) for k in keys))
             bodies += [b for batch in batches for b in batch]
     return bodies
+
+
+def log_kinds(log: Path) -> dict[str, int]:
+    """The daemon's log lines at WARNING and above counted by level and message (its JSON
+    lines; another line counts as ``not JSON``), most frequent first."""
+    counts: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            if entry.get("levelname") in ("DEBUG", "INFO"):
+                continue
+            key = f"{entry.get('levelname')} {str(entry.get('message'))[:100]}"
+        except (ValueError, AttributeError):
+            key = "not JSON"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 class Sampler:
@@ -177,6 +195,26 @@ class Sampler:
         self._stop.set()
 
 
+def outcome_key(status: int, text: str) -> str:
+    """How an answer is counted: ``settled`` (or another job status), else the error code with
+    its HTTP status and what failed (``upstream``, ``cause``, a revert's ``decoded.errorName``),
+    e.g. ``gas_estimate_unavailable 503 (upstream chain node)``; a body that is not JSON is
+    counted by its status and first characters."""
+    try:
+        out = json.loads(text)
+    except ValueError:
+        return f"HTTP {status}, not JSON: {text[:60]!r}"
+    if not isinstance(out, dict):
+        return f"HTTP {status}, not an object"
+    if out.get("status"):
+        return str(out["status"])
+    decoded = out.get("decoded") if isinstance(out.get("decoded"), dict) else {}
+    why = [f"{k} {out[k]}" for k in ("upstream", "cause") if out.get(k)]
+    if decoded.get("errorName"):
+        why.append(f"errorName {decoded['errorName']}")
+    return f"{out.get('error') or 'no error code'} {status}" + (f" ({', '.join(why)})" if why else "")
+
+
 async def post_all(base: str, bodies: list[dict[str, Any]], rate: float) -> dict[str, Any]:
     """Post ``bodies`` open loop, the i-th at ``i / rate`` seconds; outcomes and latencies."""
     outcomes: dict[str, int] = {}
@@ -190,11 +228,7 @@ async def post_all(base: str, bodies: list[dict[str, Any]], rate: float) -> dict
             try:
                 async with session.post(f"{base}/api", json=body) as r:
                     text = await r.text()
-                try:
-                    out = json.loads(text)
-                    key = str(out.get("status") or out.get("error") or r.status)
-                except ValueError:
-                    key = f"HTTP {r.status}, not JSON: {text[:60]!r}"
+                key = outcome_key(r.status, text)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 key = f"client error {type(exc).__name__}"
             outcomes[key] = outcomes.get(key, 0) + 1
@@ -281,9 +315,17 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
             f"background {args.background_tps:g}/s; load average {load_average():.2f}",
             flush=True,
         )
-        cpu_before, started = cpu_seconds(daemon.pid), time.monotonic()
+        pids = {"daemon": daemon.pid, "anvil": anvil.pid, "soakClient": os.getpid()}
+        if background is not None:
+            pids["traffic"] = background.proc.pid
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        machine_before, started = machine_cpu_seconds(), time.monotonic()
         result = await post_all(base_url, bodies, args.rate)
-        cpu = cpu_seconds(daemon.pid) - cpu_before
+        wall = time.monotonic() - started
+        # each process's share of one core over the load, and the whole machine's (every core)
+        cores = {name: round((cpu_seconds(pid) - cpu_before[name]) / wall, 3) for name, pid in pids.items()}
+        cores["machine"] = round((machine_cpu_seconds() - machine_before) / wall, 3)
+        cpu = cores["daemon"] * wall
         sampler.stop()
         await sampling
         if daemon.poll() is not None:
@@ -295,6 +337,7 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         rss_start = after_warmup[0] if after_warmup else sampler.rss[0][1]
         rss_end = sampler.rss[-1][1]
         settled = result["outcomes"].get("settled", 0)
+        kinds = log_kinds(log)
         if settled < n:  # the daemon's own account of the failures (the state directory goes)
             lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
             print("the daemon's last log lines:\n" + "\n".join(ln[:400] for ln in lines[-15:]), flush=True)
@@ -322,6 +365,8 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
             "backgroundTps": traffic.get("achievedTps", 0.0),
             "backgroundErrors": traffic.get("errors", 0),
             "loadAverage": [load_start, load_average()],
+            "daemonLogKinds": kinds,
+            "coresUsed": cores,
         }
     finally:
         stop_processes(procs)
@@ -348,6 +393,11 @@ async def main(args: argparse.Namespace) -> None:
         f"load average {r['loadAverage']}",
         flush=True,
     )
+    print(f"  cores used over the load (1.0 = one core busy): {r['coresUsed']}", flush=True)
+    for kind, count in r["outcomes"].items():
+        print(f"  answer {kind}: {count}", flush=True)
+    for kind, count in r["daemonLogKinds"].items():
+        print(f"  daemon log {kind}: {count}", flush=True)
     print(json.dumps(report))
 
 
