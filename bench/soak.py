@@ -13,8 +13,8 @@ One run, everything on loopback:
    deployment (lag <= 2 blocks, at most 120 s: followerCatchUpSeconds, null if it did not);
 3. the load, open loop: the i-th retirement is posted at ``i / rate`` seconds whatever the
    earlier ones do. Every ``--sample-interval`` seconds a sampler reads the chain's head
-   (``eth_blockNumber`` from anvil) then the follower's retirements cursor in Postgres
-   (``indexer_cursor``, the last block it indexed) and the daemon's RSS (``/proc/<pid>/status``).
+   (``eth_blockNumber`` from anvil) then the last block the follower indexed (the daemon's
+   ``relayer_indexer_block`` gauge) and the daemon's RSS (``/proc/<pid>/status``).
 
 Follower lag (blocks) = head - (depth - 1) - cursor, floored at 0: how far the follower is
 behind the newest block it may index at its confirmation depth (``--confirmations``, default 1,
@@ -76,7 +76,7 @@ from relayer_dev import devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 CHAIN_ID = 84532
-CURSOR = "retirements"  # the follower's cursor in indexer_cursor (relayer.workers.follower.CURSOR)
+INDEXED_GAUGE = "relayer_indexer_block"  # the last block the follower indexed (relayer.metrics)
 PAYER_USDC = 1_000 * 10**6  # atomic units minted to each payer of the pool
 SIGN_BATCH = 50  # authorizations prepared concurrently while signing ahead
 POST_TIMEOUT_S = 120.0
@@ -134,11 +134,27 @@ def log_kinds(log: Path) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+async def indexed_block(session: aiohttp.ClientSession, metrics_url: str) -> int | None:
+    """The last block the daemon's follower indexed (its ``relayer_indexer_block`` gauge; the
+    cursor row in Postgres is written at most once a second while blocks hold nothing of
+    ours); None before it indexed one."""
+    async with session.get(metrics_url) as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith(INDEXED_GAUGE + " "):
+            value = int(float(line.split()[1]))
+            return value if value > 0 else None
+    return None
+
+
 class Sampler:
     """Every ``interval`` seconds: the chain's head, the follower's cursor and the daemon's RSS."""
 
-    def __init__(self, rpc_url: str, dsn: str, pid: int, depth: int, interval: float) -> None:
+    def __init__(
+        self, rpc_url: str, dsn: str, pid: int, depth: int, interval: float, metrics_url: str
+    ) -> None:
         self.rpc_url, self.dsn, self.pid, self.depth, self.interval = rpc_url, dsn, pid, depth, interval
+        self.metrics_url = metrics_url
         self.lags: list[int] = []
         self.rss: list[tuple[float, int]] = []  # (monotonic seconds, bytes)
         self.missing_cursor = 0
@@ -161,9 +177,7 @@ class Sampler:
         payload = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
         async with session.post(self.rpc_url, json=payload) as r:
             head = int((await r.json())["result"], 16)
-        cursor = await conn.fetchval(
-            "SELECT block_number FROM indexer_cursor WHERE chain_id = $1 AND name = $2", CHAIN_ID, CURSOR
-        )
+        cursor = await indexed_block(session, self.metrics_url)
         if cursor is None:
             self.missing_cursor += 1
         else:
@@ -296,7 +310,9 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         await wait_ready(f"{base_url}/readyz", procs, log)
         rss_ready = rss_bytes(daemon.pid)
         await asyncio.sleep(1)
-        sampler = Sampler(info["rpcUrl"], dsn, daemon.pid, args.confirmations, args.sample_interval)
+        sampler = Sampler(
+            info["rpcUrl"], dsn, daemon.pid, args.confirmations, args.sample_interval, f"{base_url}/metrics"
+        )
         # the load starts once the follower has caught up with the blocks mined since the deployment
         catch_up = await sampler.caught_up(CAUGHT_UP_BLOCKS, CATCH_UP_TIMEOUT_S)
         sampler.missing_cursor = 0
