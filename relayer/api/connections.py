@@ -1,8 +1,9 @@
 """The HTTP front's bounds on connections (aiohttp does the parsing and the timers; this adds
 what it lacks): a cap on the connections one process holds, answered 503 past it (the
-spec's error envelope, ``Retry-After``); the file descriptors the cap needs; and logs that a hostile client cannot flood (a request the
-HTTP parser refuses is one throttled INFO line, not an ERROR with a traceback; the accept
-loop running out of descriptors is one throttled WARNING)."""
+spec's error envelope, ``Retry-After``); the file descriptors the cap needs; and logs that a
+hostile client cannot flood (a request the HTTP parser refuses is one throttled INFO line,
+not an ERROR with a traceback; the accept loop running out of descriptors is one throttled
+WARNING)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from multidict import CIMultiDict
 
 from relayer.api.connections import ParserRefusals, Refused, Throttle
 from relayer.api.errors import Surface, error_body
-from relayer.domain.errors import Rejection
 from relayer.api.http import RateLimit, read_json, request_id_of
+from relayer.domain.errors import Rejection
 
 
 def _request(path: str = "/api", peer: str = "10.0.0.9", forwarded: list[str] | None = None) -> Any:
