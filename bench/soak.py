@@ -13,8 +13,8 @@ One run, everything on loopback:
    deployment (lag <= 2 blocks, at most 120 s: followerCatchUpSeconds, null if it did not);
 3. the load, open loop: the i-th retirement is posted at ``i / rate`` seconds whatever the
    earlier ones do. Every ``--sample-interval`` seconds a sampler reads the chain's head
-   (``eth_blockNumber`` from anvil) then the follower's retirements cursor in Postgres
-   (``indexer_cursor``, the last block it indexed) and the daemon's RSS (``/proc/<pid>/status``).
+   (``eth_blockNumber`` from anvil) then the last block the follower indexed (the daemon's
+   ``relayer_indexer_block`` gauge) and the daemon's RSS (``/proc/<pid>/status``).
 
 Follower lag (blocks) = head - (depth - 1) - cursor, floored at 0: how far the follower is
 behind the newest block it may index at its confirmation depth (``--confirmations``, default 1,
@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -63,6 +64,7 @@ from bench.common import (  # noqa: E402
     daemon_env,
     free_port,
     in_scratch_database,
+    machine_cpu_seconds,
     start_daemon,
     stop_processes,
     wait_ready,
@@ -74,7 +76,7 @@ from relayer_dev import devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
 
 CHAIN_ID = 84532
-CURSOR = "retirements"  # the follower's cursor in indexer_cursor (relayer.workers.follower.CURSOR)
+INDEXED_GAUGE = "relayer_indexer_block"  # the last block the follower indexed (relayer.metrics)
 PAYER_USDC = 1_000 * 10**6  # atomic units minted to each payer of the pool
 SIGN_BATCH = 50  # authorizations prepared concurrently while signing ahead
 POST_TIMEOUT_S = 120.0
@@ -116,11 +118,43 @@ async def sign_ahead(settings: Settings, payers: list[str], n: int) -> list[dict
     return bodies
 
 
+def log_kinds(log: Path) -> dict[str, int]:
+    """The daemon's log lines at WARNING and above counted by level and message (its JSON
+    lines; another line counts as ``not JSON``), most frequent first."""
+    counts: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            if entry.get("levelname") in ("DEBUG", "INFO"):
+                continue
+            key = f"{entry.get('levelname')} {str(entry.get('message'))[:100]}"
+        except (ValueError, AttributeError):
+            key = "not JSON"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+async def indexed_block(session: aiohttp.ClientSession, metrics_url: str) -> int | None:
+    """The last block the daemon's follower indexed (its ``relayer_indexer_block`` gauge; the
+    cursor row in Postgres is written at most once a second while blocks hold nothing of
+    ours); None before it indexed one."""
+    async with session.get(metrics_url) as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith(INDEXED_GAUGE + " "):
+            value = int(float(line.split()[1]))
+            return value if value > 0 else None
+    return None
+
+
 class Sampler:
     """Every ``interval`` seconds: the chain's head, the follower's cursor and the daemon's RSS."""
 
-    def __init__(self, rpc_url: str, dsn: str, pid: int, depth: int, interval: float) -> None:
+    def __init__(
+        self, rpc_url: str, dsn: str, pid: int, depth: int, interval: float, metrics_url: str
+    ) -> None:
         self.rpc_url, self.dsn, self.pid, self.depth, self.interval = rpc_url, dsn, pid, depth, interval
+        self.metrics_url = metrics_url
         self.lags: list[int] = []
         self.rss: list[tuple[float, int]] = []  # (monotonic seconds, bytes)
         self.missing_cursor = 0
@@ -143,9 +177,7 @@ class Sampler:
         payload = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
         async with session.post(self.rpc_url, json=payload) as r:
             head = int((await r.json())["result"], 16)
-        cursor = await conn.fetchval(
-            "SELECT block_number FROM indexer_cursor WHERE chain_id = $1 AND name = $2", CHAIN_ID, CURSOR
-        )
+        cursor = await indexed_block(session, self.metrics_url)
         if cursor is None:
             self.missing_cursor += 1
         else:
@@ -177,6 +209,26 @@ class Sampler:
         self._stop.set()
 
 
+def outcome_key(status: int, text: str) -> str:
+    """How an answer is counted: ``settled`` (or another job status), else the error code with
+    its HTTP status and what failed (``upstream``, ``cause``, a revert's ``decoded.errorName``),
+    e.g. ``gas_estimate_unavailable 503 (upstream chain node)``; a body that is not JSON is
+    counted by its status and first characters."""
+    try:
+        out = json.loads(text)
+    except ValueError:
+        return f"HTTP {status}, not JSON: {text[:60]!r}"
+    if not isinstance(out, dict):
+        return f"HTTP {status}, not an object"
+    if out.get("status"):
+        return str(out["status"])
+    decoded = out.get("decoded") if isinstance(out.get("decoded"), dict) else {}
+    why = [f"{k} {out[k]}" for k in ("upstream", "cause") if out.get(k)]
+    if decoded.get("errorName"):
+        why.append(f"errorName {decoded['errorName']}")
+    return f"{out.get('error') or 'no error code'} {status}" + (f" ({', '.join(why)})" if why else "")
+
+
 async def post_all(base: str, bodies: list[dict[str, Any]], rate: float) -> dict[str, Any]:
     """Post ``bodies`` open loop, the i-th at ``i / rate`` seconds; outcomes and latencies."""
     outcomes: dict[str, int] = {}
@@ -190,11 +242,7 @@ async def post_all(base: str, bodies: list[dict[str, Any]], rate: float) -> dict
             try:
                 async with session.post(f"{base}/api", json=body) as r:
                     text = await r.text()
-                try:
-                    out = json.loads(text)
-                    key = str(out.get("status") or out.get("error") or r.status)
-                except ValueError:
-                    key = f"HTTP {r.status}, not JSON: {text[:60]!r}"
+                key = outcome_key(r.status, text)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 key = f"client error {type(exc).__name__}"
             outcomes[key] = outcomes.get(key, 0) + 1
@@ -262,7 +310,9 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         await wait_ready(f"{base_url}/readyz", procs, log)
         rss_ready = rss_bytes(daemon.pid)
         await asyncio.sleep(1)
-        sampler = Sampler(info["rpcUrl"], dsn, daemon.pid, args.confirmations, args.sample_interval)
+        sampler = Sampler(
+            info["rpcUrl"], dsn, daemon.pid, args.confirmations, args.sample_interval, f"{base_url}/metrics"
+        )
         # the load starts once the follower has caught up with the blocks mined since the deployment
         catch_up = await sampler.caught_up(CAUGHT_UP_BLOCKS, CATCH_UP_TIMEOUT_S)
         sampler.missing_cursor = 0
@@ -281,9 +331,17 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
             f"background {args.background_tps:g}/s; load average {load_average():.2f}",
             flush=True,
         )
-        cpu_before, started = cpu_seconds(daemon.pid), time.monotonic()
+        pids = {"daemon": daemon.pid, "anvil": anvil.pid, "soakClient": os.getpid()}
+        if background is not None:
+            pids["traffic"] = background.proc.pid
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        machine_before, started = machine_cpu_seconds(), time.monotonic()
         result = await post_all(base_url, bodies, args.rate)
-        cpu = cpu_seconds(daemon.pid) - cpu_before
+        wall = time.monotonic() - started
+        # each process's share of one core over the load, and the whole machine's (every core)
+        cores = {name: round((cpu_seconds(pid) - cpu_before[name]) / wall, 3) for name, pid in pids.items()}
+        cores["machine"] = round((machine_cpu_seconds() - machine_before) / wall, 3)
+        cpu = cores["daemon"] * wall
         sampler.stop()
         await sampling
         if daemon.poll() is not None:
@@ -295,6 +353,7 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         rss_start = after_warmup[0] if after_warmup else sampler.rss[0][1]
         rss_end = sampler.rss[-1][1]
         settled = result["outcomes"].get("settled", 0)
+        kinds = log_kinds(log)
         if settled < n:  # the daemon's own account of the failures (the state directory goes)
             lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
             print("the daemon's last log lines:\n" + "\n".join(ln[:400] for ln in lines[-15:]), flush=True)
@@ -322,6 +381,8 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
             "backgroundTps": traffic.get("achievedTps", 0.0),
             "backgroundErrors": traffic.get("errors", 0),
             "loadAverage": [load_start, load_average()],
+            "daemonLogKinds": kinds,
+            "coresUsed": cores,
         }
     finally:
         stop_processes(procs)
@@ -348,6 +409,11 @@ async def main(args: argparse.Namespace) -> None:
         f"load average {r['loadAverage']}",
         flush=True,
     )
+    print(f"  cores used over the load (1.0 = one core busy): {r['coresUsed']}", flush=True)
+    for kind, count in r["outcomes"].items():
+        print(f"  answer {kind}: {count}", flush=True)
+    for kind, count in r["daemonLogKinds"].items():
+        print(f"  daemon log {kind}: {count}", flush=True)
     print(json.dumps(report))
 
 

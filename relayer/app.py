@@ -25,12 +25,14 @@ from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts
 from relayer.chain.deployment import ExtraChain, extra_chains, load_deployment
+from relayer.chain.errors import ChainUnavailable
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.config import ConfigError, Settings
 from relayer.domain.chains import usdc_domain_name
+from relayer.domain.confirmation import differs_much
 from relayer.domain.verify import TokenDomain
 from relayer.metrics import Metrics
 from relayer.service.catalogue_load import seed_catalogue
@@ -176,9 +178,33 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         stack.push_async_callback(rt.stop_tasks)
         rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))
         if workers:
+            await _measure_block_time(rt)
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _gauges(rt).run, rt), name="gauges"))
         yield rt
+
+
+async def _measure_block_time(rt: Runtime) -> None:
+    """Measure the chain's block interval from its newest headers (one bounded batch), log it
+    and expose it (``relayer_chain_block_time_measured_seconds``); warn when it is more than
+    1.5 times off the block time the policy uses (``RELAYER_BLOCK_TIME_MS`` or the chain
+    table's). The policy keeps that block time: a devnet that mines a block per transaction
+    has no steady interval to measure. A node failure here is logged, never fatal."""
+    policy = rt.settings.confirmation_policy()
+    try:
+        measured = await rt.blocks.block_time_ms()
+    except ChainUnavailable as exc:
+        log.warning("block time not measured: the node failed", extra={"error": exc.detail})
+        return
+    if measured is None:
+        log.info("block time not measured: too few blocks or no time between them")
+        return
+    rt.metrics.block_time_measured.set(measured / 1000)
+    extra = {"measured_ms": measured, "policy_block_time_ms": policy.block_time_ms}
+    if differs_much(measured, policy.block_time_ms):
+        log.warning("the chain's measured block time differs from the one the policy uses", extra=extra)
+    else:
+        log.info("the chain's block time, measured from its newest headers", extra=extra)
 
 
 async def _check_identity(db: Database, chain_id: int, genesis: bytes) -> None:

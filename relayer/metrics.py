@@ -140,6 +140,11 @@ class Metrics:
             ["chain_id"],
             registry=self.registry,
         )
+        self.block_time_measured = Gauge(
+            "relayer_chain_block_time_measured_seconds",
+            "The chain's block interval measured from its newest 64 headers at start (0: not measured).",
+            registry=self.registry,
+        )
         self.follower_lag = Gauge(
             "relayer_follower_lag_blocks",
             "Blocks between the chain's head and the last block the follower read, at its last step.",

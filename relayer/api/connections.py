@@ -1,14 +1,17 @@
 """The HTTP front's bounds on connections (aiohttp does the parsing and the timers; this adds
-what it lacks): a cap on the connections one process holds, with a plain 503 past it; the
-file descriptors the cap needs; and logs that a hostile client cannot flood (a request the
-HTTP parser refuses is one throttled INFO line, not an ERROR with a traceback; the accept
-loop running out of descriptors is one throttled WARNING)."""
+what it lacks): a cap on the connections one process holds, answered 503 past it (the
+spec's error envelope, ``Retry-After``); the file descriptors the cap needs; and logs that a
+hostile client cannot flood (a request the HTTP parser refuses is one throttled INFO line,
+not an ERROR with a traceback; the accept loop running out of descriptors is one throttled
+WARNING)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
+import re
 import resource
 import socket
 import time
@@ -17,6 +20,9 @@ from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+
+from relayer.api.errors import Surface, error_body, status_of, surface_of
+from relayer.domain.errors import Rejection
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +49,40 @@ LOG_EVERY_S: Final = 10.0
 """At most one line per kind of noise (parser refusals, connections refused, accept errors)
 per this many seconds; the line says how many were not logged."""
 
-_REFUSAL_BODY: Final = b"this server is at its connection limit; retry in 1 s\n"
-_REFUSAL: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Retry-After: 1\r\n"
-    b"Connection: close\r\n"
-    b"Content-Length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY)
-)
+REFUSAL_WAIT_S: Final = 0.25
+"""How long a connection past the cap may take to send its first bytes before it is answered:
+the request line names the path, hence the surface whose error body it gets; and a socket
+closed with the request unread would answer the client's bytes with a reset, which can lose
+the 503 before the client reads it. A connection that sends nothing in time gets the x402
+body."""
+REFUSAL_RETRY_AFTER_S: Final = 1
+"""``Retry-After`` (seconds) of an answer past the connection cap."""
+_REQUEST_LINE: Final = re.compile(rb"[A-Z]{1,16} (/[^ \r\n?#]{0,2048})")
+
+
+def refusal(surface: Surface) -> bytes:
+    """The raw HTTP answer to a connection past the cap on ``surface``: 503 with the surface's
+    error body of the registry's retryable ``gas_estimate_unavailable`` (the answer to any
+    upstream that cannot serve now, nothing attempted) naming the ``server`` as the upstream,
+    ``retryAfterSeconds`` and the ``Retry-After`` header; the connection closes."""
+    error = Rejection(
+        "gas_estimate_unavailable",
+        f"this server is at its connection limit; nothing was attempted. Retry in {REFUSAL_RETRY_AFTER_S} s",
+        upstream="server",
+        retryAfterSeconds=REFUSAL_RETRY_AFTER_S,
+    )
+    body = json.dumps(error_body(error, surface)).encode()
+    return (
+        b"HTTP/1.1 %d %s\r\n"
+        b"Content-Type: application/json; charset=utf-8\r\n"
+        b"Retry-After: %d\r\n"
+        b"Connection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s"
+        % (status_of(error), b"Service Unavailable", REFUSAL_RETRY_AFTER_S, len(body), body)
+    )
+
+
+_REFUSALS: Final = {surface: refusal(surface) for surface in ("x402", "marketplace", "facilitator")}
 
 
 class Throttle:
@@ -138,18 +170,43 @@ def runner_options(idle_timeout_s: float, max_line_size: int) -> dict[str, Any]:
     }
 
 
-class _Refused(asyncio.Protocol):
-    """A connection past the cap: answered a plain 503 and closed at once (nothing read)."""
+class Refused(asyncio.Protocol):
+    """A connection past the cap: answered :func:`refusal` on the surface its request line
+    names, once its first bytes arrive or :data:`REFUSAL_WAIT_S` passed, and closed (nothing
+    more is read or kept)."""
+
+    def __init__(self, wait_s: float = REFUSAL_WAIT_S) -> None:
+        self.wait_s = wait_s
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        transport.write(_REFUSAL)
-        transport.close()
+        self._transport = transport
+        self._timer = asyncio.get_running_loop().call_later(self.wait_s, self._answer, "x402")
+
+    def data_received(self, data: bytes) -> None:
+        line = _REQUEST_LINE.match(data)
+        self._answer(surface_of(line.group(1).decode("latin-1")) if line else "x402")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._transport = None
+
+    def _answer(self, surface: Surface) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        transport, self._transport = self._transport, None
+        if transport is not None and not transport.is_closing():
+            transport.write(_REFUSALS[surface])
+            transport.close()
 
 
 class BoundedSite(web.BaseSite):
     """A TCP listener (as ``web.TCPSite``) that holds at most ``max_connections`` client
-    connections: one accepted past it is answered 503 (``Retry-After: 1``) and closed at once,
+    connections: one accepted past it is answered 503 in the error envelope (``Retry-After: 1``,
+    :class:`Refused`) and closed,
     and ``refused`` counts it. The count is aiohttp's own (``Server.connections``): it may
     exceed the cap by the connections accepted in one burst of the accept loop (at most the
     listen ``backlog``)."""
@@ -196,7 +253,7 @@ class BoundedSite(web.BaseSite):
                     "connection refused: at the connection cap",
                     extra={"max_connections": self._max, "refused_not_logged": held},
                 )
-            return _Refused()
+            return Refused()
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(

@@ -27,6 +27,15 @@ from relayer.domain.errors import X402_FACILITATOR_VERSION, RelayerError
 Surface = Literal["x402", "marketplace", "facilitator"]
 
 
+def surface_of(path: str) -> Surface:
+    """The surface a path belongs to (whose error body it answers): the x402 endpoint's
+    paths, the x402 facilitator's, or else the marketplace API's."""
+    x402 = path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
+    if x402:
+        return "x402"
+    return "facilitator" if path == "/facilitator" or path.startswith("/facilitator/") else "marketplace"
+
+
 def status_of(error: RelayerError) -> int:
     """The HTTP status of ``error`` on any surface: its code's row of the registry."""
     return error.spec.http_status

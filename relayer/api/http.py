@@ -23,7 +23,7 @@ import limits
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from relayer.api.errors import Surface, error_response
+from relayer.api.errors import Surface, error_response, surface_of
 from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
@@ -206,15 +206,6 @@ async def read_json(request: web.Request, parse_float: Callable[[str], Any] | No
         raise ValueError("the JSON is nested too deeply") from None
 
 
-def _surface(path: str) -> Surface:
-    """The surface a path belongs to (whose error body it answers): the x402 endpoint's
-    paths, the x402 facilitator's, or else the marketplace API's."""
-    x402 = path == "/" or path.startswith(("/api", "/.well-known", "/metrics", "/healthz", "/readyz"))
-    if x402:
-        return "x402"
-    return "facilitator" if path == "/facilitator" or path.startswith("/facilitator/") else "marketplace"
-
-
 @web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request id (``X-Request-ID`` kept or made, echoed back), the per-client rate limit, the
@@ -233,7 +224,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         metrics.rate_limited.inc()
         message = f"too many requests from this client; retry in {wait} s"
         error = Rejection("rate_limited", message, retryAfterSeconds=wait)
-        surface = _surface(request.path)
+        surface = surface_of(request.path)
     else:
         try:
             async with asyncio.timeout(request.app.get(TIMEOUT_S, DEFAULT_TIMEOUT_S)):
@@ -253,7 +244,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         except TimeoutError:
             log.warning("request timed out", extra={"request_id": request_id, "path": request.path})
             message = "the request ran past the operator's time limit; retry with backoff"
-            surface = _surface(request.path)
+            surface = surface_of(request.path)
             if surface == "x402":
                 error = Rejection("internal_error", message, cause="timeout")
             else:

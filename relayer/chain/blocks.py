@@ -17,6 +17,7 @@ from relayer.chain import calls, codec
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.node import ChainNode
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
+from relayer.domain.confirmation import measured_block_time_ms
 
 # Strings in the event are decoded as bytes (the same ABI encoding): anyone can settle a
 # retirement whose details hold invalid UTF-8, and the index must still move past it.
@@ -59,6 +60,18 @@ class BlockReader:
         if any("error" in answer or answer.get("result") is None for answer in answers):
             raise ChainUnavailable(detail="eth_getBlockByNumber answered an error or no block")
         return [_parsed(_header, answer["result"]) for answer in answers]
+
+    async def block_time_ms(self, count: int = 64) -> int | None:
+        """The chain's block interval measured from the timestamps of the newest ``count``
+        blocks (one ``eth_blockNumber`` and one batch of ``eth_getBlockByNumber``, bounded;
+        :func:`~relayer.domain.confirmation.measured_block_time_ms`), milliseconds; None when
+        the chain holds too few blocks or no time passed over them. Raises ``ChainUnavailable``."""
+        head = await self.head()
+        numbers = range(max(0, head - count + 1), head + 1)
+        answers = await self.node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in numbers])
+        blocks = [a["result"] for a in answers if "error" not in a and a.get("result") is not None]
+        stamps = _parsed(lambda bs: [(_int(b["number"]), _int(b["timestamp"])) for b in bs], blocks)
+        return measured_block_time_ms(stamps)
 
     async def finalized(self) -> int | None:
         """The node's finalized block number; None when the node keeps no finalized tag (it

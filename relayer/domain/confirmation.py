@@ -10,6 +10,7 @@ margin, never more than :data:`MAX_MEMORY_BLOCKS`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -83,6 +84,27 @@ class ConfirmationPolicy:
         if self.tag is not None:
             return f"at the node's {self.tag} head (blocks of {self.block_time_ms} ms)"
         return f"{self.seconds:g} s = {self.depth} blocks of {self.block_time_ms} ms"
+
+
+def measured_block_time_ms(stamps: Sequence[tuple[int, int]]) -> int | None:
+    """The chain's block interval measured from headers ``(block number, timestamp in s)``:
+    the timestamp span over the block span of the oldest and newest, milliseconds (rounded).
+    Timestamps are whole seconds (anvil's, and many nodes'), so a short interval is only
+    measured well over many blocks: at 200 ms blocks, 64 blocks span 12.8 s, read as 12 or
+    13 s (188 or 203 ms). None when fewer than two blocks or no time passed between them.
+    """
+    if len(stamps) < 2:
+        return None
+    (first_n, first_t), (last_n, last_t) = min(stamps), max(stamps)
+    if last_n <= first_n or last_t <= first_t:
+        return None
+    return max(1, round((last_t - first_t) * 1000 / (last_n - first_n)))
+
+
+def differs_much(measured_ms: int, expected_ms: int, factor: float = 1.5) -> bool:
+    """Whether a measured block time is more than ``factor`` times off the expected one, either
+    way (worth a warning: the confirmation depth and the poll cadence follow the block time)."""
+    return measured_ms > expected_ms * factor or measured_ms * factor < expected_ms
 
 
 def parse_confirmation(value: str) -> float | Tag:

@@ -22,6 +22,7 @@ the node's chain holds the remembered blocks again."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import time
@@ -51,6 +52,12 @@ log = logging.getLogger(__name__)
 CURSOR: Final = "retirements"
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
+CURSOR_EVERY_S: Final = 1.0
+"""The index cursor of blocks that hold no retirement is written at most this often (seconds);
+a block with one is written at once. A restart re-reads at most this long of empty blocks."""
+NONCE_AUDIT_EVERY_S: Final = 1.0
+"""The nonce audit (:class:`NonceAudit`: a database read, and a nonce read per executor with a
+transaction open) runs at most this often (seconds), not every block."""
 
 
 class ChainFollower:
@@ -84,6 +91,12 @@ class ChainFollower:
         self.poll_interval_s = poll_interval_s
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
+        self._cursor_written = float("-inf")  # monotonic time the cursor was last written
+        self._audited = float("-inf")  # monotonic time of the last nonce audit
+        # blocks of the jobs this follower recorded mined (a heap), confirmed once the
+        # confirmation reaches them; every mined job is looked for after a start or a rewind
+        self._mined_blocks: list[int] = []
+        self._confirm_all = True
         # the blocks as this follower saw them: the window at the chain's block rate, bounded
         self.watch = ReorgWatch(chain, start_block - 1, self.policy.memory_blocks)
         self.nonces = NonceAudit(chain, lane, metrics, self._record)  # what took each passed nonce
@@ -122,12 +135,25 @@ class ChainFollower:
             return  # the chain moved under this step: the next one sees the reorg from its head
         self.metrics.follower_lag.set(head.number - self._scanned)
         safe = min(await self.confirmed.through(head.number), self._scanned)
-        await self.nonces.step(safe)
+        if time.monotonic() - self._audited >= NONCE_AUDIT_EVERY_S:
+            await self.nonces.step(safe)
+            self._audited = time.monotonic()
+        await self._confirm(safe)
+        if safe > indexed:
+            await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
+
+    async def _confirm(self, safe: int) -> None:
+        """Move the mined jobs at or below block ``safe`` to confirmed: one database write, only
+        when a job this follower recorded mined is at or below it (or after a start or a rewind,
+        when any may be), never for the blocks between."""
+        if not self._confirm_all and not (self._mined_blocks and self._mined_blocks[0] <= safe):
+            return
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra={"job_id": job.id})
-        if safe > indexed:
-            await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
+        self._confirm_all = False
+        while self._mined_blocks and self._mined_blocks[0] <= safe:
+            heapq.heappop(self._mined_blocks)
 
     async def _reorg(self, head: BlockHeader) -> None:
         """Follow the reorg under ``head`` (rewind to the common ancestor) when it is within
@@ -182,6 +208,7 @@ class ChainFollower:
         undone = await reorg.rewind(self.jobs.db, self.chain_id, ancestor, to.block_hash)
         self.watch.rewound(ancestor)
         self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
+        self._confirm_all, self._mined_blocks, self._cursor_written = True, [], float("-inf")
         self.metrics.reorgs.inc()
         for _ in undone.jobs:
             self.metrics.job_transitions.labels(JobState.SUBMITTED.value).inc()
@@ -281,6 +308,8 @@ class ChainFollower:
             log.warning("dropped: a no-op took its nonce", extra={"job_id": job.id})
         for target, jobs in moved.items():
             for job in jobs:
+                if target is JobState.MINED and job.block_number is not None:
+                    heapq.heappush(self._mined_blocks, job.block_number)
                 self.metrics.job_transitions.labels(target.value).inc()
                 if target is JobState.MINED and job.kind == "retire":  # a transfer's gas is sponsored
                     self.metrics.allowance_received_wei.inc(job.allowance_wei or 0)
@@ -295,10 +324,14 @@ class ChainFollower:
         logs = await self.chain.settled_logs(from_block, to_block)
         stamps = await self.chain.block_timestamps({entry.block_number for entry in logs}) if logs else {}
         rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
-        to_hash = await self.chain.block_hash(to_block)
+        if any(self.watch.memory.agrees(e.block_number, e.block_hash) is False for e in logs):
+            return  # the chain moved since the head was read: the next step sees the reorg
+        to_hash = self.watch.memory.get(to_block) or await self.chain.block_hash(to_block)
         if self.watch.memory.agrees(to_block, to_hash) is False:
             return  # the chain moved since the head was read: the next step sees the reorg
-        await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows)
+        if rows or time.monotonic() - self._cursor_written >= CURSOR_EVERY_S:
+            await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows)
+            self._cursor_written = time.monotonic()
         self._indexed = to_block
         self.metrics.indexed_block.set(to_block)
         for job in await self.jobs.mark_indexed(self.chain_id, sorted({r.tx_hash for r in rows})):

@@ -4,6 +4,8 @@ the log filter for requests aiohttp's parser refuses; the one JSON policy of bot
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import tracemalloc
 from typing import Any
@@ -14,8 +16,10 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from relayer.api.connections import ParserRefusals, Throttle
+from relayer.api.connections import ParserRefusals, Refused, Throttle
+from relayer.api.errors import Surface, error_body
 from relayer.api.http import RateLimit, read_json, request_id_of
+from relayer.domain.errors import Rejection
 
 
 def _request(path: str = "/api", peer: str = "10.0.0.9", forwarded: list[str] | None = None) -> Any:
@@ -151,3 +155,41 @@ async def test_json_bodies_in_utf8_parse() -> None:
     request = make_mocked_request("POST", "/api")
     request._read_bytes = '{"a": "é"}'.encode()
     assert await read_json(request) == {"a": "é"}
+
+
+async def _refused_answer(sent: bytes | None) -> tuple[list[str], dict[str, Any]]:
+    """What a connection past the cap is answered (a :class:`Refused` protocol on loopback):
+    the head lines and the JSON body; ``sent`` is the request written first (None: nothing)."""
+    server = await asyncio.get_running_loop().create_server(lambda: Refused(0.2), "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if sent is not None:
+            writer.write(sent)
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    finally:
+        server.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head.decode().split("\r\n"), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("sent", "surface"),
+    [
+        (b"POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "x402"),
+        (b"GET /v1/projects?x=1 HTTP/1.1\r\nHost: x\r\n\r\n", "marketplace"),
+        (b"POST /facilitator/settle HTTP/1.1\r\nHost: x\r\n\r\n", "facilitator"),
+        (None, "x402"),  # nothing sent within the wait
+    ],
+)
+async def test_a_connection_past_the_cap_is_answered_503_in_its_surfaces_error_envelope(
+    sent: bytes | None, surface: Surface
+) -> None:
+    lines, body = await _refused_answer(sent)
+    assert lines[0] == "HTTP/1.1 503 Service Unavailable"
+    assert "Retry-After: 1" in lines and "Connection: close" in lines
+    assert "Content-Type: application/json; charset=utf-8" in lines
+    error = Rejection("gas_estimate_unavailable", body["message"], upstream="server", retryAfterSeconds=1)
+    assert body == error_body(error, surface)
+    assert "connection limit" in body["message"]
