@@ -1,6 +1,8 @@
-"""Version pinning by host (spec: Versioning): the v0 host serves major 0 as it was before the
-two breaking releases of 1.0.0 (unknown top-level keys ignored, no attribution required);
-the latest and the v1 host serve major 1; nothing but the Host header selects it."""
+"""Version pinning by host (spec: Versioning): the v0 host serves major 0 as it was before
+both breaking releases (unknown top-level keys ignored, no attribution required), the v1 host
+major 1 (attribution required since 1.0.0, unknown top-level keys ignored) and the latest
+host major 2 (unknown top-level keys refused since 2.0.0); nothing but the Host header
+selects it."""
 
 from __future__ import annotations
 
@@ -36,23 +38,26 @@ def _prepare_auth(daemon: Daemon, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def test_unknown_top_level_keys_are_refused_on_major_1_and_ignored_on_major_0(daemon: Daemon) -> None:
+async def test_unknown_top_level_keys_are_refused_on_major_2_and_ignored_on_majors_1_and_0(
+    daemon: Daemon,
+) -> None:
     body = {"action": "quote", "carbonClass": "NBO", "amount": "1", "referrer": "agent-7"}
-    for host in (None, _host(daemon, "v1")):
-        status, refused = await _post(daemon, body, host)
-        assert (status, refused["error"]) == (400, "schema_validation")
-        assert refused["issues"][0]["keys"] == ["referrer"]
-    status, quoted = await _post(daemon, body, _host(daemon, "v0"))
-    assert status == 200 and quoted["quote"]["total"]
+    status, refused = await _post(daemon, body)
+    assert (status, refused["error"]) == (400, "schema_validation")
+    assert refused["issues"][0]["keys"] == ["referrer"]
+    for pinned in ("v1", "v0"):  # a client of major 1 or 0 that sends one keeps working
+        status, quoted = await _post(daemon, body, _host(daemon, pinned))
+        assert status == 200 and quoted["quote"]["total"], (pinned, quoted)
     # the latest host's answer to the valid request is the same on every host
     del body["referrer"]
     answers = [await _post(daemon, body, host) for host in (None, _host(daemon, "v1"), _host(daemon, "v0"))]
     assert {a[0] for a in answers} == {200}
 
 
-async def test_attribution_is_required_on_major_1_only(daemon: Daemon) -> None:
-    status, refused = await _post(daemon, _prepare_auth(daemon), _host(daemon, "v1"))
-    assert (status, refused["error"]) == (400, "attribution_required")
+async def test_attribution_is_required_from_major_1_on(daemon: Daemon) -> None:
+    for host in (None, _host(daemon, "v1")):
+        status, refused = await _post(daemon, _prepare_auth(daemon), host)
+        assert (status, refused["error"]) == (400, "attribution_required")
     status, prepared = await _post(daemon, _prepare_auth(daemon), _host(daemon, "v0"))
     assert status == 200, prepared
     assert prepared["actionsRetireRequest"]["details"]["beneficiaryIsPayer"] is True
