@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from eth_account.messages import encode_typed_data
 
 from relayer.config import Settings
 from relayer_dev import DevError
+from relayer_dev.settings import shown
 
 
 def step(text: str) -> None:
@@ -32,10 +34,13 @@ RELAYER_NAME: Final = "x402 carbon retirement endpoint"
 
 
 def _elsewhere(settings: Settings) -> str:
-    """How to run the demo beside whatever holds the daemon's port."""
+    """How to run the demo beside whatever holds the daemon's port: on one free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     return (
-        f"stop it, or run the demo on another port: RELAYER_HTTP_PORT=18402 "
-        f"RELAYER_PUBLIC_BASE_URL=http://127.0.0.1:18402 make demo (this one: {settings.http_port})"
+        f"stop it, or run the demo on a free port: RELAYER_HTTP_PORT={port} "
+        f"RELAYER_PUBLIC_BASE_URL=http://127.0.0.1:{port} make demo"
     )
 
 
@@ -240,6 +245,6 @@ async def _certificates(
         found.append((rid, url, path))
         step(
             f"certificate: {entry['amountInTonnes']} t of {entry['creditId']} for "
-            f"{entry['beneficiaryName'] or entry['beneficiaryAddress']} -> {url if kept else path}"
+            f"{entry['beneficiaryName'] or entry['beneficiaryAddress']} -> {url if kept else shown(path)}"
         )
     return found

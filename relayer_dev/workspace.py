@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from relayer.config import Settings
 from relayer_dev import devdb, devnet
 from relayer_dev.facilitator import record_facilitator_key
-from relayer_dev.settings import DEFAULT_RPC_PORT, REPO_ROOT, dev_settings, write_env_file
+from relayer_dev.settings import DEFAULT_RPC_PORT, REPO_ROOT, dev_settings, shown, write_env_file
 
 STOP_COMMAND: Final = "make devnet-down"
 DAEMON_PID: Final = "daemon.pid"
@@ -71,10 +71,10 @@ def left_running(root: Path = REPO_ROOT) -> list[str]:
     cluster = devdb.running_private_cluster(state)
     if cluster is not None:
         port, pid, data_dir = cluster
-        found.append(f"the private Postgres cluster on 127.0.0.1:{port} (pid {pid}, {_shown(data_dir)})")
+        found.append(f"the private Postgres cluster on 127.0.0.1:{port} (pid {pid}, {shown(data_dir)})")
     daemon = _daemon_pid(state / DAEMON_PID)
     if daemon is not None:
-        found.append(f"the daemon of `make devnet` (pid {daemon}, log {_shown(state / 'daemon.log')})")
+        found.append(f"the daemon of `make devnet` (pid {daemon}, log {shown(state / 'daemon.log')})")
     return found
 
 
@@ -90,8 +90,8 @@ def closing_lines(env_file: Path, result: dict[str, Any], root: Path = REPO_ROOT
         f"stop them with: {STOP_COMMAND}",
     ]
     if result.get("certificateFiles"):
-        lines.append("certificates saved: " + " ".join(result["certificateFiles"]))
-    lines.append(f"a product command by hand: set -a; . {_shown(env_file)}; set +a; .venv/bin/relayer status")
+        lines.append("certificates saved: " + " ".join(shown(Path(f)) for f in result["certificateFiles"]))
+    lines.append(f"a product command by hand: set -a; . {shown(env_file)}; set +a; .venv/bin/relayer status")
     return lines
 
 
@@ -104,11 +104,3 @@ def _daemon_pid(pid_file: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid if "bin/relayer all" in command else None
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

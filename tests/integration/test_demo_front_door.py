@@ -23,6 +23,7 @@ from relayer.config import Settings
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
 from relayer_dev.demo import run_demo
+from relayer_dev.settings import shown
 from relayer_dev.workspace import STOP_COMMAND, closing_lines, left_running, prepare
 from tests.conftest import free_port
 
@@ -164,7 +165,7 @@ def test_the_demo_writes_relayer_env_saves_certificates_and_says_what_it_leaves(
             assert f"anvil {url} (chain {chain}, pid {pid})" in said
         assert "daemon has stopped" in said
         assert f"stop them with: {STOP_COMMAND}" in lines
-        assert str(files[0]) in said and str(env_file) in said
+        assert shown(files[0]) in said and shown(env_file) in said
     finally:
         devnet.down(tmp_path)
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
