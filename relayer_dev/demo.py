@@ -21,6 +21,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.config import Settings
+from relayer.domain.errors import RelayerError
 from relayer_dev import DevError
 from relayer_dev.settings import shown
 
@@ -123,14 +124,12 @@ async def _daemon(
 
 
 def _raise_start_failure(task: asyncio.Task[None], settings: Settings) -> NoReturn:
-    """The in-process daemon ended before it answered: its error, one line for a port."""
+    """The in-process daemon ended before it answered: its error (one line: a port it cannot
+    listen on is a ``ConfigError``), with the way out."""
     try:
         task.result()
-    except OSError as exc:
-        raise DevError(
-            f"cannot listen on {settings.http_host}:{settings.http_port}: {exc.strerror or exc}; "
-            f"{_elsewhere(settings)}"
-        ) from None
+    except RelayerError as exc:
+        raise DevError(f"{exc.message}; {_elsewhere(settings)}") from None
     raise DevError("the daemon stopped before it answered")
 
 
