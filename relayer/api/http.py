@@ -24,7 +24,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relayer.api.errors import Surface, error_response
-from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes, ignores_unknown_keys
+from relayer.api.x402_meta import (
+    LATEST_VERSION,
+    X402Info,
+    add_meta_routes,
+    ignores_unknown_keys,
+    newest_of_major,
+)
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
@@ -426,7 +432,7 @@ async def index(request: web.Request) -> web.Response:
     return _json(
         {
             "name": "x402 carbon retirement endpoint",
-            "apiVersion": API_VERSION,
+            "apiVersion": newest_of_major(major_of(request)),
             "x402FacilitatorVersion": 2,
             "chainId": supply.chain_id,
             "settlement": supply.contracts.settlement,

@@ -238,12 +238,15 @@ def releases_up_to(api_version: str) -> list[Release]:
     return [r for r in RELEASES if _semver(r.version) <= latest]
 
 
+def newest_of_major(major: int, latest: str = LATEST_VERSION) -> str:
+    """The version a host of ``major`` serves: the newest release of that major up to
+    ``latest`` (``latest`` itself when the major has none)."""
+    return next((r.version for r in releases_up_to(latest) if _semver(r.version)[0] == major), latest)
+
+
 def served_version(info: X402Info) -> str:
     """The version this host serves: the newest release of its major (up to the latest)."""
-    return next(
-        (r.version for r in releases_up_to(info.api_version) if _semver(r.version)[0] == info.major),
-        info.api_version,
-    )
+    return newest_of_major(info.major, info.api_version)
 
 
 def versioned_hosts(info: X402Info) -> dict[str, str]:

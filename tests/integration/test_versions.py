@@ -67,6 +67,18 @@ async def test_attribution_is_required_from_major_1_on(daemon: Daemon) -> None:
     assert status == 200 and "beneficiaryIsPayer" not in prepared["actionsRetireRequest"]["details"]
 
 
+async def test_each_host_names_the_version_it_serves(daemon: Daemon) -> None:
+    """The action index (``GET /api``) and the manifest agree, host by host: the latest
+    host serves 2.0.0, the v1 host the newest 1.x (1.2.0), the v0 host 0.9.0."""
+    for host, version in ((None, "2.0.0"), (_host(daemon, "v1"), "1.2.0"), (_host(daemon, "v0"), "0.9.0")):
+        headers = {"Accept": "application/json", **({} if host is None else {"Host": host})}
+        async with daemon.session.get(daemon.api, headers=headers) as r:
+            index = await r.json()
+        async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json", headers=headers) as r:
+            manifest = await r.json()
+        assert index["apiVersion"] == manifest["apiVersion"] == version, host
+
+
 async def test_no_header_or_query_parameter_selects_a_version(daemon: Daemon) -> None:
     body = {"action": "quote", "carbonClass": "NBO", "amount": "1", "referrer": "x"}
     async with daemon.session.post(
