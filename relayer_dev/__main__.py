@@ -98,7 +98,10 @@ def env() -> None:
 @click.option("--amount", default="1", show_default=True, help="Tonnes to retire.")
 @click.option("--carbon-class", default=None, help="Carbon class symbol (default: the first discovered).")
 def demo(amount: str, carbon_class: str | None) -> None:
-    """A full gasless retirement on the local chain, over HTTP only, as a client does it."""
+    """A full gasless retirement on the local chain, over HTTP only, as a client does it.
+    Writes .devdata/relayer.env, saves the certificates under .devdata/certificates, and ends
+    by naming what it leaves running (the anvils, the private database) and the command that
+    stops it (make devnet-down). Refuses an address another service holds."""
     from relayer_dev.demo import refuse_foreign, run_demo, step
 
     logging.getLogger().setLevel(logging.WARNING)
