@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -17,6 +17,7 @@ import click
 
 from relayer.config import ConfigError, Settings, load_settings
 from relayer.domain.errors import RelayerError
+from relayer.line_progress import LineProgress
 from relayer.logs import setup_logging
 
 DAEMON_SETTINGS: Final = ("database_url", "rpc_url", "deployment_file", "executor_private_key")
@@ -190,6 +191,18 @@ def status(as_json: bool) -> None:
     click.echo(json.dumps(report, indent=2) if as_json else render_status(report))
 
 
+@contextlib.contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """Progress on stderr, taking counts done: a bar on a terminal; plain lines
+    (:class:`relayer.line_progress.LineProgress`) otherwise, e.g. in a Kubernetes Job."""
+    if sys.stderr.isatty():
+        with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+            yield bar.update
+    else:
+        with LineProgress(total, label, sys.stderr, unit="projects") as lines:
+            yield lines.update
+
+
 @main.group()
 def catalogue() -> None:
     """The marketplace's carbon project catalogue."""
@@ -215,9 +228,9 @@ def catalogue_load(path: Path | None) -> None:
         records = parse_catalogue(projects_json() if path is None else path.read_bytes())
     except ConfigError as exc:
         _fail(exc)
-    with click.progressbar(length=len(records), label="loading projects", file=sys.stderr) as bar:
+    with _progress(len(records), "loading projects") as update:
         try:
-            changed = asyncio.run(load_catalogue(settings, records, bar.update))
+            changed = asyncio.run(load_catalogue(settings, records, update))
         except RelayerError as exc:
             _fail(exc)
     click.echo(f"catalogue: {len(records)} projects read, {changed} inserted or changed")

@@ -516,13 +516,20 @@ def make_web_app(rt: Runtime) -> web.Application:
         lambda app: _mount(app, rt),
         version_hosts(rt.settings),
         x402_info(rt.settings, rt.services.supply),
-        RateLimit(
-            rt.settings.rate_limit,
-            rt.settings.rate_limit_forwarded_for,
-            rt.settings.rate_limit_proxy_hops,
-            rt.settings.rate_limit_max_clients,
-        ),
+        rate_limit_of(rt.settings),
         rt.settings.request_timeout_s,
+    )
+
+
+def rate_limit_of(settings: Settings) -> RateLimit:
+    """The per-client request limit of both APIs as ``settings`` configure it: the limit, and
+    the client keyed on the peer address or (``RELAYER_RATE_LIMIT_FORWARDED_FOR``) the
+    ``X-Forwarded-For`` entry ``RELAYER_RATE_LIMIT_PROXY_HOPS`` trusted proxies added."""
+    return RateLimit(
+        settings.rate_limit,
+        settings.rate_limit_forwarded_for,
+        settings.rate_limit_proxy_hops,
+        settings.rate_limit_max_clients,
     )
 
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from typing import NoReturn
 
 import click
 
@@ -19,7 +17,6 @@ from relayer.config import ConfigError, Settings, load_settings
 from relayer.domain.errors import RelayerError
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
-from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.settings import (
     DEFAULT_RPC_PORT,
     DEVNET_FILE,
@@ -27,8 +24,8 @@ from relayer_dev.settings import (
     STATE_DIR,
     dev_settings,
     env_lines,
-    write_env_file,
 )
+from relayer_dev.workspace import closing_lines, prepare
 
 
 def _fail(error: RelayerError) -> NoReturn:
@@ -41,19 +38,6 @@ def _environment() -> Settings:
         return load_settings()
     except ConfigError as exc:
         _fail(exc)
-
-
-def _up(settings: Settings) -> dict[str, Any]:
-    port = urlsplit(settings.rpc_url).port if settings.rpc_url else None
-    info = devnet.up(
-        REPO_ROOT,
-        port=port or DEFAULT_RPC_PORT,
-        chain_id=settings.chain_id,
-        x402_base_url=settings.x402_base_url,
-        marketplace_base_url=settings.public_base_url,
-        block_time=devnet.block_time_setting(os.environ),
-    )
-    return {**info, "deploymentFile": str(DEVNET_FILE)}
 
 
 @click.group()
@@ -74,12 +58,10 @@ def devnet_up() -> None:
     """Start both anvils, deploy, seed; write .devdata/devnet.json (with the facilitator's URL
     and a dev API key for it), devnet-137.json and relayer.env."""
     try:
-        info = _up(_environment())
-        settings = dev_settings(info, _environment())
-        env_file = write_env_file(settings)
-        record_facilitator_key(DEVNET_FILE, settings)
+        prepared = prepare(_environment())
     except RelayerError as exc:
         _fail(exc)
+    info, env_file = prepared.devnet, prepared.env_file
     chains = ", ".join(f"{c['name']} ({c['chainId']}) {c['rpcUrl']}" for c in info["chains"])
     blocks = (
         "a block per transaction"
@@ -117,19 +99,26 @@ def env() -> None:
 @click.option("--amount", default="1", show_default=True, help="Tonnes to retire.")
 @click.option("--carbon-class", default=None, help="Carbon class symbol (default: the first discovered).")
 def demo(amount: str, carbon_class: str | None) -> None:
-    """A full gasless retirement on the local chain, over HTTP only, as a client does it."""
-    from relayer_dev.demo import run_demo
+    """A full gasless retirement on the local chain, over HTTP only, as a client does it.
+    Writes .devdata/relayer.env, saves the certificates under .devdata/certificates, and ends
+    by naming what it leaves running (the anvils, the private database) and the command that
+    stops it (make devnet-down). Refuses an address another service holds."""
+    from relayer_dev.demo import refuse_foreign, run_demo, step
 
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("relayer_dev.devnet").setLevel(logging.INFO)
+    environment = _environment()
     try:
-        info = _up(_environment())
-        settings = dev_settings(info, _environment())
+        asyncio.run(refuse_foreign(environment))  # before anything is started
+        prepared = prepare(environment)
+        settings = prepared.settings
         assert settings.database_url is not None
         migrate(settings.database_url.get_secret_value())
-        result = asyncio.run(run_demo(settings, info, amount=amount, carbon_class=carbon_class))
+        result = asyncio.run(run_demo(settings, prepared.devnet, amount=amount, carbon_class=carbon_class))
     except RelayerError as exc:
         _fail(exc)
+    for line in closing_lines(prepared.env_file, result):
+        step(line)
     click.echo(json.dumps(result))
     if result.get("status") != "settled":
         sys.exit(1)

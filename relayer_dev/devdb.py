@@ -150,6 +150,16 @@ def stop_private_cluster(state_dir: Path) -> bool:
     return True
 
 
+def running_private_cluster(state_dir: Path) -> tuple[int, int | None, Path] | None:
+    """The private cluster of ``state_dir`` when it runs: ``(port, postmaster pid, data
+    directory)``; else None (also when it was never created). Reads only, takes no lock."""
+    cluster = _Cluster(state_dir)
+    if not (cluster.data_dir / "PG_VERSION").is_file():
+        return None
+    port = cluster.running_port()
+    return None if port is None else (port, cluster._postmaster_pid(), cluster.data_dir)
+
+
 def restart_private_cluster(state_dir: Path) -> None:
     """Restart the running private cluster of ``state_dir`` on the same port
     (``pg_ctl restart -m fast``): every connection is dropped, as when an operator restarts

@@ -519,6 +519,21 @@ def _load_devnet(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def running(root: Path) -> list[tuple[int, str, int]]:
+    """The devnet's anvils that run now, as ``(pid, rpcUrl, chainId)`` from their pid and
+    description files (a pid that no longer runs anvil is left out; ``rpcUrl`` ``?`` and
+    ``chainId`` 0 when its description is missing)."""
+    devdata = root / DEVDATA
+    found = []
+    for pid_file, description_file in ((PID_FILE, DEVNET_FILE), (INDEX_PID_FILE, INDEX_DEVNET_FILE)):
+        pid = _read_pid(devdata / pid_file)
+        if pid is None or not _pid_alive(pid) or not _is_anvil(pid):
+            continue
+        described = _load_devnet(devdata / description_file) or {}
+        found.append((pid, str(described.get("rpcUrl", "?")), int(described.get("chainId", 0))))
+    return found
+
+
 def down(root: Path) -> bool:
     """Stop the devnet's anvils and remove their pid files, ``devnet.json`` and
     ``devnet-137.json``.

@@ -130,3 +130,11 @@ def write_env_file(settings: Settings, path: Path = ENV_FILE) -> Path:
         fh.write("# Written by `python -m relayer_dev devnet up`: the dev settings of `relayer all`.\n")
         fh.write("\n".join(env_lines(settings)) + "\n")
     return path
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

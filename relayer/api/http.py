@@ -24,7 +24,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relayer.api.errors import Surface, error_response, surface_of
-from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
+from relayer.api.x402_meta import (
+    LATEST_VERSION,
+    X402Info,
+    add_meta_routes,
+    ignores_unknown_keys,
+    newest_of_major,
+)
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
@@ -36,7 +42,7 @@ from relayer.service.supply import Supply
 log = logging.getLogger(__name__)
 
 API_VERSION: Final = LATEST_VERSION
-LATEST_MAJOR: Final = 1
+LATEST_MAJOR: Final = int(LATEST_VERSION.split(".")[0])
 _TOP_LEVEL_KEYS: Final = frozenset(f.alias or name for name, f in ActionRequest.model_fields.items())
 _NEEDS_BENEFICIARY: Final = ("prepare-auth", "actions/retire")
 
@@ -280,16 +286,19 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 def major_of(request: web.Request) -> int:
     """The API major a request is served as, chosen by its ``Host`` alone (spec: Versioning:
-    no header, query parameter or Accept negotiation): the v0 host serves major 0, every
-    other host the latest major."""
+    no header, query parameter or Accept negotiation): the v0 host serves major 0, the v1
+    host major 1, every other host the latest major."""
     return request.app[MAJORS].get(request.host.lower(), LATEST_MAJOR)
 
 
-def as_major_0(action: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A request as major 0 took it, before the two breaking releases of 1.0.0: unknown
-    top-level keys are ignored, and a relayed retirement that names no beneficiary retires
-    for the payer (no attribution field required)."""
-    body = {k: v for k, v in body.items() if k in _TOP_LEVEL_KEYS}
+def as_major(major: int, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A request as ``major`` takes it: before 2.0.0 (majors 0 and 1) unknown top-level keys
+    are ignored; before 1.0.0 (major 0) a relayed retirement that names no beneficiary
+    retires for the payer (no attribution field required)."""
+    if ignores_unknown_keys(major):
+        body = {k: v for k, v in body.items() if k in _TOP_LEVEL_KEYS}
+    if major >= 1:
+        return body
     details = body.get("details")
     if action in _NEEDS_BENEFICIARY and (details is None or isinstance(details, dict)):
         named = isinstance(details, dict) and (
@@ -337,8 +346,7 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
     try:
         if action not in ACTIONS:
             raise Rejection("unknown_action", supported=list(ACTIONS), action=action)
-        if major_of(request) == 0:
-            body = as_major_0(action, body)
+        body = as_major(major_of(request), action, body)
         signed = action == "actions/retire" and body.get("authPayload") is not None
         try:
             answer = await _run(request, action, parse_request(body))
@@ -415,7 +423,7 @@ async def index(request: web.Request) -> web.Response:
     return _json(
         {
             "name": "x402 carbon retirement endpoint",
-            "apiVersion": API_VERSION,
+            "apiVersion": newest_of_major(major_of(request)),
             "x402FacilitatorVersion": 2,
             "chainId": supply.chain_id,
             "settlement": supply.contracts.settlement,

@@ -67,7 +67,8 @@ PINNING_NOTE: Final = (
     "Pin a major by its host only; there is no version header, query parameter or Accept "
     "negotiation. `latest` serves the newest release and moves to a new major on a breaking "
     "release; `current` serves major 1 and every later 1.x minor and patch, and never moves to 2; "
-    "`v0` serves the previous major, 0, kept reachable for migration only and not extended."
+    "`v0` serves major 0 (before either breaking release), kept reachable for migration only "
+    "and not extended."
 )
 
 # The 200 and 202 statuses of actions/retire, from the outcome type itself.
@@ -131,6 +132,28 @@ class Release:
 
 RELEASES: Final[tuple[Release, ...]] = (
     Release(
+        "2.0.0",
+        "2026-11-26",
+        True,
+        "Major 2: the second breaking release, rejecting unknown top-level keys. The v1 host "
+        "keeps serving major 1.",
+        (
+            "Breaking: rejecting unknown top-level keys. A request with a top-level key the "
+            "endpoint does not know answers 400 `schema_validation`, naming the keys in "
+            "`issues[].keys`; majors 0 and 1 ignore them.",
+            "The latest host serves major 2; the v1 host serves major 1 (1.2.0) and ignores "
+            "unknown top-level keys, as major 1 promises: a request that succeeded there "
+            "still does.",
+            "Otherwise major 2 is 1.2.0: nothing else changed.",
+        ),
+        migration=(
+            "Remove every top-level key the manifest's request schemas do not list (a 400 "
+            "`schema_validation` names them in `issues[].keys`; keys inside `details` and "
+            "`authPayload` were always checked). Until then pin the v1 host, which keeps "
+            "serving major 1."
+        ),
+    ),
+    Release(
         "1.2.0",
         "2026-11-24",
         False,
@@ -163,30 +186,26 @@ RELEASES: Final[tuple[Release, ...]] = (
         "1.0.0",
         "2026-11-22",
         True,
-        "Major 1: the two breaking changes, bundled into one major bump.",
+        "Major 1: the first breaking release, a newly required attribution field.",
         (
             "Breaking: a newly required attribution field. A relayed retirement (prepare-auth "
             "and actions/retire) must name its beneficiary: `details.beneficiaryAddress`, or "
             "`details.beneficiaryIsPayer: true` (rule 6); without one it answers 400 "
             "`attribution_required`. Major 0 retired for the payer.",
-            "Breaking: rejecting unknown top-level keys. A request with a top-level key the "
-            "endpoint does not know answers 400 `schema_validation`, naming the keys in "
-            "`issues[].keys`; major 0 ignored them.",
         ),
         migration=(
             "Send `details.beneficiaryAddress` (the beneficiary's address) or "
             "`details.beneficiaryIsPayer: true` with every prepare-auth and actions/retire "
             "request (prepare-auth's `actionsRetireRequest` then carries it: post it back "
-            "unchanged), and remove every top-level key the manifest's schemas do not list. "
-            "Until then the v0 host keeps serving major 0."
+            "unchanged). Until then the v0 host keeps serving major 0."
         ),
     ),
     Release(
         "0.9.0",
         "2026-11-22",  # no earlier date of its own here: the day this service began (with 1.0.0)
         False,
-        "The previous major (the public endpoint's rules before 1.0.0), served on the v0 host "
-        "for migration only.",
+        "Major 0 (the public endpoint's rules before either breaking release), served on the "
+        "v0 host for migration only.",
         (
             "discover, quote, prepare/retire, prepare-auth, actions/retire and certificate, "
             "by GET or by POST to /api with `action`.",
@@ -199,6 +218,14 @@ RELEASES: Final[tuple[Release, ...]] = (
 """The releases, newest first."""
 
 LATEST_VERSION: Final = RELEASES[0].version
+STRICT_KEYS_MAJOR: Final = 2
+"""The first major that refuses unknown top-level request keys (release 2.0.0)."""
+
+
+def ignores_unknown_keys(major: int) -> bool:
+    """Whether ``major`` ignores unknown top-level request keys (majors 0 and 1) rather than
+    refusing them (major 2 on)."""
+    return major < STRICT_KEYS_MAJOR
 
 
 def _semver(version: str) -> tuple[int, ...]:
@@ -211,12 +238,15 @@ def releases_up_to(api_version: str) -> list[Release]:
     return [r for r in RELEASES if _semver(r.version) <= latest]
 
 
+def newest_of_major(major: int, latest: str = LATEST_VERSION) -> str:
+    """The version a host of ``major`` serves: the newest release of that major up to
+    ``latest`` (``latest`` itself when the major has none)."""
+    return next((r.version for r in releases_up_to(latest) if _semver(r.version)[0] == major), latest)
+
+
 def served_version(info: X402Info) -> str:
     """The version this host serves: the newest release of its major (up to the latest)."""
-    return next(
-        (r.version for r in releases_up_to(info.api_version) if _semver(r.version)[0] == info.major),
-        info.api_version,
-    )
+    return newest_of_major(info.major, info.api_version)
 
 
 def versioned_hosts(info: X402Info) -> dict[str, str]:
@@ -231,13 +261,13 @@ _REQUEST_SCHEMA: Final = ActionRequest.model_json_schema()
 
 def action_schema(action: str, major: int) -> dict[str, Any]:
     """The JSON Schema (2020-12) of a POST body of ``action``, from :class:`ActionRequest`:
-    ``action`` its constant, unknown keys refused (major 1) or ignored at the top level
-    (major 0)."""
+    ``action`` its constant, unknown keys refused (major 2) or ignored at the top level
+    (majors 0 and 1)."""
     schema = copy.deepcopy(_REQUEST_SCHEMA)
     schema["properties"]["action"] = {"const": action, "type": "string"}
     schema["required"] = ["action"]
     schema["title"] = f"{action} request"
-    if major == 0:
+    if ignores_unknown_keys(major):
         schema["additionalProperties"] = True
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
@@ -591,11 +621,11 @@ _META_CODES: Final = ("schema_validation", "internal_error")
 
 def openapi_document(info: X402Info) -> dict[str, Any]:
     """The whole x402 endpoint as OpenAPI 3.1: each action by GET (query parameters from
-    the request model) and by POST (the model's schema, unknown keys refused on major 1),
+    the request model) and by POST (the model's schema, unknown keys refused from major 2),
     the meta routes, and each operation's errors by HTTP status from the registry."""
     model = ActionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     defs: dict[str, Any] = model.pop("$defs", {})
-    if info.major == 0:
+    if ignores_unknown_keys(info.major):
         model["additionalProperties"] = True
     parameters = {p["name"]: p for p in _query_parameters(model, defs)}
     paths: dict[str, Any] = {"/api": _post_any_action()}

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from relayer.__main__ import main as relayer_cli
-from relayer.app import STOP_GRACE_S
+from relayer.app import STOP_GRACE_S, rate_limit_of
 from relayer.chain.types import Contracts
 from relayer.config import ENV_PREFIX, SECRETS_DIR, Settings
 from tests.deploy.kustomize import containers, pod_specs, render, split_image
@@ -394,3 +394,22 @@ def test_no_file_under_deploy_holds_a_key(rendered: list[Resource]) -> None:
     for secret in (r for r in rendered if r["kind"] == "Secret"):
         for value in secret.get("data", {}).values():
             assert not KEY_LIKE.search(base64.b64decode(value).decode())
+
+
+@pytest.mark.parametrize("tree", [OVERLAY, DEPLOY / "kustomize" / "base"])
+def test_the_rate_limit_is_per_client_behind_the_ingress(tree: Path) -> None:
+    """Behind the ingress every peer is the ingress controller: the base keys the limit on
+    the address it appends to X-Forwarded-For (one trusted hop), so one client exhausting
+    its budget leaves another's untouched, and an entry a client wrote itself counts for
+    nothing."""
+    variables = env_variables(render(tree))
+    settings = Settings.model_validate({k.removeprefix(ENV_PREFIX).lower(): v for k, v in variables.items()})
+    limit = rate_limit_of(settings)
+    ingress = "10.244.1.7"  # the ingress controller pod: the peer of every request
+    assert limit.client_of(ingress, ["203.0.113.7"]) == "203.0.113.7"
+    assert limit.client_of(ingress, ["1.1.1.1, 203.0.113.7"]) == "203.0.113.7"  # spoofed entry ignored
+    assert limit.client_of(ingress, []) == ingress  # no header: the peer
+    per_second = min(item.amount for item in limit.items)
+    first = [limit.hit(limit.client_of(ingress, ["203.0.113.7"])) for _ in range(per_second + 1)]
+    assert first[:-1] == [None] * per_second and first[-1] is not None  # that client is limited
+    assert limit.hit(limit.client_of(ingress, ["198.51.100.9"])) is None  # another is not

@@ -35,7 +35,7 @@ def _info(daemon: Daemon) -> X402Info:
     supply = daemon.runtime.services.supply
     return X402Info(
         api_version=http.API_VERSION,
-        major=1,
+        major=http.LATEST_MAJOR,
         base_url=daemon.api,
         versioned_hosts={"latest": daemon.api, "current": daemon.api, "v0": daemon.api},
         chain_id=supply.chain_id,
@@ -162,13 +162,17 @@ async def test_the_daemon_serves_the_meta_routes_by_host(daemon: Daemon) -> None
     async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json") as r:
         assert r.status == 200
         latest = await r.json()
-    assert latest["apiVersion"] == LATEST_VERSION and latest["major"] == 1
+    assert latest["apiVersion"] == LATEST_VERSION and latest["major"] == 2
     assert latest["settlement"] == daemon.runtime.services.supply.contracts.settlement
     hosts = daemon.runtime.settings.x402_hosts()
     v0_host = urlsplit(hosts["v0"]).netloc
     async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json", headers={"Host": v0_host}) as r:
         old = await r.json()
     assert (r.status, old["major"]) == (200, 0)
+    v1_host = urlsplit(hosts["v1"]).netloc
+    async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json", headers={"Host": v1_host}) as r:
+        pinned = await r.json()
+    assert (r.status, pinned["major"], pinned["apiVersion"]) == (200, 1, "1.2.0")  # the v1 host stays on 1.x
     for path in ("/.well-known/x402-changelog.json", "/.well-known/x402-errors.json", "/api/errors"):
         status, _ = await daemon.get(path)
         assert status == 200, path

@@ -68,8 +68,8 @@ HOSTS = {
 
 def info_for(host: str) -> X402Info:
     """What the lead's ``info_of`` gives: the host decides the major and the base URL."""
-    major = 0 if host.startswith("v0.") else 1
-    base = HOSTS["v0"] if major == 0 else HOSTS["current"] if host.startswith("v1.") else HOSTS["latest"]
+    major = 0 if host.startswith("v0.") else 1 if host.startswith("v1.") else http.LATEST_MAJOR
+    base = HOSTS["v0"] if major == 0 else HOSTS["current"] if major == 1 else HOSTS["latest"]
     return X402Info(
         api_version=http.API_VERSION,
         major=major,
@@ -108,7 +108,7 @@ async def test_manifest_publishes_versions_hosts_chain_and_tokens(client: TestCl
     status, body = await _get(client, "/.well-known/x402.json")
     assert status == 200
     assert body["apiVersion"] == body["latestApiVersion"] == http.API_VERSION == LATEST_VERSION
-    assert body["major"] == 1
+    assert body["major"] == http.LATEST_MAJOR == 2
     hosts = body["versionedHosts"]
     assert {k: hosts[k] for k in ("latest", "current", "v0")} == HOSTS
     note = hosts["note"].lower()
@@ -154,18 +154,20 @@ async def test_manifest_declares_the_additive_extensions(client: TestClient[Any,
     assert all(e["since"] in versions for e in body["extensions"])
 
 
-async def test_the_v0_host_is_major_0_and_ignores_unknown_top_level_keys(
-    client: TestClient[Any, Any],
+@pytest.mark.parametrize(("host", "major"), [("v0.x402.test", 0), ("v1.x402.test", 1)])
+async def test_the_pinned_hosts_ignore_unknown_top_level_keys(
+    client: TestClient[Any, Any], host: str, major: int
 ) -> None:
-    _, body = await _get(client, "/.well-known/x402.json", host="v0.x402.test")
-    assert body["major"] == 0
-    assert body["apiVersion"].startswith("0.") and body["latestApiVersion"] == LATEST_VERSION
-    assert body["baseUrl"] == HOSTS["v0"]
+    _, body = await _get(client, "/.well-known/x402.json", host=host)
+    assert body["major"] == major
+    assert body["apiVersion"].startswith(f"{major}.") and body["latestApiVersion"] == LATEST_VERSION
+    assert body["apiVersion"] == ("0.9.0" if major == 0 else "1.2.0")  # the newest of its major
+    assert body["baseUrl"] == (HOSTS["v0"] if major == 0 else HOSTS["current"])
     for entry in body["actions"]:
         assert entry["schema"]["additionalProperties"] is True
         assert entry["schema"]["$defs"]["Details"]["additionalProperties"] is False
-    _, pinned = await _get(client, "/.well-known/x402.json", host="v1.x402.test")
-    assert (pinned["major"], pinned["apiVersion"], pinned["baseUrl"]) == (1, LATEST_VERSION, HOSTS["current"])
+    _, latest = await _get(client, "/.well-known/x402.json")
+    assert all(entry["schema"]["additionalProperties"] is False for entry in latest["actions"])
 
 
 # ---------------------------------------------------------------------------- errors
@@ -221,29 +223,32 @@ async def test_changelog_is_newest_first_and_consistent_with_api_version(
     assert dates == sorted(dates, reverse=True)
     _, manifest = await _get(client, "/.well-known/x402.json")
     assert body["versionedHosts"] == manifest["versionedHosts"]
-    assert {v[0] for v in versions} == {0, 1}
+    assert {v[0] for v in versions} == {0, 1, 2}
     for r in releases:
         assert isinstance(r["breaking"], bool) and r["summary"] and r["changes"]
-        # a release is breaking exactly when it starts a new major (1.0.0 here)
+        # a release is breaking exactly when it starts a new major (1.0.0 and 2.0.0 here)
         assert r["breaking"] == (_semver(r["version"])[1:] == (0, 0) and _semver(r["version"])[0] > 0)
 
 
 async def test_changelog_has_exactly_the_spec_breaking_changes_with_migration(
     client: TestClient[Any, Any],
 ) -> None:
+    """Spec: "Two breaking releases so far: a newly required attribution field, and rejecting
+    unknown top-level keys"; each breaking release has its own ``migration``."""
     _, body = await _get(client, "/.well-known/x402-changelog.json")
-    breaking = [r for r in body["releases"] if r["breaking"]]
-    assert [r["version"] for r in breaking] == ["1.0.0"]
+    breaking = [r for r in body["releases"] if r["breaking"]][::-1]  # oldest first, as the spec
+    assert [r["version"] for r in breaking] == ["1.0.0", "2.0.0"]
     assert all(isinstance(r["migration"], str) and len(r["migration"]) > 40 for r in breaking)
     assert all("migration" not in r for r in body["releases"] if not r["breaking"])
-    changes = [c for r in breaking for c in r["changes"]]
     wanted = _spec_breaking_changes()
-    assert len(wanted) == 2 and len(changes) == 2
-    for phrase, change in zip(wanted, changes, strict=True):
-        assert phrase.lower() in change.lower(), (phrase, change)
-    migration = breaking[0]["migration"]
-    assert "details.beneficiaryAddress" in migration and "beneficiaryIsPayer" in migration
-    assert "top-level key" in migration
+    assert len(wanted) == 2
+    for phrase, release in zip(wanted, breaking, strict=True):
+        said = [c for c in release["changes"] if c.startswith("Breaking:")]
+        assert len(said) == 1 and phrase.lower() in said[0].lower(), (phrase, release["changes"])
+    attribution, strict = (r["migration"] for r in breaking)
+    assert "details.beneficiaryAddress" in attribution and "beneficiaryIsPayer" in attribution
+    assert "top-level key" not in attribution and "v0 host" in attribution
+    assert "top-level key" in strict and "beneficiary" not in strict and "v1 host" in strict
 
 
 async def test_changelog_minor_and_previous_major(client: TestClient[Any, Any]) -> None:
@@ -257,6 +262,8 @@ async def test_changelog_minor_and_previous_major(client: TestClient[Any, Any]) 
     assert "unknown top-level keys are ignored" in text and "no attribution field is required" in text
     _, v0 = await _get(client, "/.well-known/x402-changelog.json", host="v0.x402.test")
     assert v0["apiVersion"] == old["version"] and v0["releases"] == body["releases"]
+    _, v1 = await _get(client, "/.well-known/x402-changelog.json", host="v1.x402.test")
+    assert v1["apiVersion"] == "1.2.0" and v1["releases"] == body["releases"]
 
 
 # ---------------------------------------------------------------------------- security.txt
