@@ -292,9 +292,9 @@ def major_of(request: web.Request) -> int:
 
 
 def as_major(major: int, action: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A request as ``major`` takes it: before 2.0.0 (majors 0 and 1) unknown top-level keys
-    are ignored; before 1.0.0 (major 0) a relayed retirement that names no beneficiary
-    retires for the payer (no attribution field required)."""
+    """A request as ``major`` takes it: major 0 (before the two breaking releases that led to
+    1.0.0) ignores unknown top-level keys, and retires for the payer a relayed retirement
+    that names no beneficiary (no attribution field required)."""
     if ignores_unknown_keys(major):
         body = {k: v for k, v in body.items() if k in _TOP_LEVEL_KEYS}
     if major >= 1:

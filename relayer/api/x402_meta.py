@@ -67,8 +67,8 @@ PINNING_NOTE: Final = (
     "Pin a major by its host only; there is no version header, query parameter or Accept "
     "negotiation. `latest` serves the newest release and moves to a new major on a breaking "
     "release; `current` serves major 1 and every later 1.x minor and patch, and never moves to 2; "
-    "`v0` serves major 0 (before either breaking release), kept reachable for migration only "
-    "and not extended."
+    "`v0` serves the previous major, 0 (before either breaking release), kept reachable for "
+    "migration only and not extended."
 )
 
 # The 200 and 202 statuses of actions/retire, from the outcome type itself.
@@ -132,28 +132,6 @@ class Release:
 
 RELEASES: Final[tuple[Release, ...]] = (
     Release(
-        "2.0.0",
-        "2026-11-26",
-        True,
-        "Major 2: the second breaking release, rejecting unknown top-level keys. The v1 host "
-        "keeps serving major 1.",
-        (
-            "Breaking: rejecting unknown top-level keys. A request with a top-level key the "
-            "endpoint does not know answers 400 `schema_validation`, naming the keys in "
-            "`issues[].keys`; majors 0 and 1 ignore them.",
-            "The latest host serves major 2; the v1 host serves major 1 (1.2.0) and ignores "
-            "unknown top-level keys, as major 1 promises: a request that succeeded there "
-            "still does.",
-            "Otherwise major 2 is 1.2.0: nothing else changed.",
-        ),
-        migration=(
-            "Remove every top-level key the manifest's request schemas do not list (a 400 "
-            "`schema_validation` names them in `issues[].keys`; keys inside `details` and "
-            "`authPayload` were always checked). Until then pin the v1 host, which keeps "
-            "serving major 1."
-        ),
-    ),
-    Release(
         "1.2.0",
         "2026-11-24",
         False,
@@ -186,7 +164,25 @@ RELEASES: Final[tuple[Release, ...]] = (
         "1.0.0",
         "2026-11-22",
         True,
-        "Major 1: the first breaking release, a newly required attribution field.",
+        "Major 1: the second breaking release, rejecting unknown top-level keys. With "
+        "1.0.0-rc.1 before it, the two breaking releases bundled into one major bump.",
+        (
+            "Breaking: rejecting unknown top-level keys. A request with a top-level key the "
+            "endpoint does not know answers 400 `schema_validation`, naming the keys in "
+            "`issues[].keys`; major 0 ignored them.",
+        ),
+        migration=(
+            "Remove every top-level key the manifest's request schemas do not list (a 400 "
+            "`schema_validation` names them in `issues[].keys`; keys inside `details` and "
+            "`authPayload` were always checked). Until then the v0 host keeps serving major 0."
+        ),
+    ),
+    Release(
+        "1.0.0-rc.1",
+        "2026-11-22",
+        True,
+        "The first breaking release, a newly required attribution field: a pre-release of "
+        "major 1, which 1.0.0 completed.",
         (
             "Breaking: a newly required attribution field. A relayed retirement (prepare-auth "
             "and actions/retire) must name its beneficiary: `details.beneficiaryAddress`, or "
@@ -218,18 +214,22 @@ RELEASES: Final[tuple[Release, ...]] = (
 """The releases, newest first."""
 
 LATEST_VERSION: Final = RELEASES[0].version
-STRICT_KEYS_MAJOR: Final = 2
-"""The first major that refuses unknown top-level request keys (release 2.0.0)."""
+STRICT_KEYS_MAJOR: Final = 1
+"""The first major that refuses unknown top-level request keys (release 1.0.0)."""
 
 
 def ignores_unknown_keys(major: int) -> bool:
-    """Whether ``major`` ignores unknown top-level request keys (majors 0 and 1) rather than
-    refusing them (major 2 on)."""
+    """Whether ``major`` ignores unknown top-level request keys (major 0) rather than
+    refusing them (major 1 on)."""
     return major < STRICT_KEYS_MAJOR
 
 
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+def _semver(version: str) -> tuple[int, int, int, int, str]:
+    """A sort key of a semantic version: a pre-release (``1.0.0-rc.1``) before its release
+    (SemVer 2.0.0 section 11; our pre-release identifiers compare as one string)."""
+    core, _, pre = version.partition("-")
+    major, minor, patch = (int(part) for part in core.split("."))
+    return (major, minor, patch, 0 if pre else 1, pre)
 
 
 def releases_up_to(api_version: str) -> list[Release]:
@@ -261,8 +261,8 @@ _REQUEST_SCHEMA: Final = ActionRequest.model_json_schema()
 
 def action_schema(action: str, major: int) -> dict[str, Any]:
     """The JSON Schema (2020-12) of a POST body of ``action``, from :class:`ActionRequest`:
-    ``action`` its constant, unknown keys refused (major 2) or ignored at the top level
-    (majors 0 and 1)."""
+    ``action`` its constant, unknown keys refused (major 1) or ignored at the top level
+    (major 0)."""
     schema = copy.deepcopy(_REQUEST_SCHEMA)
     schema["properties"]["action"] = {"const": action, "type": "string"}
     schema["required"] = ["action"]
@@ -621,7 +621,7 @@ _META_CODES: Final = ("schema_validation", "internal_error")
 
 def openapi_document(info: X402Info) -> dict[str, Any]:
     """The whole x402 endpoint as OpenAPI 3.1: each action by GET (query parameters from
-    the request model) and by POST (the model's schema, unknown keys refused from major 2),
+    the request model) and by POST (the model's schema, unknown keys refused from major 1),
     the meta routes, and each operation's errors by HTTP status from the registry."""
     model = ActionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     defs: dict[str, Any] = model.pop("$defs", {})

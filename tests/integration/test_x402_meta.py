@@ -162,7 +162,7 @@ async def test_the_daemon_serves_the_meta_routes_by_host(daemon: Daemon) -> None
     async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json") as r:
         assert r.status == 200
         latest = await r.json()
-    assert latest["apiVersion"] == LATEST_VERSION and latest["major"] == 2
+    assert latest["apiVersion"] == LATEST_VERSION and latest["major"] == 1
     assert latest["settlement"] == daemon.runtime.services.supply.contracts.settlement
     hosts = daemon.runtime.settings.x402_hosts()
     v0_host = urlsplit(hosts["v0"]).netloc

@@ -68,8 +68,8 @@ HOSTS = {
 
 def info_for(host: str) -> X402Info:
     """What the lead's ``info_of`` gives: the host decides the major and the base URL."""
-    major = 0 if host.startswith("v0.") else 1 if host.startswith("v1.") else http.LATEST_MAJOR
-    base = HOSTS["v0"] if major == 0 else HOSTS["current"] if major == 1 else HOSTS["latest"]
+    major = 0 if host.startswith("v0.") else http.LATEST_MAJOR
+    base = HOSTS["v0"] if major == 0 else HOSTS["current"] if host.startswith("v1.") else HOSTS["latest"]
     return X402Info(
         api_version=http.API_VERSION,
         major=major,
@@ -108,7 +108,7 @@ async def test_manifest_publishes_versions_hosts_chain_and_tokens(client: TestCl
     status, body = await _get(client, "/.well-known/x402.json")
     assert status == 200
     assert body["apiVersion"] == body["latestApiVersion"] == http.API_VERSION == LATEST_VERSION
-    assert body["major"] == http.LATEST_MAJOR == 2
+    assert body["major"] == http.LATEST_MAJOR == 1
     hosts = body["versionedHosts"]
     assert {k: hosts[k] for k in ("latest", "current", "v0")} == HOSTS
     note = hosts["note"].lower()
@@ -154,20 +154,21 @@ async def test_manifest_declares_the_additive_extensions(client: TestClient[Any,
     assert all(e["since"] in versions for e in body["extensions"])
 
 
-@pytest.mark.parametrize(("host", "major"), [("v0.x402.test", 0), ("v1.x402.test", 1)])
-async def test_the_pinned_hosts_ignore_unknown_top_level_keys(
-    client: TestClient[Any, Any], host: str, major: int
+async def test_the_v0_host_is_major_0_and_ignores_unknown_top_level_keys(
+    client: TestClient[Any, Any],
 ) -> None:
-    _, body = await _get(client, "/.well-known/x402.json", host=host)
-    assert body["major"] == major
-    assert body["apiVersion"].startswith(f"{major}.") and body["latestApiVersion"] == LATEST_VERSION
-    assert body["apiVersion"] == ("0.9.0" if major == 0 else "1.2.0")  # the newest of its major
-    assert body["baseUrl"] == (HOSTS["v0"] if major == 0 else HOSTS["current"])
+    _, body = await _get(client, "/.well-known/x402.json", host="v0.x402.test")
+    assert body["major"] == 0
+    assert body["apiVersion"] == "0.9.0" and body["latestApiVersion"] == LATEST_VERSION
+    assert body["baseUrl"] == HOSTS["v0"]
     for entry in body["actions"]:
         assert entry["schema"]["additionalProperties"] is True
         assert entry["schema"]["$defs"]["Details"]["additionalProperties"] is False
-    _, latest = await _get(client, "/.well-known/x402.json")
-    assert all(entry["schema"]["additionalProperties"] is False for entry in latest["actions"])
+    for host in ("v1.x402.test", "x402.test"):  # the v1 host and the latest serve major 1: refused
+        _, pinned = await _get(client, "/.well-known/x402.json", host=host)
+        assert (pinned["major"], pinned["apiVersion"]) == (1, "1.2.0")
+        assert all(entry["schema"]["additionalProperties"] is False for entry in pinned["actions"])
+    assert pinned["baseUrl"] == HOSTS["latest"]
 
 
 # ---------------------------------------------------------------------------- errors
@@ -206,8 +207,11 @@ def _spec_breaking_changes() -> list[str]:
     return [part.strip() for part in re.split(r",\s*(?:and\s+)?", _SPEC_BREAKING.group(1))]
 
 
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
+def _semver(version: str) -> tuple[int, int, int, int, str]:
+    """SemVer precedence: a pre-release (``1.0.0-rc.1``) before its release."""
+    core, _, pre = version.partition("-")
+    major, minor, patch = (int(p) for p in core.split("."))
+    return major, minor, patch, 0 if pre else 1, pre
 
 
 async def test_changelog_is_newest_first_and_consistent_with_api_version(
@@ -223,11 +227,11 @@ async def test_changelog_is_newest_first_and_consistent_with_api_version(
     assert dates == sorted(dates, reverse=True)
     _, manifest = await _get(client, "/.well-known/x402.json")
     assert body["versionedHosts"] == manifest["versionedHosts"]
-    assert {v[0] for v in versions} == {0, 1, 2}
+    assert {v[0] for v in versions} == {0, 1}
     for r in releases:
         assert isinstance(r["breaking"], bool) and r["summary"] and r["changes"]
-        # a release is breaking exactly when it starts a new major (1.0.0 and 2.0.0 here)
-        assert r["breaking"] == (_semver(r["version"])[1:] == (0, 0) and _semver(r["version"])[0] > 0)
+        # a release is breaking exactly when it leads to a new major: 1.0.0 and its pre-release
+        assert r["breaking"] == (_semver(r["version"])[:3] == (1, 0, 0)), r["version"]
 
 
 async def test_changelog_has_exactly_the_spec_breaking_changes_with_migration(
@@ -237,7 +241,7 @@ async def test_changelog_has_exactly_the_spec_breaking_changes_with_migration(
     unknown top-level keys"; each breaking release has its own ``migration``."""
     _, body = await _get(client, "/.well-known/x402-changelog.json")
     breaking = [r for r in body["releases"] if r["breaking"]][::-1]  # oldest first, as the spec
-    assert [r["version"] for r in breaking] == ["1.0.0", "2.0.0"]
+    assert [r["version"] for r in breaking] == ["1.0.0-rc.1", "1.0.0"]
     assert all(isinstance(r["migration"], str) and len(r["migration"]) > 40 for r in breaking)
     assert all("migration" not in r for r in body["releases"] if not r["breaking"])
     wanted = _spec_breaking_changes()
@@ -248,7 +252,7 @@ async def test_changelog_has_exactly_the_spec_breaking_changes_with_migration(
     attribution, strict = (r["migration"] for r in breaking)
     assert "details.beneficiaryAddress" in attribution and "beneficiaryIsPayer" in attribution
     assert "top-level key" not in attribution and "v0 host" in attribution
-    assert "top-level key" in strict and "beneficiary" not in strict and "v1 host" in strict
+    assert "top-level key" in strict and "beneficiary" not in strict and "v0 host" in strict
 
 
 async def test_changelog_minor_and_previous_major(client: TestClient[Any, Any]) -> None:
