@@ -86,17 +86,24 @@ class ConfirmationPolicy:
         return f"{self.seconds:g} s = {self.depth} blocks of {self.block_time_ms} ms"
 
 
+MIN_MEASURED_SPAN_S: Final = 10
+"""The shortest span of header timestamps a block time is measured over (seconds)."""
+
+
 def measured_block_time_ms(stamps: Sequence[tuple[int, int]]) -> int | None:
     """The chain's block interval measured from headers ``(block number, timestamp in s)``:
     the timestamp span over the block span of the oldest and newest, milliseconds (rounded).
     Timestamps are whole seconds (anvil's, and many nodes'), so a short interval is only
     measured well over many blocks: at 200 ms blocks, 64 blocks span 12.8 s, read as 12 or
-    13 s (188 or 203 ms). None when fewer than two blocks or no time passed between them.
+    13 s (188 or 203 ms). None when fewer than two blocks, or when they span less than
+    ``MIN_MEASURED_SPAN_S`` (10 s): whole-second stamps over a shorter span are off by more
+    than 10 %, and a devnet that mines a block per transaction makes bursts of blocks within
+    a second or two that no steady interval underlies.
     """
     if len(stamps) < 2:
         return None
     (first_n, first_t), (last_n, last_t) = min(stamps), max(stamps)
-    if last_n <= first_n or last_t <= first_t:
+    if last_n <= first_n or last_t - first_t < MIN_MEASURED_SPAN_S:
         return None
     return max(1, round((last_t - first_t) * 1000 / (last_n - first_n)))
 

@@ -21,10 +21,16 @@ def test_the_measure_is_the_span_of_the_oldest_and_newest_whatever_the_order() -
 
 @pytest.mark.parametrize(
     "stamps",
-    [[], [(5, 100)], [(5, 100), (6, 100)], [(7, 100), (7, 100)]],
+    [[], [(5, 100)], [(5, 100), (6, 100)], [(7, 100), (7, 100)], [(n, 100 + n // 40) for n in range(64)]],
 )
-def test_too_few_blocks_or_no_time_between_them_measure_nothing(stamps: list[tuple[int, int]]) -> None:
+def test_too_few_blocks_or_too_short_a_span_measure_nothing(stamps: list[tuple[int, int]]) -> None:
     assert measured_block_time_ms(stamps) is None
+
+
+def test_a_burst_of_automined_blocks_is_not_a_block_time() -> None:
+    """A devnet mining a block per transaction: 64 blocks of a deployment within 9 s."""
+    assert measured_block_time_ms([(n, 1000 + n // 7) for n in range(64)]) is None
+    assert measured_block_time_ms([(n, 1000 + n // 6) for n in range(64)]) == 159  # 10 s
 
 
 def test_a_measure_more_than_half_again_off_either_way_differs_much() -> None:
