@@ -12,6 +12,7 @@ Lists are JSON arrays (as the spec says) of at most ``limit`` items (default 20,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -211,7 +212,7 @@ async def retirement_part(request: web.Request) -> web.StreamResponse:
     if fmt == "html":
         return web.Response(text=certificate_html(view), content_type="text/html", charset="utf-8")
     return web.Response(
-        body=certificate_pdf(view),
+        body=await asyncio.to_thread(certificate_pdf, view),  # 0.2 to 1.5 s of CPU: off the loop
         content_type="application/pdf",
         headers={"Content-Disposition": f'inline; filename="retirement-{view.retirement_id}.pdf"'},
     )
