@@ -20,8 +20,10 @@ retiring names), "not in the catalogue" (project name) or "none" (message).
 
 HTML: every value goes through ``html.escape`` (quotes too); user text sits in ``dir="auto"``
 elements so right-to-left names lay out on their own; a Content-Security-Policy meta tag
-forbids scripts and every network load (the page has inline CSS only). The verify URL is a
-link only when it is ``http(s)://`` and was not cut.
+forbids scripts and every network load (inline CSS only; fonts only as ``data:`` URLs). Text
+in Hebrew, Arabic or CJK brings subsets of those fonts (the PDF's) inside the page, so a
+reader without such fonts still sees it; emoji are left to the reader's emoji font. The
+verify URL is a link only when it is ``http(s)://`` and was not cut.
 
 PDF: every font embedded (subsets), from pinned font packages with their licences
 (:mod:`relayer.service.pdf_fonts`: Noto Sans for Latin, Greek and Cyrillic, Heebo for Hebrew,
@@ -43,6 +45,7 @@ any number but one (:func:`tonne_unit`).
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import re
@@ -288,7 +291,7 @@ SOURCES_NOTE: Final = (
 
 # A constant without '"' or '&', written into the attribute as is.
 _CSP: Final = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src 'none'; "
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src data:; "
     "base-uri 'none'; form-action 'none'"
 )
 
@@ -314,6 +317,24 @@ footer { margin-top: 1.75rem; padding-top: 1rem; border-top: 1px solid #dde3df;
 @media print { body { background: #fff; } main { border: 0; margin: 0; max-width: none; } }
 @page { size: A4; margin: 18mm; }
 """.strip()
+
+
+def _font_faces(texts: list[str]) -> tuple[str, str]:
+    """``@font-face`` rules embedding (as ``data:`` URLs) subsets of the fallback fonts that
+    ``texts`` need (Hebrew, Arabic, CJK; :mod:`relayer.service.pdf_fonts`), so a reader
+    without such fonts still sees those scripts; and the families to append to the CSS font
+    stack. Latin, Greek and Cyrillic stay in the reader's own fonts. Empty when none is needed."""
+    text = "".join(texts)
+    faces: list[str] = []
+    families: list[str] = []
+    for font in pdf_fonts.fallbacks_for(texts):
+        data, fmt = pdf_fonts.web_subset(font, text)
+        mime = "font/otf" if fmt == "opentype" else "font/ttf"
+        family = f"certificate-{font.family}"
+        url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        faces.append(f'@font-face {{ font-family: "{family}"; src: url({url}) format("{fmt}"); }}')
+        families.append(f'"{family}"')
+    return "\n".join(faces), "".join(f", {f}" for f in families)
 
 
 def _e(text: str) -> str:
@@ -374,6 +395,7 @@ def _html_rows(f: _Fields) -> list[tuple[str, str]]:
     ]
 
 
+@functools.lru_cache(maxsize=64)
 def certificate_html(view: CertificateView) -> str:
     """The certificate as a standalone HTML5 page (UTF-8 text; inline CSS, no scripts, no
     network loads).
@@ -387,7 +409,10 @@ def certificate_html(view: CertificateView) -> str:
 
     Args:
         view: the retirement; strings are cleaned and bounded by the module's text policy
-            (:data:`MAX_CHARS`), so the page is at most a few tens of kilobytes.
+            (:data:`MAX_CHARS`), so the page is a few kilobytes, up to about 250 KB when
+            every field is full of Chinese, Japanese or Korean (embedded font subsets).
+            CPU: milliseconds for Latin text, about a second when the CJK font is read (the
+            last 64 pages are kept in memory); call it off the event loop.
 
     Returns:
         The page as a ``str`` (encode as UTF-8; the page declares that charset).
@@ -400,6 +425,11 @@ def certificate_html(view: CertificateView) -> str:
         verify = _html_value("verify_url", f.verify_url, NOT_GIVEN, tag="code", user=False)
     body_rows = "\n".join(f"<dt>{_e(label)}</dt>\n<dd>{value}</dd>" for label, value in _html_rows(f))
     amount = _html_value("amount_tonnes", f.amount_tonnes, NOT_GIVEN)
+    faces, families = _font_faces(
+        [getattr(f, name) for name in f.__slots__ if isinstance(getattr(f, name), str)]
+    )
+    css = _CSS.replace("Arial, sans-serif;", f"Arial{families}, sans-serif;", 1)
+    css = f"{faces}\n{css}" if faces else css
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -409,7 +439,7 @@ def certificate_html(view: CertificateView) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Carbon retirement certificate {_e(f.retirement_id)}</title>
 <style>
-{_CSS}
+{css}
 </style>
 </head>
 <body>

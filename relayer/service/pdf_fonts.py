@@ -22,12 +22,14 @@ Which characters each font has is read from its ``cmap`` once per process (cache
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Final
 
+from fontTools import subset as ftsubset
 from fontTools.ttLib import TTFont
 from fpdf.fonts import CoreFont, TTFFont
 
@@ -109,3 +111,24 @@ def drop_variations(font: TTFFont | CoreFont) -> None:
         for tag in _VARIATION_TABLES:
             if tag in font.ttfont:
                 del font.ttfont[tag]
+
+
+def web_subset(font: PdfFont, text: str) -> tuple[bytes, str]:
+    """``font`` cut down to the characters of ``text`` it has (layout tables kept, so a
+    browser still shapes Arabic), for an HTML page's ``@font-face``.
+
+    Returns:
+        ``(font file bytes, format)``: format ``"truetype"`` (``glyf`` outlines) or
+        ``"opentype"`` (CFF, the CJK font).
+    """
+    tt = TTFont(font.path, fontNumber=font.face, lazy=False)
+    try:
+        options = ftsubset.Options(notdef_outline=True)  # default layout features (Arabic joining included)
+        subsetter = ftsubset.Subsetter(options)
+        subsetter.populate(unicodes={ord(ch) for ch in text} & coverage(font))
+        subsetter.subset(tt)
+        out = io.BytesIO()
+        tt.save(out)
+        return out.getvalue(), "opentype" if "CFF " in tt else "truetype"
+    finally:
+        tt.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -313,6 +314,21 @@ def test_html_is_standalone() -> None:
         assert banned not in lowered, banned
     assert lowered.count("http://") == 2  # href and text of the verify link
     assert "default-src 'none'" in page
+
+
+def test_html_embeds_the_fonts_of_scripts_a_reader_may_lack() -> None:
+    page = certificate_html(view(beneficiary_name=MULTI_SCRIPT, message=f"{HEBREW} {ARABIC}"))
+    faces = re.findall(r'@font-face \{ font-family: "([^"]+)"; src: url\(data:font/(ttf|otf);base64,', page)
+    assert faces == [
+        ("certificate-heebo", "ttf"),
+        ("certificate-noto-arabic", "ttf"),
+        ("certificate-noto-cjk", "otf"),
+    ]
+    assert '"certificate-heebo", "certificate-noto-arabic", "certificate-noto-cjk", sans-serif;' in page
+    assert "font-src data:;" in page
+    assert len(page) < 150_000  # about 110 KB: the three subsets, base64-encoded
+    assert read_dom(page).text("beneficiary_name") == MULTI_SCRIPT
+    assert "@font-face" not in certificate_html(view())  # Latin: the reader's fonts
 
 
 def test_html_says_what_is_absent() -> None:
