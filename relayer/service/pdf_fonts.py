@@ -100,6 +100,8 @@ def fallbacks_for(texts: Iterable[str]) -> list[PdfFont]:
 
 
 _VARIATION_TABLES: Final = ("fvar", "gvar", "avar", "HVAR", "MVAR", "VVAR", "STAT", "cvar")
+# The glyph-level variation data only: the axes (fvar) stay, as the layout tables may refer to them.
+_GLYPH_VARIATION_TABLES: Final = ("gvar", "HVAR", "MVAR", "VVAR", "cvar")
 
 
 def drop_variations(font: TTFFont | CoreFont) -> None:
@@ -121,8 +123,11 @@ def web_subset(font: PdfFont, text: str) -> tuple[bytes, str]:
         ``(font file bytes, format)``: format ``"truetype"`` (``glyf`` outlines) or
         ``"opentype"`` (CFF, the CJK font).
     """
-    tt = TTFont(font.path, fontNumber=font.face, lazy=False)
+    tt = TTFont(font.path, fontNumber=font.face)
     try:
+        for tag in _GLYPH_VARIATION_TABLES:  # the Regular outlines stay; a third of the bytes go
+            if tag in tt:
+                del tt[tag]
         options = ftsubset.Options(notdef_outline=True)  # default layout features (Arabic joining included)
         subsetter = ftsubset.Subsetter(options)
         subsetter.populate(unicodes={ord(ch) for ch in text} & coverage(font))
