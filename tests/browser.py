@@ -115,6 +115,55 @@ def dump_dom(url: str, timeout_s: float = 30) -> str:
     return out.decode("utf-8", errors="replace")
 
 
+def screenshot(url: str, png: Path, width: int = 1000, height: int = 1400, timeout_s: float = 30) -> bytes:
+    """Load ``url`` in headless Chromium and save a ``width`` x ``height`` PNG of it at ``png``.
+
+    Blocking, like :func:`dump_dom`.
+
+    Returns:
+        The PNG's bytes.
+
+    Raises:
+        BrowserError: no Chromium, a non-zero exit, no PNG, or the timeout.
+    """
+    _run_chromium(
+        url, [f"--window-size={width},{height}", f"--screenshot={png}", "--hide-scrollbars"], timeout_s
+    )
+    if not png.is_file():
+        raise BrowserError(f"chromium --screenshot {url} wrote no {png}")
+    return png.read_bytes()
+
+
+def _run_chromium(url: str, args: list[str], timeout_s: float) -> bytes:
+    """Run headless Chromium on ``url`` with ``args`` in a fresh profile; its stdout."""
+    path = chromium_path()
+    if path is None:
+        raise BrowserError(f"no Chromium: {CHROMIUM} is missing and none is on PATH")
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as tmp:
+        env = dict(os.environ, XDG_CONFIG_HOME=f"{tmp}/config", XDG_CACHE_HOME=f"{tmp}/cache")
+        cmd = [path, *CHROMIUM_FLAGS, f"--user-data-dir={tmp}/profile", *args, url]
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise BrowserError(f"chromium {args[-1]} {url} did not finish in {timeout_s} s") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+    if proc.returncode != 0:
+        tail = err.decode("utf-8", errors="replace")[-2000:]
+        raise BrowserError(f"chromium {args[-1]} {url} exited {proc.returncode}: {tail}")
+    return out
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group this Popen leads (its own session), then reap it.
 

@@ -23,9 +23,11 @@ import limits
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from relayer.api import pages
 from relayer.api.errors import Surface, error_response, surface_of
 from relayer.api.x402_meta import (
     LATEST_VERSION,
+    NAV,
     X402Info,
     add_meta_routes,
     ignores_unknown_keys,
@@ -419,20 +421,57 @@ async def post_action(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
+    """``GET /`` and ``GET /api``: what this endpoint is, as JSON, or as an HTML page for a
+    client that prefers ``text/html`` (:func:`relayer.api.pages.wants_html`)."""
     supply = request.app[SERVICES].supply
-    return _json(
-        {
-            "name": "x402 carbon retirement endpoint",
-            "apiVersion": newest_of_major(major_of(request)),
-            "x402FacilitatorVersion": 2,
-            "chainId": supply.chain_id,
-            "settlement": supply.contracts.settlement,
-            "actions": [
-                {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
-                for a in ACTIONS
-            ],
-        }
+    body = {
+        "name": "x402 carbon retirement endpoint",
+        "apiVersion": newest_of_major(major_of(request)),
+        "x402FacilitatorVersion": 2,
+        "chainId": supply.chain_id,
+        "settlement": supply.contracts.settlement,
+        "actions": [
+            {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
+            for a in ACTIONS
+        ],
+    }
+    if pages.wants_html(request):
+        return pages.html_response(index_page(body))
+    response = _json(body)
+    response.headers["Vary"] = "Accept"
+    return response
+
+
+def index_page(body: dict[str, Any]) -> str:
+    """The root document as an HTML page: name, versions, chain, contract, actions, links."""
+    e = pages.e
+    rows = "\n".join(
+        f"<tr><td><code>{e(a['action'])}</code></td>"
+        + (
+            f'<td><a href="{e(a["get"])}"><code>GET {e(a["get"])}</code></a></td>'
+            if a["get"]
+            else "<td>—</td>"
+        )
+        + f"<td><code>POST {e(a['post'])}</code></td></tr>"
+        for a in body["actions"]
     )
+    html = (
+        f"<h1>{e(body['name'])}</h1>\n"
+        "<p>Retire carbon credits on Base while holding only USDC or kVCM: x402 payments, "
+        "settled gaslessly by this relay. Start with the guides.</p>\n"
+        "<dl>\n"
+        f"<dt>API version</dt><dd><code>{e(body['apiVersion'])}</code></dd>\n"
+        f"<dt>x402 facilitator version</dt><dd>{e(body['x402FacilitatorVersion'])}</dd>\n"
+        f"<dt>Chain id</dt><dd>{e(body['chainId'])}</dd>\n"
+        f"<dt>Settlement contract</dt><dd><code>{e(body['settlement'])}</code></dd>\n"
+        "</dl>\n"
+        "<h2>Actions</h2>\n"
+        "<table><thead><tr><th>action</th><th>read</th><th>call</th></tr></thead>\n"
+        f"<tbody>\n{rows}\n</tbody></table>\n"
+        "<p>The same as JSON: <code>GET /</code> with <code>Accept: application/json</code> "
+        "(or without <code>Accept</code>).</p>"
+    )
+    return pages.page(str(body["name"]), html, NAV)
 
 
 async def metrics_view(request: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
 from relayer import package_data
+from relayer.api import pages
 from relayer.domain import chains
 from relayer.domain.errors import (
     ACTION_CODES,
@@ -835,14 +836,50 @@ async def docs(request: web.Request) -> web.Response:
     wanted = _query(request, DocsQuery).id
     guides = request.app[GUIDES]
     info = _info(request)
+    html = pages.wants_html(request)
     if wanted is None:
-        return _json(docs_index(info, guides))
+        if html:
+            return pages.html_response(docs_index_page(info, guides))
+        return _vary(_json(docs_index(info, guides)))
     guide = guides.get(wanted)
     if guide is None:
         raise Rejection(
             "document_not_found", f"no guide document {wanted!r}", id=wanted, available=list(guides)
         )
-    return _json(guide_document(info, guide))
+    if html:
+        return pages.html_response(guide_page(info, guide))
+    return _vary(_json(guide_document(info, guide)))
+
+
+def _vary(response: web.Response) -> web.Response:
+    response.headers["Vary"] = "Accept"
+    return response
+
+
+NAV: Final = (("/", "Home"), (DOCS_PATH, "Guides"), (OPENAPI_PATH, "OpenAPI"), (MANIFEST_PATH, "Manifest"))
+"""The links above every HTML page (the root, the guides, the OpenAPI and x402 documents)."""
+
+
+def docs_index_page(info: X402Info, guides: Mapping[str, Guide]) -> str:
+    """``GET /api/docs`` for a browser: the guides' titles (links) and summaries."""
+    e = pages.e
+    items = "\n".join(
+        f'<dt><a href="?id={e(g.id)}">{e(render(g.title, info))}</a></dt>'
+        f'<dd class="summary">{e(render(g.summary, info))}</dd>'
+        for g in guides.values()
+    )
+    body = (
+        "<h1>Guides</h1>\n"
+        f"<dl>\n{items}\n</dl>\n"
+        f"<p>The same as JSON: <code>GET {e(DOCS_PATH)}</code> with <code>Accept: {JSON}</code>"
+        f" (or without <code>Accept</code>); one guide: <code>?id=&lt;id&gt;</code>.</p>"
+    )
+    return pages.page("Guides: x402 carbon retirement endpoint", body, NAV)
+
+
+def guide_page(info: X402Info, guide: Guide) -> str:
+    """``GET /api/docs?id=<id>`` for a browser: the guide's Markdown as HTML (escaped)."""
+    return pages.page(render(guide.title, info), pages.markdown_html(render(guide.markdown, info)), NAV)
 
 
 async def openapi(request: web.Request) -> web.Response:

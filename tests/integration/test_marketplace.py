@@ -298,7 +298,7 @@ async def test_provenance_from_origination_to_retirement(market: Market) -> None
 async def test_certificate_pdf_names_every_field(market: Market) -> None:
     seeded = market.chain["seededRetirements"][0]
     async with market.session.get(f"{market.base}/retirements/{seeded['id']}/certificate") as r:
-        assert r.status == 200 and r.content_type == "application/pdf"
+        assert r.status == 200 and r.content_type == "application/pdf" and r.headers["Vary"] == "Accept"
         text = PdfReader(io.BytesIO(await r.read())).pages[0].extract_text()
     _, view, _ = await market.get(f"/retirements/{seeded['id']}")
     flat = " ".join(text.split())

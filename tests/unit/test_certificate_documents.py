@@ -1,12 +1,13 @@
 """The certificate renderers (relayer/service/documents.py): every field in both documents,
 the PDF's determinism and one page, the text policy (control characters, bidi controls,
-bounds) and the PDF's Windows-1252 rule, and hostile input that must neither raise nor get
-through the HTML's escaping."""
+bounds), the PDF's scripts, embedded fonts and replacement names, singular and plural, and
+hostile input that must neither raise nor get through the HTML's escaping."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from relayer.service.documents import (
     certificate_pdf,
     clean_text,
     pdf_text,
+    tonne_unit,
     utc_iso,
 )
 from tests.browser import read_dom
@@ -77,7 +79,7 @@ def test_pdf_shows_every_field() -> None:
     for expected in (
         "Alice Müller",
         "0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
-        "1.5 tonnes CO2e",
+        "1.5 tonnes CO₂e",
         "VCS-10",
         "Kariba REDD+",
         "2019",
@@ -104,7 +106,7 @@ def test_pdf_is_one_a4_page_with_metadata_from_the_view() -> None:
     meta = reader.metadata
     assert meta is not None
     assert meta.title == f"Carbon retirement certificate {RID}"
-    assert meta.subject == "Retirement of 1.5 tonnes CO2e of VCS-10 2019"
+    assert meta.subject == "Retirement of 1.5 tonnes CO₂e of VCS-10 2019"
     assert meta.creation_date == datetime.fromtimestamp(TIMESTAMP, tz=UTC)
 
 
@@ -126,13 +128,42 @@ def test_pdf_says_what_is_absent() -> None:
     assert NOT_IN_CATALOGUE in text
 
 
-def test_pdf_maps_what_windows_1252_lacks_to_question_marks() -> None:
-    name = "Zoë \u201cŒuvre\u201d €5 \u2013 😀 中文 ❤️ 👨\u200d👩\u200d👧 e\u0301 A\u00adB"
-    (text,) = pdf_pages(certificate_pdf(view(beneficiary_name=name)))
-    # Windows-1252 keeps ë, curly quotes, Œ, €, the en dash; one "?" per visible character it
-    # lacks; the variation selector and zero-width joiners are dropped; e + combining acute is
-    # composed to é (NFC); the soft hyphen goes.
-    assert "Zoë \u201cŒuvre\u201d €5 \u2013 ? ?? ? ??? é AB" in text
+MULTI_SCRIPT = "Café Zürich — 北京 Ёж Ελλάδα 東京 서울"
+HEBREW = "שלום"
+ARABIC = "مرحبا"
+
+
+def pdf_text_of(data: bytes) -> str:
+    """The page's text as pypdf reads it; pypdf puts a NUL before each code of the CJK font's
+    two-byte CMap (poppler's pdftotext reads the same file without them), so NULs go."""
+    (text,) = pdf_pages(data)
+    return text.replace("\x00", "")
+
+
+def test_pdf_shows_every_script_with_embedded_fonts() -> None:
+    name = MULTI_SCRIPT + " 🌳"
+    data = certificate_pdf(view(beneficiary_name=name, message=f"{HEBREW} {ARABIC} ok"))
+    text = pdf_text_of(data)
+    assert f"Beneficiary {MULTI_SCRIPT} [deciduous tree]" in text
+    # right-to-left words are stored in visual order; each word is whole and shaped
+    for word in (HEBREW[::-1], HEBREW):
+        if word in text:
+            break
+    else:
+        raise AssertionError(f"no Hebrew in {text!r}")
+    assert "?" not in text
+    # every font is embedded (TrueType subsets, the CJK one as CFF); no core (unembedded) font
+    assert data.count(b"/FontFile2") == 3  # Noto Sans, Heebo, Noto Sans Arabic
+    assert data.count(b"/FontFile3") == 1  # Noto Sans CJK
+    assert b"/Helvetica" not in data and b"/Courier" not in data
+    assert len(data) < 40_000
+
+
+def test_pdf_latin_embeds_only_the_main_font() -> None:
+    data = certificate_pdf(view())
+    assert data.count(b"/FontFile2") == 1
+    assert b"NotoSans" in data and b"NotoSansCJK" not in data
+    assert len(data) < 15_000
 
 
 @pytest.mark.parametrize(
@@ -141,21 +172,61 @@ def test_pdf_maps_what_windows_1252_lacks_to_question_marks() -> None:
         ("plain ASCII", "plain ASCII"),
         ("Ünïcödé àçcénts ÿ", "Ünïcödé àçcénts ÿ"),
         (WINDOWS_1252_EXTRAS, WINDOWS_1252_EXTRAS),
-        ("😀", "?"),
-        ("日本語", "???"),
-        ("שלום", "????"),
-        ("Привет", "??????"),
-        ("❤️", "?"),  # U+2764 + variation selector 16 (dropped)
-        ("👍🏽", "??"),  # thumbs up + skin tone modifier (a visible symbol, Sk)
-        ("a\u200bb\u200dc\u2060d", "abcd"),  # zero-width space, joiner, word joiner (Cf)
-        ("x\u0301\u20dd", "x"),  # combining acute (Mn) and enclosing circle (Me) after x
-        ("CO\u2082 \u2212 1 \u2010 2 \u2011 3", "CO2 - 1 - 2 - 3"),
+        ("Привет Ελλάδα Tiếng Việt", "Привет Ελλάδα Tiếng Việt"),
+        ("日本語 中文 한국어", "日本語 中文 한국어"),
+        (f"{HEBREW} {ARABIC}", f"{HEBREW} {ARABIC}"),
+        ("😀", "[grinning face]"),
+        ("🌳", "[deciduous tree]"),
+        ("❤️", "[heavy black heart]"),  # U+2764 + variation selector 16 (dropped)
+        ("👍🏽", "[thumbs up sign]"),  # the skin tone modifier goes
+        ("👨\u200d👩\u200d👧", "[man]\u200d[woman]\u200d[girl]"),  # the joiners are kept (invisible)
+        ("🇩🇪🇫🇷", "[flag DE][flag FR]"),
+        ("\U000f0000", "\ufffd"),  # private use: no name
+        ("x\u0301\u20dd", "x\u0301\u20dd"),  # combining acute and enclosing circle: Noto has them
+        ("CO\u2082 \u2212 1 \u2010 2 \u2011 3", "CO\u2082 \u2212 1 \u2010 2 \u2011 3"),
         ("soft\u00adhyphen", "softhyphen"),
     ],
 )
 def test_pdf_text_rule(raw: str, shown: str) -> None:
     assert pdf_text(clean_text(raw, 100)) == shown
-    pdf_text(shown).encode("windows-1252")
+
+
+def test_pdf_text_names_are_cut_at_the_bound() -> None:
+    assert pdf_text("🌳" * 10, 20) == "[deciduous tree][dec…"
+
+
+@pytest.mark.parametrize(
+    ("amount", "unit"),
+    [
+        ("1", "tonne"),
+        ("2", "tonnes"),
+        ("0", "tonnes"),
+        ("0.5", "tonnes"),
+        ("1.5", "tonnes"),
+        ("1.0", "tonnes"),  # a decimal takes the plural, as in "1.0 tonnes"
+        ("0.001", "tonnes"),
+        ("11", "tonnes"),
+        ("21", "tonnes"),
+        ("1000000", "tonnes"),
+        ("", "tonnes"),
+    ],
+)
+def test_tonne_unit(amount: str, unit: str) -> None:
+    assert tonne_unit(amount) == unit
+
+
+@pytest.mark.parametrize(
+    ("amount", "heading"), [("1", "1 tonne CO₂e"), ("0.5", "0.5 tonnes CO₂e"), ("2", "2 tonnes CO₂e")]
+)
+def test_both_documents_agree_on_the_unit(amount: str, heading: str) -> None:
+    data = certificate_pdf(view(amount_tonnes=amount))
+    assert f"{heading} retired" in pdf_text_of(data)
+    reader = PdfReader(io.BytesIO(data))
+    assert reader.metadata is not None and reader.metadata.subject is not None
+    assert reader.metadata.subject.startswith(f"Retirement of {heading} of")
+    page = certificate_html(view(amount_tonnes=amount))
+    unit = heading.split(" ", 1)[1]
+    assert f'<span class="unit">{unit} retired</span>' in page
 
 
 def test_pdf_wraps_long_unbroken_text_and_keeps_to_one_page() -> None:
@@ -170,11 +241,18 @@ def test_pdf_wraps_long_unbroken_text_and_keeps_to_one_page() -> None:
 @pytest.mark.parametrize("word_len", [1, 7, 13, 22, 30, 45, 70, 200])
 @pytest.mark.parametrize("letter", ["@", "W", "m", "😀"])
 def test_pdf_fits_one_page_with_every_field_at_its_bound(word_len: int, letter: str) -> None:
-    """The widest letters of Helvetica, in words that waste the most of each line."""
+    """The widest letters (and the longest emoji name), in words that waste the most of each line."""
     word = letter * word_len + " "
     filled = {name: word * (bound // len(word) + 2) for name, bound in MAX_CHARS.items()}
     data = certificate_pdf(view(chain_id=10**40, **filled))
     assert len(PdfReader(io.BytesIO(data)).pages) == 1
+
+
+@pytest.mark.parametrize("word_len", [1, 22, 200])
+@pytest.mark.parametrize("letter", ["北", "ש"])
+def test_pdf_fits_one_page_in_cjk_and_hebrew_at_every_bound(word_len: int, letter: str) -> None:
+    """Full-width CJK and right-to-left text (about 1.2 s of CPU each: the CJK font is read)."""
+    test_pdf_fits_one_page_with_every_field_at_its_bound(word_len, letter)
 
 
 def test_pdf_timestamp_out_of_range_does_not_raise() -> None:
@@ -236,6 +314,21 @@ def test_html_is_standalone() -> None:
         assert banned not in lowered, banned
     assert lowered.count("http://") == 2  # href and text of the verify link
     assert "default-src 'none'" in page
+
+
+def test_html_embeds_the_fonts_of_scripts_a_reader_may_lack() -> None:
+    page = certificate_html(view(beneficiary_name=MULTI_SCRIPT, message=f"{HEBREW} {ARABIC}"))
+    faces = re.findall(r'@font-face \{ font-family: "([^"]+)"; src: url\(data:font/(ttf|otf);base64,', page)
+    assert faces == [
+        ("certificate-heebo", "ttf"),
+        ("certificate-noto-arabic", "ttf"),
+        ("certificate-noto-cjk", "otf"),
+    ]
+    assert '"certificate-heebo", "certificate-noto-arabic", "certificate-noto-cjk", sans-serif;' in page
+    assert "font-src data:;" in page
+    assert len(page) < 150_000  # about 110 KB: the three subsets, base64-encoded
+    assert read_dom(page).text("beneficiary_name") == MULTI_SCRIPT
+    assert "@font-face" not in certificate_html(view())  # Latin: the reader's fonts
 
 
 def test_html_says_what_is_absent() -> None:

@@ -1,4 +1,4 @@
-"""The system tools some tests need (chromium, promtool): ``make install`` installs them when
+"""The system tools some tests need (chromium, promtool, poppler-utils' pdftoppm): ``make install`` installs them when
 it can and ``make test`` ends by naming each missing one with the command that installs it,
 through one script that ``.ci/run`` calls too (issue 21: on a fresh machine those tests were
 skipped without a word)."""
@@ -30,10 +30,11 @@ def test_a_missing_tool_is_named_with_the_command_that_installs_it(tmp_path: Pat
     said = done.stderr.splitlines()
     assert any("chromium" in line and "apt-get install chromium" in line for line in said), done.stderr
     assert any("promtool" in line and "apt-get install prometheus" in line for line in said), done.stderr
+    assert any("pdftoppm" in line and "apt-get install poppler-utils" in line for line in said), done.stderr
 
 
 def test_nothing_is_said_when_the_tools_are_there(tmp_path: Path) -> None:
-    for tool in ("chromium", "promtool"):
+    for tool in ("chromium", "promtool", "pdftoppm"):
         (tmp_path / tool).write_text("#!/bin/sh\n")
         (tmp_path / tool).chmod(0o755)
     done = _run("check", tmp_path)

@@ -320,6 +320,41 @@ async def test_docs_index_and_each_document(client: TestClient[Any, Any]) -> Non
         assert not PLACEHOLDER.search(doc["body"]), entry["id"]
 
 
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+async def test_docs_are_html_for_a_browser_and_json_for_a_machine(client: TestClient[Any, Any]) -> None:
+    for accept in (None, "*/*", "application/json"):
+        headers = {"Host": "x402.test"} | ({} if accept is None else {"Accept": accept})
+        async with client.get("/api/docs", params={"id": "fees"}, headers=headers) as r:
+            assert (r.status, r.content_type, r.headers["Vary"]) == (200, "application/json", "Accept")
+            assert (await r.json())["format"] == "markdown"
+    headers = {"Host": "x402.test", "Accept": BROWSER_ACCEPT}
+    async with client.get("/api/docs", headers=headers) as r:
+        assert (r.status, r.content_type, r.headers["Vary"]) == (200, "text/html", "Accept")
+        assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+        index = await r.text()
+    assert "<h1>Guides</h1>" in index
+    for gid in GUIDE_IDS:
+        assert f'<a href="?id={gid}">' in index
+    for gid in GUIDE_IDS:
+        async with client.get("/api/docs", params={"id": gid}, headers=headers) as r:
+            assert (r.status, r.content_type) == (200, "text/html")
+            page = await r.text()
+        assert re.search(r"<h1>[^<]+</h1>", page), gid
+        assert "<h2>" in page or gid == "versioning", gid  # sections became headings
+        assert "<pre><code" in page or "<code>" in page, gid
+        assert "# " not in page.split("<main>", 1)[1].split("<pre>", 1)[0], gid  # no raw Markdown heading
+        assert not PLACEHOLDER.search(page), gid
+        assert "<script" not in page
+
+
+async def test_unknown_guide_is_the_envelope_even_for_a_browser(client: TestClient[Any, Any]) -> None:
+    headers = {"Host": "x402.test", "Accept": BROWSER_ACCEPT}
+    async with client.get("/api/docs", params={"id": "teleport"}, headers=headers) as r:
+        assert (r.status, r.content_type) == (404, "application/json")
+
+
 async def test_guides_speak_of_the_host_they_are_served_by(client: TestClient[Any, Any]) -> None:
     _, doc = await _get(client, "/api/docs", host="v0.x402.test", id="versioning")
     assert "This document was served by `http://v0.x402.test/api`" in doc["body"]
