@@ -1,7 +1,7 @@
-"""The system tools some tests need (chromium, promtool, poppler-utils' pdftoppm): ``make install`` installs them when
-it can and ``make test`` ends by naming each missing one with the command that installs it,
-through one script that ``.ci/run`` calls too (issue 21: on a fresh machine those tests were
-skipped without a word)."""
+"""The system tools some tests need (chromium, promtool, poppler-utils' pdftoppm): ``make
+install`` installs them when it can and ``make test`` ends by naming each missing one with the
+command that installs it, through one script that ``.ci/run`` calls too (issue 21: on a fresh
+machine those tests were skipped without a word)."""
 
 from __future__ import annotations
 
