@@ -108,7 +108,12 @@ async def test_a_retirement_settles_when_its_block_reaches_the_tag_and_not_a_blo
     tmp_path: Path, admin_database_url: str, tag: Tag
 ) -> None:
     async with private_daemon(
-        tmp_path, admin_database_url, confirmations=None, confirmation=tag, resend_after_s=1.0, settle_wait_s=60
+        tmp_path,
+        admin_database_url,
+        confirmations=None,
+        confirmation=tag,
+        resend_after_s=1.0,
+        settle_wait_s=60,
     ) as (d, anvil):
         await _warmed(d, anvil, tag)
         body = await _signed(d, 0)
@@ -117,7 +122,10 @@ async def test_a_retirement_settles_when_its_block_reaches_the_tag_and_not_a_blo
         block = job["block_number"]
         assert block == _head(anvil) == _on_chain(anvil, "0x" + bytes(job["tx_hash"]).hex())
         await _settles_at_tag(d, anvil, tag, body, answer, block)
-        print(f"\n{tag}: mined in {block}, not settled at heads {block}..{block + LAG[tag] - 1}, settled at {block + LAG[tag]}")
+        print(
+            f"\n{tag}: mined in {block}, not settled at heads {block}..{block + LAG[tag] - 1}, "
+            f"settled at {block + LAG[tag]}"
+        )
 
 
 async def test_under_safe_a_reorg_above_the_safe_head_is_undone_once_and_never_settled(
@@ -125,7 +133,12 @@ async def test_under_safe_a_reorg_above_the_safe_head_is_undone_once_and_never_s
 ) -> None:
     depth = 6  # the block with it and five over it: all above the safe head (32 under the head)
     async with private_daemon(
-        tmp_path, admin_database_url, confirmations=None, confirmation="safe", resend_after_s=1.0, settle_wait_s=60
+        tmp_path,
+        admin_database_url,
+        confirmations=None,
+        confirmation="safe",
+        resend_after_s=1.0,
+        settle_wait_s=60,
     ) as (d, anvil):
         await _warmed(d, anvil, "safe")
         body = await _signed(d, 0)
