@@ -1,0 +1,175 @@
+"""Settling at the node's ``safe`` or ``finalized`` head (``RELAYER_CONFIRMATION=safe|finalized``,
+issue 20, item 2), on a real anvil and Postgres through the daemon's own workers.
+
+anvil (1.7.1, the pinned ``@foundry-rs/anvil``) derives both tags from the latest block:
+``safe`` = latest - ``--slots-in-an-epoch`` (default 32), ``finalized`` = latest - 2 x slots
+(64), both at least 0; the first test checks that premise on the chain itself. The test mines
+every block (``evm_mine``) and after each one waits until the follower has indexed through the
+tag's block (its ``relayer_indexed_block`` gauge): proof that it judged that head. Only then
+does it look at the job, so "not settled yet" is observed at every head, never inferred from
+a sleep. A relayed retirement mined in block B stays ``mined`` (no retirement row, no answer,
+no ``confirmed`` transition) at every head whose tag is below B, and is settled (``indexed``,
+one row, the answer ``settled``) at the first head whose tag is B. The catalogue indexer of the
+chain never indexes past the tag. Under ``safe``, a reorg taking B while B is above the safe
+head is undone once (the job back to ``submitted``), nothing is settled on the lost chain, and
+the re-sent transaction settles once its new block is at the safe head."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from tests.conftest import Daemon
+from tests.integration.test_lane import _job, _signed, _until
+from tests.integration.test_reorg import _halted, _on_chain, _retirements
+from tests.private import Anvil, private_daemon
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+Tag = Literal["safe", "finalized"]
+SLOTS = 32  # anvil's default --slots-in-an-epoch
+LAG: dict[Tag, int] = {"safe": SLOTS, "finalized": 2 * SLOTS}
+
+
+def _head(anvil: Anvil) -> int:
+    return int(anvil.rpc("eth_blockNumber"), 16)
+
+
+def _tagged(anvil: Anvil, tag: Tag) -> int:
+    return int(anvil.rpc("eth_getBlockByNumber", tag, False)["number"], 16)
+
+
+def _transitions(d: Daemon, state: str) -> float:
+    value: float = d.runtime.metrics.job_transitions.labels(state)._value.get()
+    return value
+
+
+async def _judged(d: Daemon, anvil: Anvil, tag: Tag, timeout_s: float = 10.0) -> int:
+    """Until the follower has indexed through the node's ``tag`` block at the current head
+    (it judged this head: it confirms before it indexes); that block's number. Also checks
+    the catalogue indexer is not past the tag."""
+    tagged = _tagged(anvil, tag)
+    assert tagged == max(0, _head(anvil) - LAG[tag]), "anvil's tag is latest - slots (x2 finalized)"
+    deadline = time.monotonic() + timeout_s
+    while d.runtime.metrics.indexed_block._value.get() < tagged:
+        assert time.monotonic() < deadline, f"the follower did not index through the {tag} block {tagged}"
+        await asyncio.sleep(0.02)
+    assert d.runtime.metrics.indexed_block._value.get() == tagged, "the follower indexed past the tag"
+    catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))._value.get()
+    assert catalogue <= tagged, f"the catalogue indexer indexed block {catalogue}, past the {tag} block"
+    return tagged
+
+
+async def _settles_at_tag(
+    d: Daemon, anvil: Anvil, tag: Tag, body: dict[str, Any], answer: asyncio.Task[Any], block: int
+) -> None:
+    """Mine one block at a time: while the ``tag`` block is below ``block`` the job (mined in
+    ``block``) is not settled; at the first head whose tag block is ``block`` it is."""
+    confirmed, indexed = _transitions(d, "confirmed"), _transitions(d, "indexed")
+    steps = 0
+    while (tagged := await _judged(d, anvil, tag)) < block:
+        job = await _job(d, body)
+        assert (job["state"], job["block_number"]) == ("mined", block), (tagged, dict(job))
+        assert not answer.done() and await _retirements(d, "0x" + bytes(job["tx_hash"]).hex()) == 0
+        assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (confirmed, indexed)
+        anvil.mine()
+        steps += 1
+    assert tagged == block and steps >= 1
+    job = await _until(d, body, {"indexed"})
+    status, result = await asyncio.wait_for(answer, 10)
+    assert (status, result["status"]) == (200, "settled"), result
+    assert _head(anvil) == block + LAG[tag], "settled at the head whose tag reached the block"
+    assert await _retirements(d, result["transactionHash"]) == 1
+    assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (confirmed + 1, indexed + 1)
+    catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))
+    deadline = time.monotonic() + 10
+    while catalogue._value.get() < block:  # the catalogue indexer reaches the tag, no further
+        assert time.monotonic() < deadline, "the catalogue indexer did not index through the tag"
+        await asyncio.sleep(0.02)
+    assert catalogue._value.get() == block
+
+
+async def _warmed(d: Daemon, anvil: Anvil, tag: Tag) -> None:
+    """Mine until the tag block is past the deployment block, so that the follower indexes
+    (and shows it judged) every head from here on."""
+    assert d.runtime.settings.confirmation_policy().tag == tag
+    while _tagged(anvil, tag) <= d.runtime.deploy_block:
+        anvil.mine()
+    await _judged(d, anvil, tag)
+
+
+@pytest.mark.parametrize("tag", ["safe", "finalized"])
+async def test_a_retirement_settles_when_its_block_reaches_the_tag_and_not_a_block_earlier(
+    tmp_path: Path, admin_database_url: str, tag: Tag
+) -> None:
+    async with private_daemon(
+        tmp_path,
+        admin_database_url,
+        confirmations=None,
+        confirmation=tag,
+        resend_after_s=1.0,
+        settle_wait_s=60,
+    ) as (d, anvil):
+        await _warmed(d, anvil, tag)
+        body = await _signed(d, 0)
+        answer = asyncio.create_task(d.post(body))
+        job = await _until(d, body, {"mined"})  # automine: its own block, the head
+        block = job["block_number"]
+        assert block == _head(anvil) == _on_chain(anvil, "0x" + bytes(job["tx_hash"]).hex())
+        await _settles_at_tag(d, anvil, tag, body, answer, block)
+        print(
+            f"\n{tag}: mined in {block}, not settled at heads {block}..{block + LAG[tag] - 1}, "
+            f"settled at {block + LAG[tag]}"
+        )
+
+
+async def test_under_safe_a_reorg_above_the_safe_head_is_undone_once_and_never_settled(
+    tmp_path: Path, admin_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    depth = 6  # the block with it and five over it: all above the safe head (32 under the head)
+    async with private_daemon(
+        tmp_path,
+        admin_database_url,
+        confirmations=None,
+        confirmation="safe",
+        resend_after_s=1.0,
+        settle_wait_s=60,
+    ) as (d, anvil):
+        await _warmed(d, anvil, "safe")
+        body = await _signed(d, 0)
+        answer = asyncio.create_task(d.post(body))
+        job = await _until(d, body, {"mined"})
+        tx_hash, mined_in = "0x" + bytes(job["tx_hash"]).hex(), job["block_number"]
+        for _ in range(depth - 1):
+            anvil.mine()
+        assert await _judged(d, anvil, "safe") < mined_in  # the follower saw the head over it
+        assert (await _job(d, body))["state"] == "mined"
+        anvil.automine(False)  # hold the re-sent transaction until the test mines it
+        with caplog.at_level(logging.INFO):
+            anvil.rpc("anvil_reorg", depth, [])  # the block with it, and those over it, are gone
+            assert _on_chain(anvil, tx_hash) is None
+            job = await _until(d, body, {"submitted"})
+            assert job["block_number"] is None and not answer.done()
+            assert await _retirements(d, tx_hash) == 0
+            assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (0, 0), "never settled"
+            deadline = time.monotonic() + 15
+            while tx_hash not in anvil.pool():  # the same bytes, re-sent
+                assert time.monotonic() < deadline, "not re-sent"
+                await asyncio.sleep(0.05)
+            anvil.mine()
+            again_in = _on_chain(anvil, tx_hash)
+            assert again_in == _head(anvil)
+            await _until(d, body, {"mined"})
+            await _settles_at_tag(d, anvil, "safe", body, answer, again_in)
+            undone = [
+                r for r in caplog.records if r.name.endswith("follower") and "reorg: undid" in r.getMessage()
+            ]
+        assert [(r.ancestor, r.jobs) for r in undone] == [(mined_in - 1, 1)], "undone exactly once"  # type: ignore[attr-defined]
+        assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (1, 1)
+        assert _halted(d) == 0.0
+        print(f"\nsafe: mined in {mined_in}, reorg of {depth} undone once, settled again from {again_in}")
