@@ -36,6 +36,7 @@ from relayer.domain.errors import Unavailable
 from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor
 from relayer.domain.states import JobState
+from relayer.logs import job_fields
 from relayer.metrics import Metrics
 from relayer.store import reorg
 from relayer.store.executor_lane import ExecutorLane, PendingTx
@@ -125,7 +126,7 @@ class ChainFollower:
         await self.nonces.step(safe)
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
-            log.info("confirmed", extra={"job_id": job.id})
+            log.info("confirmed", extra=job_fields(job, settled=job.kind == "transfer"))
         if safe > indexed:
             await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
 
@@ -183,8 +184,9 @@ class ChainFollower:
         self.watch.rewound(ancestor)
         self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
         self.metrics.reorgs.inc()
-        for _ in undone.jobs:
+        for job in undone.jobs:
             self.metrics.job_transitions.labels(JobState.SUBMITTED.value).inc()
+            log.info("reorged", extra=job_fields(job, state=JobState.SUBMITTED.value, ancestor=ancestor))
         log.warning(
             "reorg: undid the blocks above the common ancestor",
             extra={
@@ -278,7 +280,7 @@ class ChainFollower:
                 self.metrics.noop_cost_wei.inc(receipt.paid_wei)
         for job in moved.pop(JobState.DROPPED, []):
             self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
-            log.warning("dropped: a no-op took its nonce", extra={"job_id": job.id})
+            log.warning("dropped: a no-op took its nonce", extra=job_fields(job))
         for target, jobs in moved.items():
             for job in jobs:
                 self.metrics.job_transitions.labels(target.value).inc()
@@ -289,7 +291,7 @@ class ChainFollower:
                     job.timestamps["submitted_at"] or job.timestamps["signed_at"],
                     job.timestamps["mined_at"] or job.timestamps["submitted_at"],
                 )
-                log.info(target.value, extra={"job_id": job.id, "block": job.block_number})
+                log.info(target.value, extra=job_fields(job, block=job.block_number))
 
     async def _index(self, from_block: int, to_block: int) -> None:
         logs = await self.chain.settled_logs(from_block, to_block)
@@ -306,7 +308,7 @@ class ChainFollower:
             self.metrics.observe_stage(
                 "mined_to_indexed", job.timestamps["mined_at"], job.timestamps["indexed_at"]
             )
-            log.info("indexed", extra={"job_id": job.id})
+            log.info("indexed", extra=job_fields(job, settled=True))
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:
         credit = await self.reads.credit(entry.retirement.token_id)
