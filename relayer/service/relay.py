@@ -260,7 +260,8 @@ class Relay:
             )
         await self.simulator.resume(existing)  # an orphan of a process that died mid-check
         log.info(
-            "identical request: its job answers", extra={"job_id": existing.id, "first": existing.request_id}
+            "identical request: its job answers",
+            extra={"job_id": existing.id, "job_request_id": existing.request_id},
         )
         return existing
 
