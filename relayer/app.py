@@ -17,7 +17,17 @@ from aiohttp import web
 
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
 from relayer.api.facilitator import KeyLimits, add_facilitator_routes
-from relayer.api.http import METRICS, READY, AppServices, RateLimit, build_app, healthz, metrics_view, readyz
+from relayer.api.http import (
+    METRICS,
+    READY,
+    AppServices,
+    RateLimit,
+    build_app,
+    healthz,
+    metrics_view,
+    readyz,
+    request_context,
+)
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
 from relayer.api.x402_resource import add_resource_routes
@@ -542,7 +552,7 @@ the routes and gets the spec's envelope (``schema_validation``). Headers are bou
 
 def web_runner(rt: Runtime) -> web.AppRunner:
     """The HTTP server of this runtime's application, with the bounds of
-    :func:`runner_options` (idle timeout, header limits; no access log: the API logs itself)."""
+    :func:`runner_options` (idle timeout, header limits, the access log)."""
     return web.AppRunner(
         make_web_app(rt), **runner_options(rt.settings.http_idle_timeout_s, MAX_REQUEST_LINE)
     )
@@ -552,7 +562,7 @@ def ops_web_app(rt: Runtime) -> web.Application:
     """What a worker process without the API (``relayer work``) serves on
     ``RELAYER_OPS_PORT``: ``/metrics``, ``/healthz`` and ``/readyz`` only, answered as the API
     answers them (the same handlers and the same readiness)."""
-    app = web.Application()
+    app = web.Application(middlewares=[request_context])
     app[METRICS] = rt.metrics
     app[READY] = _readiness(rt)  # the one readiness definition
     app.router.add_get("/metrics", metrics_view)

@@ -41,6 +41,18 @@ def daemon_env(info: dict[str, Any], dsn: str, rpc_url: str | None = None, **set
     return env
 
 
+def log_lines(log: Path) -> list[dict[str, Any]]:
+    """A daemon's log as the JSON objects of its lines (a line that is not one JSON object
+    fails the test: the daemon writes nothing else)."""
+    lines = []
+    for line in log.read_text().splitlines():
+        if line.strip():
+            parsed = json.loads(line)
+            assert isinstance(parsed, dict), line
+            lines.append(parsed)
+    return lines
+
+
 class DaemonProcess:
     """One ``relayer <command>`` process, its output in ``log``."""
 

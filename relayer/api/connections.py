@@ -21,6 +21,7 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from relayer.api.access import ACCESS_LOGGER, AccessLog
 from relayer.api.errors import Surface, error_body, status_of, surface_of
 from relayer.domain.errors import Rejection
 
@@ -157,12 +158,14 @@ def runner_options(idle_timeout_s: float, max_line_size: int) -> dict[str, Any]:
     ``idle_timeout_s`` seconds of opening or of its last answer is closed (idle keep-alive and
     a slow head alike; aiohttp's keep-alive timer starts at the connection and is not reset by
     a partial head); heads bounded by :data:`MAX_FIELD_SIZE` and :data:`MAX_HEADERS`, the
-    request line by ``max_line_size`` bytes; no access log (the API logs itself)."""
+    request line by ``max_line_size`` bytes; one access line per request
+    (:class:`relayer.api.access.AccessLog`)."""
     server_log = logging.getLogger("aiohttp.server")
     server_log.addFilter(PARSER_REFUSALS)  # once: a filter already there is not added again
     server_log.setLevel(logging.DEBUG)  # the filter sees every refusal, and keeps what root takes
     return {
-        "access_log": None,
+        "access_log": ACCESS_LOGGER,
+        "access_log_class": AccessLog,
         "keepalive_timeout": idle_timeout_s,
         "max_line_size": max_line_size,
         "max_field_size": MAX_FIELD_SIZE,

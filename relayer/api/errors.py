@@ -9,12 +9,15 @@ wire format (:data:`BODIES`).
 - x402 facilitator (``/facilitator``): ``{error, message}`` (payments themselves are answered
   200 with ``isValid``/``success`` false and the spec's reason).
 
-The envelope's own fields win over context fields of the same name.
+The envelope's own fields win over context fields of the same name. Every error answered
+is one line: ``refused`` at INFO (4xx) or ``failed`` at WARNING (5xx), with its ``code``,
+``status`` and ``surface`` (and the request's id, see :mod:`relayer.logs`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from types import MappingProxyType
@@ -23,6 +26,8 @@ from typing import Any, Final, Literal
 from aiohttp import web
 
 from relayer.domain.errors import X402_FACILITATOR_VERSION, RelayerError
+
+log = logging.getLogger(__name__)
 
 Surface = Literal["x402", "marketplace", "facilitator"]
 
@@ -90,9 +95,18 @@ def error_body(error: RelayerError, surface: Surface) -> dict[str, Any]:
 
 def error_response(error: RelayerError, surface: Surface) -> web.Response:
     """The HTTP answer to ``error`` on ``surface``: the registry's status and the surface's
-    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``)."""
+    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``); logs it (one
+    line, see the module's docstring)."""
+    status = status_of(error)
+    fields = {"code": error.code, "status": status, "surface": surface}
+    if isinstance(error.context.get("cause"), str):  # the code it stands for (internal_error)
+        fields["cause"] = error.context["cause"]
+    if status < 500:
+        log.info("refused", extra=fields)
+    else:
+        log.warning("failed", extra=fields)
     body = _ENCODE[surface](error_body(error, surface))
-    response = web.Response(text=body, status=status_of(error), content_type="application/json")
-    if status_of(error) == 429:
+    response = web.Response(text=body, status=status, content_type="application/json")
+    if status == 429:
         response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
     return response

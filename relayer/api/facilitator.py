@@ -337,9 +337,9 @@ async def verify(request: web.Request) -> web.Response:
     p = await _parsed(request)
     if p.model is None:
         refused = {"isValid": False, "invalidReason": p.reason, "invalidMessage": p.message}
-        return _json(_drop_none({**refused, "payer": _payer_of(p.body)}))
+        return _payment_answer(_drop_none({**refused, "payer": _payer_of(p.body)}), p.reason)
     verdict = await request.app[FACILITATOR].verify(p.payment(), int(time.time()))
-    return _json(
+    return _payment_answer(
         _drop_none(
             {
                 "isValid": verdict.valid,
@@ -347,7 +347,8 @@ async def verify(request: web.Request) -> web.Response:
                 "invalidMessage": verdict.message,
                 "payer": verdict.payer,
             }
-        )
+        ),
+        None if verdict.valid else verdict.reason,
     )
 
 
@@ -357,10 +358,18 @@ async def settle(request: web.Request) -> web.Response:
     p = await _parsed(request)
     if p.model is None:
         refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
-        return _json(_settle_body(refused, f.network))
+        return _payment_answer(_settle_body(refused, f.network), p.reason)
     budget = request.app[FACILITATOR_LIMITS].budget_wei(p.key)
     settled = await f.settle(p.payment(), int(time.time()), api_key_id=p.key.id, gas_budget_wei=budget)
-    return _json(_settle_body(settled, f.network))
+    return _payment_answer(_settle_body(settled, f.network), None if settled.success else settled.reason)
+
+
+def _payment_answer(body: dict[str, Any], refused: str | None) -> web.Response:
+    """The 200 answer to a verify or settle; a payment refused (``refused``: the spec's
+    reason) is one INFO line, as an error answer is (see :mod:`relayer.api.errors`)."""
+    if refused is not None:
+        log.info("refused", extra={"code": refused, "status": 200, "surface": "facilitator"})
+    return _json(body)
 
 
 def _settle_body(s: Settlement, network: str) -> dict[str, Any]:

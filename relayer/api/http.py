@@ -35,6 +35,7 @@ from relayer.api.x402_meta import (
 )
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
+from relayer.logs import request_scope
 from relayer.metrics import Metrics
 from relayer.service.certificate import Certificates
 from relayer.service.prepare import Prepare
@@ -215,11 +216,22 @@ async def read_json(request: web.Request, parse_float: Callable[[str], Any] | No
 
 
 @web.middleware
+async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The request's id (``X-Request-ID`` kept when well formed, else a new one: see
+    :func:`request_id_of`) on the request and on every line written while it is served
+    (:func:`relayer.logs.request_scope`); the outermost middleware."""
+    request_id = request_id_of(request.headers.get("x-request-id"))
+    request[REQUEST_ID] = request_id
+    with request_scope(request_id):
+        return await handler(request)
+
+
+@web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request id (``X-Request-ID`` kept or made, echoed back), the per-client rate limit, the
     request timeout, the error envelope for every failure with no internals leaked, and the
     HTTP metrics (route template, method, status, duration; error responses by code)."""
-    request_id = request_id_of(request.headers.get("x-request-id"))
+    request_id = request.get(REQUEST_ID) or request_id_of(request.headers.get("x-request-id"))
     request[REQUEST_ID] = request_id
     metrics = request.app[METRICS]
     started = time.perf_counter()
@@ -508,7 +520,7 @@ def build_app(
     ``majors`` maps a ``Host`` (``host[:port]``, lower case) to the API major it serves;
     ``meta(request, major)`` describes this endpoint for the manifest, changelog, errors
     document, guides, security.txt and OpenAPI document (see :mod:`relayer.api.x402_meta`)."""
-    app = web.Application(middlewares=[envelope], client_max_size=max_body_bytes)
+    app = web.Application(middlewares=[request_context, envelope], client_max_size=max_body_bytes)
     app[SERVICES] = services
     app[METRICS] = metrics
     app[READY] = ready

@@ -198,6 +198,7 @@ class Relay:
             raise _transfer_overdrawn(verified, max(0, exc.balance - exc.reserved)) from None
         except SaltReused as exc:  # only a job of the same authorization can hold its salt
             job, owned = exc.job, False
+        log.info("accepted", extra={"job_id": job.id, "kind": job.kind, "new": owned})
         if owned:
             await self.simulator.simulate(job, estimate)
         return job
@@ -241,6 +242,7 @@ class Relay:
         balance = await self._affordable(verified)
         supply = await self._supply_check(resolved, now, refuse or x402_fill_refusal)
         job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
+        log.info("accepted", extra={"job_id": job.id, "kind": job.kind, "new": owned})
         if owned:
             await self.simulator.simulate(job)
         return job
@@ -257,6 +259,10 @@ class Relay:
                 "this salt was already spent by another request", existing, received, existing.summary
             )
         await self.simulator.resume(existing)  # an orphan of a process that died mid-check
+        log.info(
+            "identical request: its job answers",
+            extra={"job_id": existing.id, "job_request_id": existing.request_id},
+        )
         return existing
 
     async def _executor_funded(self) -> None:

@@ -315,7 +315,8 @@ class PendingTx:
 @dataclass(frozen=True, slots=True)
 class SignedTx:
     """A signed executor transaction as committed before broadcast (fees in wei per gas);
-    ``job_id`` is None for a no-op that fills a hole."""
+    ``job_id`` is None for a no-op that fills a hole; ``request_id`` names the HTTP request
+    that made its job (for the logs; not journaled)."""
 
     job_id: int | None
     tx_hash: bytes
@@ -325,6 +326,7 @@ class SignedTx:
     max_fee_per_gas: int
     max_priority_fee_per_gas: int
     kind: Literal["relay", "noop"] = "relay"
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

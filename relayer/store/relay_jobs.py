@@ -12,13 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import asyncpg
 
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobKind, JobState, sources_of
+from relayer.logs import CURRENT_REQUEST_ID
 from relayer.store.pool import Database
 
 NOTIFY_CHANNEL: Final = "relay_job_states"  # "<job id>:<state>" (migration 0008)
@@ -44,14 +45,15 @@ FIXED_TRANSITIONS: Final = (
 
 # -- statements -------------------------------------------------------------------------
 
-# Record an accepted request as a new job; nothing when its authorization key exists.
+# Record an accepted request as a new job ($22: the HTTP request's id, or NULL); nothing when
+# its authorization key exists.
 INSERT_JOB: Final = """
 INSERT INTO relay_jobs (chain_id, bound_nonce, salt, scheme, payer, input_token, auth_value,
                         gas_allowance, request_hash, settlement, call_data, summary, permit_key,
                         auth_expires_at, quote_total, supply_source, supply_id, supply_token_id,
-                        supply_units, kind, api_key_id, state)
+                        supply_units, kind, api_key_id, request_id, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17, $18, $19,
-        $20, $21, 'accepted')
+        $20, $21, $22, 'accepted')
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
@@ -166,7 +168,7 @@ JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
 # Take up a job rejected before anything was signed, for the identical request only.
 REOPEN_JOB: Final = """
 UPDATE relay_jobs SET state = 'accepted', error = NULL, attempts = attempts + 1,
-       accepted_at = now(), updated_at = now()
+       accepted_at = now(), updated_at = now(), request_id = coalesce($3, request_id)
 WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
 RETURNING *
 """
@@ -310,7 +312,9 @@ class NewJob:
     unix seconds (``auth_expires_at`` at most 2**63 - 1). ``kind`` is ``retire`` (a
     settlement call) or ``transfer`` (``transferWithAuthorization`` on the token, which
     ``settlement`` then names); ``api_key_id`` names who pays a transfer's gas (None: the
-    operator)."""
+    operator); ``request_id`` is the id of the HTTP request being served when it is made
+    (None outside one; see :mod:`relayer.logs`), kept so that every line about the job
+    names it."""
 
     chain_id: int
     bound_nonce: bytes
@@ -330,13 +334,15 @@ class NewJob:
     supply: SupplyTake | None = None
     kind: JobKind = "retire"
     api_key_id: int | None = None
+    request_id: str | None = field(default_factory=CURRENT_REQUEST_ID.get)
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
     """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection;
     ``kind`` as :class:`NewJob`'s (a ``transfer`` is final at confirmed); ``gas_reserved_wei``
-    what it holds of its API key's daily gas budget while in flight (None: nothing)."""
+    what it holds of its API key's daily gas budget while in flight (None: nothing);
+    ``request_id`` the id of the HTTP request that made it (None: none did)."""
 
     id: int
     chain_id: int
@@ -367,6 +373,7 @@ class Job:
     kind: JobKind = "retire"
     api_key_id: int | None = None
     gas_reserved_wei: int | None = None
+    request_id: str | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -403,6 +410,7 @@ class Job:
             kind=row["kind"],
             api_key_id=opt_int(row["api_key_id"]),
             gas_reserved_wei=opt_int(row.get("gas_reserved_wei")),
+            request_id=row.get("request_id"),
         )
 
 
@@ -538,7 +546,7 @@ class RelayJobs:
                     return Job.from_row(await self._reserve_gas(conn, row, gas)), True
                 existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
                 assert existing is not None
-                reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash)
+                reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash, new.request_id)
                 if reopened is None:
                     return Job.from_row(existing), False
                 return Job.from_row(await self._reserve_gas(conn, reopened, gas)), True
@@ -742,6 +750,7 @@ def _job_args(new: NewJob) -> tuple[Any, ...]:
         ),
         new.kind,
         new.api_key_id,
+        new.request_id,
     )
 
 

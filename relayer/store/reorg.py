@@ -16,7 +16,7 @@ REWIND_JOBS: Final = """
 UPDATE relay_jobs SET state = 'submitted', block_number = NULL, block_hash = NULL, mined_at = NULL,
        confirmed_at = NULL, indexed_at = NULL, updated_at = now()
 WHERE chain_id = $1 AND block_number > $2 AND state IN ('mined', 'confirmed', 'indexed', 'reverted')
-RETURNING id
+RETURNING id, tx_hash, request_id
 """
 # Transactions mined above block $2 are pending again, to be re-sent soon (the same bytes);
 # what they paid is no longer paid.
@@ -38,10 +38,19 @@ WHERE chain_id = $1 AND block_number > $2
 
 
 @dataclass(frozen=True, slots=True)
+class RewoundJob:
+    """A job a rewind moved back to ``submitted`` (its transaction to be mined again)."""
+
+    id: int
+    tx_hash: bytes | None
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Rewound:
     """What a rewind undid."""
 
-    jobs: list[int]
+    jobs: list[RewoundJob]
     transactions: int
     retirements: int
 
@@ -53,7 +62,10 @@ async def rewind(db: Database, chain_id: int, ancestor: int, ancestor_hash: byte
         StoreUnavailable: the database failed (nothing was undone).
     """
     async with db.transaction() as conn:
-        jobs = [r["id"] for r in await conn.fetch(REWIND_JOBS, chain_id, ancestor)]
+        jobs = [
+            RewoundJob(r["id"], None if r["tx_hash"] is None else bytes(r["tx_hash"]), r["request_id"])
+            for r in await conn.fetch(REWIND_JOBS, chain_id, ancestor)
+        ]
         txs = await conn.fetch(REWIND_TRANSACTIONS, chain_id, ancestor)
         retirements = await conn.fetch(DELETE_RETIREMENTS, chain_id, ancestor)
         await rewind_catalogue(conn, chain_id, ancestor)

@@ -21,6 +21,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection, Unavailable
 from relayer.domain.incidents import Incident
+from relayer.logs import trace_fields
 from relayer.metrics import Metrics
 from relayer.service.simulate import Simulator
 from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
@@ -133,7 +134,9 @@ class Broadcaster:
             max_fee_per_gas=job.max_fee_per_gas,
             max_priority_fee_per_gas=tip,
         )
-        return SignedTx(job.id, tx_hash, raw, nonce, job.gas_limit, job.max_fee_per_gas, tip)
+        return SignedTx(
+            job.id, tx_hash, raw, nonce, job.gas_limit, job.max_fee_per_gas, tip, request_id=job.request_id
+        )
 
     async def start_lane(self) -> None:
         """Check that the settlement accepts this key as an executor (a key it does not
@@ -184,8 +187,9 @@ class Broadcaster:
                 signed += await self.lost.step(epoch)
         except Unavailable as exc:
             failed = exc  # the lane's own transactions still need their upkeep below
-        for _ in signed:
+        for tx in signed:
             self.metrics.job_transitions.labels("signed").inc()
+            log.info("signed", extra=trace_fields(tx.job_id, tx.tx_hash, tx.request_id, nonce=tx.nonce))
         await self.keeper.send(signed)
         if not await self.lane.holds(self.signer.address, epoch):
             raise LeaseLost(message="the executor lease moved on")

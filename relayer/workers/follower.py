@@ -37,6 +37,7 @@ from relayer.domain.errors import Unavailable
 from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor
 from relayer.domain.states import JobState
+from relayer.logs import job_fields
 from relayer.metrics import Metrics
 from relayer.store import reorg
 from relayer.store.executor_lane import ExecutorLane, PendingTx
@@ -150,7 +151,7 @@ class ChainFollower:
             return
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
-            log.info("confirmed", extra={"job_id": job.id})
+            log.info("confirmed", extra=job_fields(job, settled=job.kind == "transfer"))
         self._confirm_all = False
         while self._mined_blocks and self._mined_blocks[0] <= safe:
             heapq.heappop(self._mined_blocks)
@@ -210,8 +211,9 @@ class ChainFollower:
         self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
         self._confirm_all, self._mined_blocks, self._cursor_written = True, [], float("-inf")
         self.metrics.reorgs.inc()
-        for _ in undone.jobs:
+        for job in undone.jobs:
             self.metrics.job_transitions.labels(JobState.SUBMITTED.value).inc()
+            log.info("reorged", extra=job_fields(job, state=JobState.SUBMITTED.value, ancestor=ancestor))
         log.warning(
             "reorg: undid the blocks above the common ancestor",
             extra={
@@ -305,7 +307,7 @@ class ChainFollower:
                 self.metrics.noop_cost_wei.inc(receipt.paid_wei)
         for job in moved.pop(JobState.DROPPED, []):
             self.metrics.job_transitions.labels(JobState.DROPPED.value).inc()
-            log.warning("dropped: a no-op took its nonce", extra={"job_id": job.id})
+            log.warning("dropped: a no-op took its nonce", extra=job_fields(job))
         for target, jobs in moved.items():
             for job in jobs:
                 if target is JobState.MINED and job.block_number is not None:
@@ -318,7 +320,7 @@ class ChainFollower:
                     job.timestamps["submitted_at"] or job.timestamps["signed_at"],
                     job.timestamps["mined_at"] or job.timestamps["submitted_at"],
                 )
-                log.info(target.value, extra={"job_id": job.id, "block": job.block_number})
+                log.info(target.value, extra=job_fields(job, block=job.block_number))
 
     async def _index(self, from_block: int, to_block: int) -> None:
         logs = await self.chain.settled_logs(from_block, to_block)
@@ -339,7 +341,7 @@ class ChainFollower:
             self.metrics.observe_stage(
                 "mined_to_indexed", job.timestamps["mined_at"], job.timestamps["indexed_at"]
             )
-            log.info("indexed", extra={"job_id": job.id})
+            log.info("indexed", extra=job_fields(job, settled=True))
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:
         credit = await self.reads.credit(entry.retirement.token_id)

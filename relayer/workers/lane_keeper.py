@@ -21,6 +21,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection
 from relayer.domain.lane import FillNonce, Halt, LanePolicy, LaneTx, Market, Replace, Resend, plan
+from relayer.logs import job_fields, trace_fields
 from relayer.metrics import Metrics
 from relayer.service.gas import GasPricer
 from relayer.store.executor_lane import ExecutorLane, LiveTx, SignedTx
@@ -87,7 +88,8 @@ class LaneKeeper:
             if isinstance(outcome, ChainUnavailable):
                 self.metrics.rpc_errors.labels("broadcaster").inc()
                 log.warning(
-                    "broadcast failed, will re-send", extra={"job_id": tx.job_id, "reason": outcome.detail}
+                    "broadcast failed, will re-send",
+                    extra=trace_fields(tx.job_id, tx.tx_hash, tx.request_id, reason=outcome.detail),
                 )
                 continue
             self.metrics.broadcasts.labels(outcome.value).inc()
@@ -108,7 +110,7 @@ class LaneKeeper:
             self.metrics.observe_stage(
                 "accepted_to_submitted", job.timestamps["accepted_at"], job.timestamps["submitted_at"]
             )
-            log.info("submitted", extra={"job_id": job.id, "tx_hash": "0x" + (job.tx_hash or b"").hex()})
+            log.info("submitted", extra=job_fields(job))
 
     async def resend_all(self) -> int:
         """Send the same bytes of every live transaction again (after taking the lease)."""

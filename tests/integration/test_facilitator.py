@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -147,7 +148,9 @@ async def test_verify_of_a_good_payload_is_valid_with_its_payer(daemon: Daemon, 
     assert answer == {"isValid": True, "payer": daemon.chain["payers"][PAYER_INDEX]["address"]}
 
 
-async def test_invalid_payments_answer_200_with_the_reason(daemon: Daemon, api_key: str) -> None:
+async def test_invalid_payments_answer_200_with_the_reason(
+    daemon: Daemon, api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     pay_to = fresh_address()
     held = await token_balance(daemon.runtime.node, "usdc", daemon.chain["payers"][PAYER_INDEX]["address"])
     stranger = Account.create()
@@ -169,16 +172,24 @@ async def test_invalid_payments_answer_200_with_the_reason(daemon: Daemon, api_k
     bad_shape = payment(daemon, pay_to, 1_000)
     bad_shape["paymentPayload"]["payload"]["signature"] = "0x12"
     cases["invalid_payload"] = bad_shape
-    for reason, body in cases.items():
-        status, answer = await call(daemon, "verify", body, api_key)
-        assert status == 200, answer
-        assert (answer["isValid"], answer["invalidReason"]) == (False, reason), answer
-        assert answer["payer"] == daemon.chain["payers"][PAYER_INDEX]["address"]
-    for reason in ("invalid_exact_evm_payload_signature", "insufficient_funds"):
-        status, answer = await call(daemon, "settle", cases[reason], api_key)
-        assert status == 200, answer
-        assert (answer["success"], answer["errorReason"], answer["transaction"]) == (False, reason, "")
-        assert answer["network"] == network(daemon)
+    with caplog.at_level(logging.INFO, "relayer.api.facilitator"):
+        for reason, body in cases.items():
+            status, answer = await call(daemon, "verify", body, api_key)
+            assert status == 200, answer
+            assert (answer["isValid"], answer["invalidReason"]) == (False, reason), answer
+            assert answer["payer"] == daemon.chain["payers"][PAYER_INDEX]["address"]
+        for reason in ("invalid_exact_evm_payload_signature", "insufficient_funds"):
+            status, answer = await call(daemon, "settle", cases[reason], api_key)
+            assert status == 200, answer
+            assert (answer["success"], answer["errorReason"], answer["transaction"]) == (False, reason, "")
+            assert answer["network"] == network(daemon)
+    refused = [
+        (r.levelname, r.code, r.status)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "relayer.api.facilitator" and r.getMessage() == "refused"
+    ]
+    reasons = [*cases, "invalid_exact_evm_payload_signature", "insufficient_funds"]
+    assert refused == [("INFO", reason, 200) for reason in reasons]  # one line each
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == 0
 
 

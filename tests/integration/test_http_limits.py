@@ -24,7 +24,7 @@ from relayer.admin import create_api_key
 from relayer.config import Settings
 from tests.conftest import free_port
 from tests.private import private_chain
-from tests.processes import RELAYER, DaemonProcess, daemon_env
+from tests.processes import RELAYER, DaemonProcess, daemon_env, log_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -263,13 +263,88 @@ async def test_requests_the_parser_refuses_are_not_logged_as_errors(api: DaemonP
             await asyncio.wait_for(reader.read(4096), 5)
         writer.close()
     await asyncio.sleep(0.5)
-    errors = [
-        line
-        for line in api.log.read_text().splitlines()
-        if '"levelname": "ERROR"' in line or "Traceback" in line
-    ]
+    errors = [line for line in log_lines(api.log) if line["level"] == "ERROR" or "exc_info" in line]
     print(f"\nparser refusals: {len(errors)} lines logged at ERROR or with a traceback")
     assert not errors, errors[:3]
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    """Send ``request`` as it is on a new connection; the answer's bytes (until closed or 5 s)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    answer = b""
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        answer = await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()
+    return answer
+
+
+async def test_a_nul_in_a_header_is_an_info_line_without_a_traceback(api: DaemonProcess) -> None:
+    """Any scanner can send one: it is the client's fault, not the server's (before: ERROR
+    with a traceback)."""
+    start = len(log_lines(api.log))
+    for request in (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-ID: a\x00b\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\x00y\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-\x00: 1\r\n\r\n",
+        b"GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n",
+    ):
+        answer = await _raw(api.port, request)
+        assert answer.split(b" ", 2)[1] == b"400", answer[:200]
+    await asyncio.sleep(0.5)
+    lines = log_lines(api.log)[start:]
+    print(f"\nNUL and oversize headers: {len(lines)} lines: {sorted({line['level'] for line in lines})}")
+    assert [line for line in lines if line["level"] not in ("INFO", "DEBUG") or "exc_info" in line] == []
+    accessed = [line for line in lines if line["message"] == "request"]
+    assert [(line["status"], line["route"], line["level"]) for line in accessed] == [(400, None, "INFO")] * 6
+
+
+async def test_every_request_is_one_access_line_and_a_refusal_one_line_with_its_code(
+    api: DaemonProcess,
+) -> None:
+    """One line per request (id, method, route template, status, duration, client, bytes),
+    and one INFO line per refusal on each surface (id, code, status)."""
+    start = len(log_lines(api.log))
+    retirement = f"/retirements/84532-0x{'ab' * 32}-0"
+    calls = [
+        ("GET", "/healthz", None, "/healthz", 200, None),
+        ("GET", retirement, None, "/retirements/{id}", 404, "retirement_not_found"),
+        ("GET", "/retirements/nope", None, "/retirements/{id}", 400, "invalid_retirement_id"),
+        ("POST", "/api", {"action": "no-such-action"}, "/api", 400, "unknown_action"),
+        ("GET", "/carbonProjects?limit=abc", None, "/carbonProjects", 400, "schema_validation"),
+        ("POST", "/facilitator/verify", {}, "/facilitator/verify", 401, "unauthorized"),
+    ]
+    answers = []
+    async with aiohttp.ClientSession() as s:
+        for n, (method, path, body, _, _, _) in enumerate(calls):
+            headers = {"X-Request-ID": f"trace-{n}"}
+            async with s.request(method, api.base + path, json=body, headers=headers) as r:
+                answers.append((r.status, len(await r.read()), r.headers["X-Request-ID"]))
+    await asyncio.sleep(0.3)
+    lines = log_lines(api.log)[start:]
+    for n, (method, _, _, route, status, code) in enumerate(calls):
+        mine = [line for line in lines if line.get("request_id") == f"trace-{n}"]
+        access = [line for line in mine if line["message"] == "request"]
+        refused = [line for line in mine if line["message"] == "refused"]
+        assert answers[n][0] == status and answers[n][2] == f"trace-{n}", (calls[n], answers[n])
+        assert len(access) == 1, (calls[n], mine)
+        line = access[0]
+        assert {k: line[k] for k in ("level", "logger", "method", "route", "status", "client", "bytes")} == {
+            "level": "INFO",
+            "logger": "relayer.access",
+            "method": method,
+            "route": route,
+            "status": status,
+            "client": "127.0.0.1",
+            "bytes": answers[n][1],
+        }, calls[n]
+        assert isinstance(line["duration_ms"], float) and 0 <= line["duration_ms"] < 5_000
+        if code is None:
+            assert refused == [], refused
+        else:
+            assert [(r["level"], r["code"], r["status"]) for r in refused] == [("INFO", code, status)], mine
 
 
 async def test_documents_name_the_configured_url_never_the_host_sent(api: DaemonProcess) -> None:

@@ -20,7 +20,7 @@ from tests.conftest import Daemon, free_port
 from tests.integration.test_processes import Client, _signed
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import private_chain
-from tests.processes import DaemonProcess, daemon_env
+from tests.processes import DaemonProcess, daemon_env, log_lines
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +34,13 @@ def _with_password(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user or 'postgres'}:{PASSWORD}@{host}"))
 
 
-async def test_a_full_run_never_logs_the_key_or_the_dsn_password(
+async def test_a_full_run_never_logs_the_key_or_the_dsn_password_and_each_request_can_be_followed(
     tmp_path: Path, admin_database_url: str
 ) -> None:
+    """The daemon's own log (``relayer all``, stderr to a file): no secret in it, and each
+    retirement followed by the X-Request-ID its client sent, from the access line to the
+    settled line, every line naming the job and (once signed) its transaction hash; a
+    refused request is one INFO line with its code."""
     async with (
         private_chain(tmp_path, admin_database_url) as (info, dsn),
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
@@ -47,15 +51,16 @@ async def test_a_full_run_never_logs_the_key_or_the_dsn_password(
         try:
             client = Client(session, daemon.base, info)
             bodies = [await _signed(client, i) for i in range(3)]
-            answers = await asyncio.gather(*(client.post(b) for b in bodies))
+            answers = await asyncio.gather(
+                *(_post(session, daemon.base, b, f"client-req-{n}") for n, b in enumerate(bodies))
+            )
             assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
             bad = dict(bodies[0], salt="0x" + "00" * 32)  # a refused one is logged too
-            status, _ = await client.post(bad)
+            status, refusal = await _post(session, daemon.base, bad, "client-req-refused")
             assert status >= 400
         finally:
             assert daemon.stop() == 0
     text = log.read_text()
-    assert "settled" in text or "indexed" in text  # the log is the run's
     key = info["executor"]["privateKey"].removeprefix("0x").lower()
     signatures = [b["authPayload"]["signature"].removeprefix("0x").lower() for b in bodies]
     lowered = text.lower()
@@ -64,7 +69,42 @@ async def test_a_full_run_never_logs_the_key_or_the_dsn_password(
         assert signature[:64] not in lowered and signature[64:128] not in lowered  # r and s
     for payer in info["payers"]:
         assert payer["privateKey"].removeprefix("0x").lower() not in lowered
-    assert all(line.startswith("{") for line in text.splitlines() if line.strip()), "one JSON object a line"
+    lines = log_lines(log)  # one JSON object a line, each stamped in RFC 3339 UTC
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) for line in lines)
+    for n, (_, answer) in enumerate(answers):
+        _follow(lines, f"client-req-{n}", answer["transactionHash"])
+    refused = [line for line in lines if line.get("request_id") == "client-req-refused"]
+    assert [
+        (r["message"], r["level"], r["code"], r["status"]) for r in refused if r["message"] == "refused"
+    ] == [("refused", "INFO", refusal["error"], status)], refused
+
+
+async def _post(
+    session: aiohttp.ClientSession, base: str, body: dict[str, Any], request_id: str
+) -> tuple[int, dict[str, Any]]:
+    async with session.post(f"{base}/api", json=body, headers={"X-Request-ID": request_id}) as r:
+        assert r.headers["X-Request-ID"] == request_id
+        return r.status, await r.json(content_type=None)
+
+
+def _follow(lines: list[dict[str, Any]], request_id: str, tx_hash: str) -> None:
+    """The lines of ``request_id``, in order: its job's trail through the workers (every line
+    naming the one job, and its transaction once signed) to the settled line, and the access
+    line of its request."""
+    mine = [line for line in lines if line.get("request_id") == request_id]
+    jobs = [line for line in mine if "job_id" in line]
+    trail = [line["message"] for line in jobs]
+    # A transaction mined before its broadcast was recorded goes from signed to mined.
+    expected = ["accepted", "signed", "mined", "confirmed", "indexed"]
+    assert [m for m in trail if m != "submitted"] == expected and trail.count("submitted") <= 1, mine
+    assert trail.index("submitted" if "submitted" in trail else "mined") == 2, trail
+    assert len({line["job_id"] for line in jobs}) == 1, jobs
+    assert "tx_hash" not in jobs[0] and {line["tx_hash"] for line in jobs[1:]} == {tx_hash}, jobs
+    settled = [line for line in mine if line.get("settled") is True]
+    assert [line["message"] for line in settled] == ["indexed"], mine
+    [access] = [line for line in mine if line["message"] == "request"]
+    assert (access["method"], access["route"], access["status"]) == ("POST", "/api", 200), access
+    assert mine.index(access) > mine.index(settled[0])  # the answer waited for the settlement
 
 
 async def test_every_operator_metric_family_has_samples(daemon: Daemon) -> None:

@@ -7,7 +7,9 @@ cursors with their lag, as tables and as JSON. Outputs printed (-s)."""
 from __future__ import annotations
 
 import asyncio
+import calendar
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -273,6 +275,24 @@ def test_config_check_names_each_problem_and_exits_2_without_echoing_a_secret(
     for text in says:
         assert text in done.stderr, done.stderr
     assert all(line.startswith("relayer: ") for line in done.stderr.splitlines())
+
+
+def test_a_command_logs_json_lines_stamped_in_rfc3339_utc(admin_database_url: str) -> None:
+    """``relayer migrate`` logs as the daemon does: one JSON object a line, its time in UTC
+    with milliseconds and a ``Z`` whatever the machine's zone (before: local time, no zone)."""
+    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_cli_log")
+    env = {"PATH": "/usr/bin:/bin", "RELAYER_DATABASE_URL": dsn, "TZ": "America/Sao_Paulo"}
+    try:
+        started = time.time()
+        done = _relayer(env, "migrate")
+        assert done.returncode == 0, done.stderr
+        lines = [json.loads(line) for line in done.stderr.splitlines()]
+    finally:
+        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+    assert lines and all(set(line) >= {"time", "level", "logger", "message"} for line in lines), lines[:3]
+    stamps = [line["time"] for line in lines]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", t) for t in stamps), stamps[:3]
+    assert abs(calendar.timegm(time.strptime(stamps[0][:19], "%Y-%m-%dT%H:%M:%S")) - started) < 30
 
 
 def test_status_asks_for_migrations_and_shows_an_unanswering_chain_as_unknown(

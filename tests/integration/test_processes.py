@@ -16,7 +16,7 @@ import pytest
 from relayer.store.pool import Database
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import Anvil, private_chain
-from tests.processes import DaemonProcess, RpcProxy, daemon_env
+from tests.processes import DaemonProcess, RpcProxy, daemon_env, log_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 WAVES = 4
@@ -158,6 +158,15 @@ async def test_two_api_and_two_worker_processes_on_one_key_settle_200_requests_o
             "HAVING count(*) > 1) AS doubled"
         )
         assert (conflicts, doubles) == (0, 0)
+        # Each job keeps the id of the request a `serve` made it for; a `work` process names it
+        # on the job's settled line.
+        jobs = {(r["id"], r["request_id"]) for r in await db.fetch("SELECT id, request_id FROM relay_jobs")}
+        settled = {
+            (line["job_id"], line.get("request_id"))
+            for line in log_lines(log)
+            if line["message"] == "indexed" and line["logger"] == "relayer.workers.follower"
+        }
+        assert None not in {request_id for _, request_id in jobs} and settled == jobs
         print(f"\n2 serve + 2 work: 200 settled in {elapsed:.1f} s, nonce conflicts 0, double broadcasts 0")
 
 

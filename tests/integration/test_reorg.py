@@ -80,7 +80,14 @@ async def test_a_reorg_after_indexing_within_the_window_undoes_the_settlement_un
             undone = [
                 r for r in caplog.records if r.name.endswith("follower") and "reorg: undid" in r.getMessage()
             ]
+            reorged = [
+                (r.job_id, r.tx_hash, r.request_id)  # type: ignore[attr-defined]
+                for r in caplog.records
+                if r.getMessage() == "reorged"
+            ]
         assert (status, again["status"], again["transactionHash"]) == (200, "settled", tx_hash), again
+        assert job["request_id"] is not None  # the one line about the job names its request
+        assert reorged == [(job["id"], tx_hash, job["request_id"])], reorged
         assert _on_chain(anvil, tx_hash) is not None
         assert await _retirements(d, tx_hash) == 1
         assert [(r.ancestor, r.jobs) for r in undone] == [(mined_in - 1, 1)], "undone exactly once"  # type: ignore[attr-defined]

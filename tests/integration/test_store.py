@@ -13,6 +13,7 @@ import pytest
 
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.states import JobState
+from relayer.logs import request_scope
 from relayer.store.pool import StoreUnavailable
 from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
@@ -76,6 +77,23 @@ async def test_a_rejection_is_stored_as_a_record_without_http(daemon: Daemon) ->
         "context": {"gasCap": 1},
     }
     assert await jobs.move(job.id, JobState.SIGNED) is None  # rejected -> signed is not allowed
+
+
+async def test_a_job_keeps_the_id_of_the_request_that_made_it(daemon: Daemon) -> None:
+    """Made while a request is served, a job stores its id (workers in any process log it);
+    made outside one, none; the column takes only what the API keeps of a client's id."""
+    jobs = daemon.runtime.jobs
+    with request_scope("client:req/1=+_.-"):
+        served, _ = await jobs.reserve(_job(b"\x0a" * 32))
+    unserved, _ = await jobs.reserve(_job(b"\x0b" * 32))
+    assert (served.request_id, unserved.request_id) == ("client:req/1=+_.-", None)
+    read = await jobs.find_by_salt(98, b"\x0a" * 32)
+    assert read is not None and read.request_id == "client:req/1=+_.-"
+    for bad in ("a b", "x" * 65, "", "é", "a\nb"):
+        with pytest.raises(asyncpg.CheckViolationError):
+            await daemon.runtime.db.execute(
+                "UPDATE relay_jobs SET request_id = $2 WHERE id = $1", served.id, bad
+            )
 
 
 async def test_wake_ups_resume_after_the_listen_session_is_dropped(daemon: Daemon) -> None:
