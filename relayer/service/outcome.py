@@ -189,10 +189,10 @@ class Outcomes:
         revert (or a simulation's ``contract_revert``) whose authorization the token shows
         used was beaten by another sender of the same authorization (a front-runner): the
         transfer happened, so the answer is success with **that** transaction (found by the
-        token's ``AuthorizationUsed`` log), once that use is confirmed as our own transfer's
-        ``confirmed`` is (the ``confirmed`` function: the depth, or the node's ``safe``/
-        ``finalized`` block under a tag); until then it is not
-        final and carries that transaction's hash. When the wait runs out first the answer
+        token's ``AuthorizationUsed`` log), once that use is confirmed as our own transfer
+        would be (by the ``confirmed`` function: the depth, or the node's ``safe``/
+        ``finalized`` block under a tag); until then it is not final and carries that
+        transaction's hash. When the wait runs out first the answer
         is not final (``final`` False) and carries our transaction hash once signed.
 
         Raises:
