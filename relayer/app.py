@@ -79,6 +79,7 @@ from relayer.workers.gauges import Gauges
 from relayer.workers.lane_keeper import LaneKeeper
 from relayer.workers.order_keeper import OrderKeeper
 from relayer.workers.payment_keeper import PaymentKeeper
+from relayer.workers.reorg import Confirmed
 from relayer.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -316,8 +317,11 @@ def _wire(
     supply = Supply(reads, settings, project_records)
     gas = GasPricer(executor, reads, BaseCosts(node, node.contracts.eth_usd_feed), settings)
     certificates = Certificates(retirements, supply, settings.public_base_url)
+    # A front-runner's transfer is confirmed as the follower confirms ours: by the policy's
+    # depth, or at the node's safe/finalized block under a tag.
+    confirmed = Confirmed(BlockReader(node), settings.confirmation_policy())
     outcomes = Outcomes(
-        jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch, settings.depth()
+        jobs, retirements, reads, certificates, settings.settle_wait_s, notifications.watch, confirmed.through
     )
     prepare = Prepare(supply, reads, gas, settings)
     simulator = Simulator(

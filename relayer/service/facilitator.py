@@ -10,7 +10,8 @@ nonce lanes, fee bumping, reorg handling) as a ``transfer`` job and waits a boun
 its answer. One authorization is one job whoever asks, so a repeated settle of the same
 payload answers from the same job: never a second transfer. A front-runner who sends the
 payer's authorization to the token first makes ours revert (or its simulation): the answer is
-success with **that** transaction once it is at the chain's confirmation depth, and
+success with **that** transaction once it is confirmed as our own would be (the chain's
+confirmation depth, or the node's ``safe``/``finalized`` block under a tag), and
 ``settlement_pending`` with its hash until then.
 
 Cancelled settles: a job not signed within the wait is moved to ``rejected`` (the broadcaster

@@ -42,6 +42,22 @@ TRANSFER_ANSWERING_STATES: Final = frozenset(
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 T = TypeVar("T")
 
+ConfirmedThrough = Callable[[int], Awaitable[int]]
+"""The newest confirmed block number under a head (a block number; -1 when none is), as the
+chain follower judges it: ``depth`` blocks under the head, or the node's ``safe``/
+``finalized`` block (``relayer.workers.reorg.Confirmed.through``). Raises
+``ChainUnavailable`` when the node fails."""
+
+
+def blocks_deep(confirmations: int) -> ConfirmedThrough:
+    """The :data:`ConfirmedThrough` of a bare depth: ``confirmations`` blocks under the head
+    (:func:`confirmed_through`), with no read of the node."""
+
+    async def through(head: int) -> int:
+        return confirmed_through(head, confirmations)
+
+    return through
+
 
 @dataclass(frozen=True, slots=True)
 class TransferOutcome:
@@ -93,10 +109,12 @@ class Outcomes:
         certificates: Certificates,
         settle_wait_s: float,
         watch: Callable[[int, Collection[str]], AbstractContextManager[asyncio.Event]],
-        confirmations: int = 1,
+        confirmed: ConfirmedThrough | None = None,
     ) -> None:
+        """``confirmed`` is the chain's confirmed-through function (default: one block, the
+        head itself); the daemon passes its confirmation policy's (app.py)."""
         self.jobs = jobs
-        self.confirmations = confirmations
+        self.confirmed = confirmed or blocks_deep(1)
         self.retirements = retirements
         self.reads = reads
         self.certificates = certificates
@@ -171,9 +189,10 @@ class Outcomes:
         revert (or a simulation's ``contract_revert``) whose authorization the token shows
         used was beaten by another sender of the same authorization (a front-runner): the
         transfer happened, so the answer is success with **that** transaction (found by the
-        token's ``AuthorizationUsed`` log), once that use is at the chain's confirmation
-        depth (``confirmations``, as our own transfer's ``confirmed``); until then it is not
-        final and carries that transaction's hash. When the wait runs out first the answer
+        token's ``AuthorizationUsed`` log), once that use is confirmed as our own transfer
+        would be (by the ``confirmed`` function: the depth, or the node's ``safe``/
+        ``finalized`` block under a tag); until then it is not final and carries that
+        transaction's hash. When the wait runs out first the answer
         is not final (``final`` False) and carries our transaction hash once signed.
 
         Raises:
@@ -216,8 +235,8 @@ class Outcomes:
     async def _used_elsewhere(self, job: Job) -> tuple[bytes, bool] | None:
         """The transaction of another sender that used the transfer job's authorization, if
         the token shows it used (our own transaction reverted, or was never sent, so it is
-        not ours), and whether that use is at the confirmation depth: the token shows it
-        used at the newest block under ``confirmations`` (:func:`confirmed_through`) too. The
+        not ours), and whether that use is confirmed: the token shows it used at the newest
+        confirmed block (``confirmed``: the depth, or the node's tagged block) too. The
         hash is empty bytes when the use is outside the blocks searched (the transfer still
         happened: the signature fixes the recipient and value). None when it is unused.
 
@@ -228,9 +247,9 @@ class Outcomes:
         if not await self.reads.authorization_state(job.input_token, job.payer, nonce):
             return None
         head = await self.reads.latest_block()
-        deep = confirmed_through(head, self.confirmations)
-        confirmed = deep >= head or await self.reads.authorization_state(
-            job.input_token, job.payer, nonce, block=max(deep, 0)
+        deep = await self.confirmed(head)
+        confirmed = deep >= head or (
+            deep >= 0 and await self.reads.authorization_state(job.input_token, job.payer, nonce, block=deep)
         )
         found = await self.reads.authorization_used_tx(
             job.input_token, job.payer, nonce, job.block_number or head

@@ -33,6 +33,7 @@ from relayer.admin import create_api_key
 from relayer.chain import calls
 from relayer.domain import eip712
 from relayer.domain.chains import usdc_domain_name
+from relayer.service.outcome import blocks_deep
 from tests.chain_helpers import token_balance, transact_as_deployer
 from tests.conftest import Daemon
 
@@ -510,8 +511,8 @@ async def test_a_front_runners_transaction_is_success_only_at_confirmation_depth
     pay_to, value = fresh_address(), 5_432
     body = payment(daemon, pay_to, value)
     w3 = Web3(Web3.HTTPProvider(daemon.chain["rpcUrl"]))
-    depth, wait = outcomes.confirmations, facilitator.settle_wait_s
-    outcomes.confirmations, facilitator.settle_wait_s = 3, 1.0
+    confirmed, wait = outcomes.confirmed, facilitator.settle_wait_s
+    outcomes.confirmed, facilitator.settle_wait_s = blocks_deep(3), 1.0
     try:
         other = "0x" + submit_directly(daemon, body).hex()
         status, pending = await call(daemon, "settle", body, api_key)
@@ -525,7 +526,7 @@ async def test_a_front_runners_transaction_is_success_only_at_confirmation_depth
         w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
         status, final = await call(daemon, "settle", body, api_key)
     finally:
-        outcomes.confirmations, facilitator.settle_wait_s = depth, wait
+        outcomes.confirmed, facilitator.settle_wait_s = confirmed, wait
     assert status == 200 and (final["success"], final["transaction"]) == (True, other), final
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
     sent = await daemon.runtime.db.fetchval(
