@@ -20,6 +20,7 @@ from web3.types import BlockIdentifier, RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainUnavailable, rpc
+from relayer.chain.multicall import Views
 from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError
@@ -61,6 +62,7 @@ class ChainNode:
         self.read_ttl_s = read_ttl_s
         self._head: int | None = None
         self._reads: dict[str, tuple[int | None, float, asyncio.Future[Any]]] = {}
+        self.views = Views(self)
 
     async def check(self) -> bytes:
         """Verify the node answers and serves the configured chain id; returns the chain's
@@ -177,6 +179,37 @@ class ChainNode:
                 return False
         return True
 
+    def loading_or_fresh(self, key: str) -> bool:
+        """Whether a read cached under ``key`` is current or being loaded (not failed)."""
+        hit = self._reads.get(key)
+        if hit is None or hit[0] != self._head or time.monotonic() - hit[1] >= self.read_ttl_s:
+            return False
+        future = hit[2]
+        return not future.done() or (not future.cancelled() and future.exception() is None)
+
+    def prime(self, key: str, future: asyncio.Future[Any]) -> None:
+        """Cache ``future`` (answered by a read already under way) under ``key`` at the head."""
+        self._reads[key] = (self._head, time.monotonic(), future)
+
+    async def cached_view(
+        self, key: str, to: str, function: FunctionAbi, *args: Any
+    ) -> tuple[tuple[Any, ...], int]:
+        """The decoded outputs of ``function(*args)`` on ``to`` at the latest block and that
+        block's number, cached
+        per head under ``key`` (as :meth:`cached`) and read with the block's other per-head
+        reads in one Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`).
+
+        Raises:
+            ChainRevert: the call reverted.
+            ChainUnavailable: the node failed.
+        """
+        self.views.remember(key, (to, function, args))
+
+        async def load() -> tuple[tuple[Any, ...], int]:
+            return await self.views.call_at(to, function, *args)
+
+        return await self.cached(key, load)
+
     async def cached(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
         """Single-flight read cache: concurrent callers share one load per head and TTL; a
         failed load is not cached."""
@@ -184,9 +217,10 @@ class ChainNode:
         hit = self._reads.get(key)
         if hit is not None and hit[0] == self._head and now - hit[1] < self.read_ttl_s:
             shared: asyncio.Future[T] = hit[2]
-            if shared.done() and not shared.cancelled() and shared.exception() is None:
+            if not shared.done():
+                return await asyncio.shield(shared)
+            if not shared.cancelled() and shared.exception() is None:
                 return shared.result()
-            return await asyncio.shield(shared)
         task: asyncio.Future[T] = asyncio.ensure_future(load())
         self._reads[key] = (self._head, now, task)
         try:

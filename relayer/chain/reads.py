@@ -14,8 +14,8 @@ from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
-from relayer.chain.multicall import Balances
-from relayer.chain.node import ChainNode, address
+from relayer.chain.multicall import GET_ETH_BALANCE, MULTICALL3, Balances
+from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
 
@@ -57,26 +57,21 @@ class ChainReads:
         self.contracts = node.contracts
         self._credits: dict[int, CreditInfo] = {}
         self._balances = Balances(node)
+        self._classes_memo: tuple[tuple[Any, ...], list[ClassInfo]] | None = None
 
     async def fee_schedule(self) -> FeeSchedule:
         """The settlement's protocol fees (cached per head: the owner may change them)."""
 
-        async def load() -> FeeSchedule:
-            class_bps, class_floor, listing_bps, listing_floor = await self.node.call(
-                self.contracts.settlement, _FEES
-            )
-            return FeeSchedule(int(class_bps), int(class_floor), int(listing_bps), int(listing_floor))
-
-        return await self.node.cached("fees", load)
+        (class_bps, class_floor, listing_bps, listing_floor), _block = await self.node.cached_view(
+            "fees", self.contracts.settlement, _FEES
+        )
+        return FeeSchedule(int(class_bps), int(class_floor), int(listing_bps), int(listing_floor))
 
     async def reserves(self) -> PoolReserves:
         """USDC/kVCM pool reserves, atomic units (cached per head)."""
 
-        async def load() -> PoolReserves:
-            usdc, kvcm = await self.node.call(self.contracts.pool, _RESERVES)
-            return PoolReserves(int(usdc), int(kvcm))
-
-        return await self.node.cached("reserves", load)
+        (usdc, kvcm), _block = await self.node.cached_view("reserves", self.contracts.pool, _RESERVES)
+        return PoolReserves(int(usdc), int(kvcm))
 
     def catalog_fresh(self) -> bool:
         """Whether the catalogue's per-head reads (classes, listings, pool reserves, fee
@@ -103,26 +98,25 @@ class ChainReads:
         return cached
 
     async def classes(self, *, block: int | None = None) -> list[ClassInfo]:
-        """All carbon classes with their credits' liquidity (cached per head; at ``block``
-        when given, cached per head and block)."""
+        """All carbon classes with their credits' liquidity (cached per head and read with the
+        block's other per-head reads; at ``block`` when given, cached per head and block)."""
+        if block is None:
+            return (await self.classes_at())[0]
 
         async def load() -> list[ClassInfo]:
-            infos, token_ids, available = await self.node.call(
-                self.contracts.carbon_classes, _ALL_CLASSES, block=block
-            )
-            return [
-                ClassInfo(
-                    class_id=i + 1,
-                    symbol=str(info[0]),
-                    name=str(info[1]),
-                    price_kvcm_per_tonne=int(info[2]),
-                    min_retirement_units=int(info[3]),
-                    credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
-                )
-                for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
-            ]
+            outputs = await self.node.views.call(self.contracts.carbon_classes, _ALL_CLASSES, block=block)
+            return _classes(outputs)
 
-        return await self.node.cached("classes" if block is None else f"classes@{block}", load)
+        return await self.node.cached(f"classes@{block}", load)
+
+    async def classes_at(self) -> tuple[list[ClassInfo], int]:
+        """:meth:`classes` at the latest block (cached per head) and the number of the block
+        they were read at."""
+        outputs, block = await self.node.cached_view("classes", self.contracts.carbon_classes, _ALL_CLASSES)
+        memo = self._classes_memo
+        if memo is None or memo[0] is not outputs:
+            memo = self._classes_memo = (outputs, _classes(outputs))
+        return memo[1], block
 
     async def listing(self, listing_id: int, *, block: int | None = None) -> ListingInfo | None:
         """A listing, or None when no listing has this id (cached per head; at ``block`` when
@@ -130,7 +124,7 @@ class ChainReads:
 
         async def load() -> ListingInfo | None:
             try:
-                (raw,) = await self.node.call(
+                (raw,) = await self.node.views.call(
                     self.contracts.marketplace, _GET_LISTING, listing_id, block=block
                 )
             except ChainRevert as exc:
@@ -182,7 +176,7 @@ class ChainReads:
         if fresh and block is None:
             block = await self.latest_block()
         if block is not None:
-            (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
+            (amount,) = await self.node.views.call(token, _BALANCE_OF, owner, block=block)
             return TokenBalance(int(amount), block)
         block = await self.node.head()
 
@@ -230,10 +224,8 @@ class ChainReads:
             ChainUnavailable: the node failed.
         """
 
-        async def load() -> int:
-            return int(await rpc(self.node.w3.eth.get_balance(address(account))))
-
-        return await self.node.cached(f"eth:{account}", load)
+        (wei,), _block = await self.node.cached_view(f"eth:{account}", MULTICALL3, GET_ETH_BALANCE, account)
+        return int(wei)
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""
@@ -324,6 +316,21 @@ def _revert_of(answer: dict[str, Any]) -> ChainRevert | None:
     if "revert" in message.lower():
         return ChainRevert(None, "transferWithAuthorization", message)
     raise ChainUnavailable(detail=f"eth_call answered an error: {message[:120]}")
+
+
+def _classes(outputs: tuple[Any, ...]) -> list[ClassInfo]:
+    infos, token_ids, available = outputs
+    return [
+        ClassInfo(
+            class_id=i + 1,
+            symbol=str(info[0]),
+            name=str(info[1]),
+            price_kvcm_per_tonne=int(info[2]),
+            min_retirement_units=int(info[3]),
+            credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
+        )
+        for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
+    ]
 
 
 def _listing(listing_id: int, raw: Any) -> ListingInfo:
