@@ -45,6 +45,18 @@ class TransferPreview:
     revert: ChainRevert | None
 
 
+@dataclass(frozen=True, slots=True)
+class StateNow:
+    """State the re-check before signing reads, all at one block (``block``, the latest when
+    read): token balances by (token, owner) in atomic units, listings by id (None: no such
+    listing), and the classes (None when not asked)."""
+
+    block: int
+    balances: dict[tuple[str, str], int]
+    listings: dict[int, ListingInfo | None]
+    classes: list[ClassInfo] | None
+
+
 class ChainReads:
     """Reads of the protocol's state for discovery, quotes and prepare-auth.
 
@@ -149,6 +161,54 @@ class ChainReads:
                     return out
 
         return await self.node.cached("listings", load)
+
+    async def state_now(
+        self, balances: Sequence[tuple[str, str]], listing_ids: Sequence[int], classes: bool
+    ) -> StateNow:
+        """The balances of ``balances`` (token, owner), the listings ``listing_ids`` and (when
+        ``classes``) the classes, all at the latest block now and with its number: one
+        Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`), past the cache.
+
+        Raises:
+            ChainUnavailable: the node failed, or the reads did not come from one block.
+            ChainRevert: a read reverted unexpectedly.
+        """
+        views = self.node.views
+        wanted = list(dict.fromkeys(balances))
+        ids = list(dict.fromkeys(listing_ids))
+        answers = await asyncio.gather(
+            *(views.call_at(token, _BALANCE_OF, owner) for token, owner in wanted),
+            *(views.call_at(self.contracts.marketplace, _GET_LISTING, i) for i in ids),
+            *([views.call_at(self.contracts.carbon_classes, _ALL_CLASSES)] if classes else []),
+            return_exceptions=True,
+        )
+        blocks: set[int] = set()
+        listings: dict[int, ListingInfo | None] = {}
+        for i, answer in zip(ids, answers[len(wanted) : len(wanted) + len(ids)], strict=True):
+            if isinstance(answer, ChainRevert) and answer.error_name == "ListingNotFound":
+                listings[i] = None
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            blocks.add(answer[1])
+            listings[i] = _listing(i, answer[0][0])
+        held: dict[tuple[str, str], int] = {}
+        for key, answer in zip(wanted, answers[: len(wanted)], strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            blocks.add(answer[1])
+            held[key] = int(answer[0][0])
+        found: list[ClassInfo] | None = None
+        if classes:
+            last = answers[-1]
+            if isinstance(last, BaseException):
+                raise last
+            blocks.add(last[1])
+            found = _classes(last[0])
+        if len(blocks) > 1:
+            raise ChainUnavailable(detail="the re-check's reads came from more than one block")
+        block = blocks.pop() if blocks else await self.latest_block()
+        return StateNow(block, held, listings, found)
 
     async def permit_nonce(self, owner: str) -> int:
         """The kVCM EIP-2612 nonce ``owner`` signs its next permit with (not cached)."""

@@ -155,3 +155,34 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     fees = first[0]
     assert (fees.class_fee_bps, fees.class_fee_floor_usdc, fees.listing_fee_bps, fees.listing_fee_floor_usdc) == singly[0]
     assert (first[1].usdc, first[1].kvcm) == singly[1] and first[4] == singly[2] > 0
+
+
+async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_call_at_one_block(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """What the re-check before signing reads on chain (every payer's balance, the listings its
+    jobs fill, the classes) is one Multicall3 ``eth_call`` at the latest block, which also
+    gives that block's number (no ``eth_blockNumber``); the figures are the contracts' own,
+    and a listing that does not exist is None (not a failure of the others)."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
+    ):
+        reads = d.runtime.services.supply.chain
+        usdc = info["contracts"]["usdc"]
+        owners = [p["address"] for p in info["payers"]] + [Account.create().address]
+        singly = [await reads.balance_now(usdc, o) for o in owners]
+        classes = await reads.classes()
+        listing = (await reads.listings())[0]
+        await reads.state_now([(usdc, owners[0])], [], False)  # warm: Multicall3's code looked up
+        head = await reads.latest_block()
+        proxy.calls.clear()
+        state = await reads.state_now([(usdc, o) for o in owners], [listing.listing_id, 10**9], True)
+        calls = list(proxy.calls)
+    assert [m for m, _ in calls] == ["eth_call"], calls
+    assert json.loads(calls[0][1])[0]["to"] == MULTICALL3
+    assert state.block == head
+    assert [state.balances[(usdc, o)] for o in owners] == singly and any(singly)
+    assert state.listings == {listing.listing_id: listing, 10**9: None}
+    assert state.classes == classes
