@@ -153,7 +153,8 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     assert [m for m, _ in after_one] == ["eth_call"] and after_rest == after_one, after_rest
     assert rest == first
     fees = first[0]
-    figures = (fees.class_fee_bps, fees.class_fee_floor_usdc, fees.listing_fee_bps, fees.listing_fee_floor_usdc)
+    figures = (fees.class_fee_bps, fees.class_fee_floor_usdc)
+    figures += (fees.listing_fee_bps, fees.listing_fee_floor_usdc)
     assert figures == singly[0]
     assert (first[1].usdc, first[1].kvcm) == singly[1] and first[4] == singly[2] > 0
 
