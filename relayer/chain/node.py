@@ -9,23 +9,25 @@ constant facts are read once; every failure is translated by :mod:`relayer.chain
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from eth_abi.exceptions import DecodingError
-from eth_typing import BlockNumber, ChecksumAddress, HexStr
+from eth_typing import BlockNumber, ChecksumAddress
 from web3 import AsyncWeb3
-from web3.types import BlockIdentifier, RPCEndpoint
+from web3.types import RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
-from relayer.chain.errors import ChainUnavailable, rpc
+from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
 from relayer.chain.multicall import Views
 from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError
 
 T = TypeVar("T")
+_REVERT_DATA: Final = re.compile(r"0x(?:[0-9a-fA-F]{2})+")
 BATCH_MAX: Final = 64
 """Most calls in one JSON-RPC batch (providers cap batches; a bounded body either way)."""
 
@@ -93,17 +95,32 @@ class ChainNode:
             ChainRevert: the call reverted (custom error decoded).
             ChainUnavailable: the node failed.
         """
-        data = function.encode(*args)
-        at: BlockIdentifier = "latest" if block is None else BlockNumber(block)
-        raw = await rpc(
-            self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}, at), function.name
-        )
-        if not isinstance(raw, bytes):  # a null result
-            raise ChainUnavailable(detail=f"no result for {function.name}")
+        data = "0x" + function.encode(*args).hex()
+        at = "latest" if block is None else hex(block)
+        raw = await self.answer("eth_call", [{"to": to, "data": data}, at], function.name)
         try:
-            return function.decode(raw)
-        except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
+            return function.decode(bytes.fromhex(str(raw)[2:]))
+        except (DecodingError, ValueError) as exc:  # "0x" from a lagging node or the wrong chain
             raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
+
+    async def answer(self, method: str, params: list[Any], function: str | None = None) -> Any:
+        """One JSON-RPC call straight over the transport (no web3 formatters), its ``result``
+        as the node sent it; an error that is a revert (revert data, or a message saying so)
+        is the revert of ``function``.
+
+        Raises:
+            ChainRevert: the call reverted (custom error decoded).
+            ChainUnavailable: the node failed, answered another error or no result.
+        """
+        provider = self.w3.provider
+        assert isinstance(provider, KeepAliveHTTPProvider)
+        reply = await rpc(provider.make_request(RPCEndpoint(method), params))
+        error = reply.get("error")
+        if error is not None:
+            raise _error(error, method, function)
+        if reply.get("result") is None:
+            raise ChainUnavailable(detail=f"{method} answered null")
+        return reply["result"]
 
     async def request(self, method: str, params: list[Any]) -> Any:
         """One JSON-RPC call, its ``result`` as the node sent it (JSON: hex strings, lists,
@@ -155,7 +172,7 @@ class ChainNode:
         """
 
         async def load() -> int:
-            return int(await rpc(self.w3.eth.block_number))
+            return int(str(await self.answer("eth_blockNumber", [])), 16)
 
         return await self.cached("head", load)
 
@@ -229,6 +246,17 @@ class ChainNode:
             if key in self._reads and self._reads[key][2] is task:
                 del self._reads[key]
             raise
+
+
+def _error(error: Any, method: str, function: str | None) -> ChainRevert | ChainUnavailable:
+    """What a JSON-RPC ``error`` member means: a revert (its data decoded) or the node failing."""
+    message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    data = error.get("data") if isinstance(error, dict) else None
+    if isinstance(data, str) and _REVERT_DATA.fullmatch(data):
+        return ChainRevert(bytes.fromhex(data[2:]), function, message)
+    if "revert" in message.lower():
+        return ChainRevert(None, function, message)
+    return ChainUnavailable(detail=f"{method} answered an error: {message[:120]}")
 
 
 async def _batch_or_one_by_one(

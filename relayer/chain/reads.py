@@ -13,7 +13,7 @@ from typing import Any, Final
 from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
-from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
+from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.multicall import GET_ETH_BALANCE, MULTICALL3, Balances
 from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
@@ -221,7 +221,7 @@ class ChainReads:
         Raises:
             ChainUnavailable: the node failed.
         """
-        return int(await rpc(self.node.w3.eth.block_number))
+        return int(str(await self.node.answer("eth_blockNumber", [])), 16)
 
     async def balance(
         self, token: str, owner: str, *, fresh: bool = False, block: int | None = None
