@@ -41,8 +41,6 @@ _TRY_BLOCK_AND_AGGREGATE: Final = _function(
     "tryBlockAndAggregate", ("bool", "(address,bytes)[]"), ("uint256", "bytes32", "(bool,bytes)[]")
 )
 _BALANCE_OF: Final = codec.function("UsdcEip3009", "balanceOf")
-GET_ETH_BALANCE: Final = _function("getEthBalance", ("address",), ("uint256",))
-"""Multicall3's ``getEthBalance(address)``: an account's wei, read among the block's views."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +152,8 @@ class Views:
         self._waiting: dict[
             int | None, list[tuple[ViewCall, asyncio.Future[tuple[tuple[Any, ...], int]]]]
         ] = {}
-        self._flushes: dict[int | None, asyncio.Task[None]] = {}
+        self._flushes: dict[int | None, asyncio.Future[None]] = {}
+        self._running: set[asyncio.Future[None]] = set()
         self._working: dict[str, tuple[ViewCall, float]] = {}
         self.calls = 0  # eth_calls sent (for tests and metrics)
 
@@ -201,41 +200,53 @@ class Views:
         """As :meth:`call`, with the number of the block it was read at."""
         future: asyncio.Future[tuple[tuple[Any, ...], int]] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(block, []).append(((to, function, args), future))
-        flush = self._flushes.get(block)
-        if flush is None or flush.done():
-            self._flushes[block] = asyncio.ensure_future(self._flush_soon(block))
+        if block not in self._flushes:
+            task = asyncio.ensure_future(self._flush_soon(block))
+            self._flushes[block] = task
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
         return await asyncio.shield(future)
 
     async def _flush_soon(self, block: int | None) -> None:
-        await asyncio.sleep(GATHER_S)
-        ahead = self._read_ahead() if block is None else []
-        while self._waiting.get(block) or ahead:  # bounded: each pass takes up to MOST_PER_CALL
-            asked = self._waiting.get(block, [])
-            batch, self._waiting[block] = asked[:MOST_PER_CALL], asked[MOST_PER_CALL:]
-            room = MOST_PER_CALL - len(batch)
-            batch, ahead = batch + ahead[:room], ahead[room:]
-            try:
-                answers = await self._aggregate([c for c, _ in batch], block)
-            except BaseException as exc:
-                failure = (
-                    exc
-                    if isinstance(exc, ChainUnavailable)
-                    else ChainUnavailable(detail=f"view call failed: {type(exc).__name__}")
-                )
-                for _c, f in batch:
-                    if not f.done():
-                        f.set_exception(failure)
-                if not isinstance(exc, ChainUnavailable):
-                    raise
+        """After :data:`GATHER_S`, send what was asked at ``block`` meanwhile (and, at the
+        latest block, the read-ahead), :data:`MOST_PER_CALL` a call, the calls concurrently;
+        what is asked while they are under way gathers for the next flush (a slow call
+        holds up only its own readers)."""
+        try:
+            await asyncio.sleep(GATHER_S)
+        finally:
+            self._flushes.pop(block, None)
+        pending = self._waiting.pop(block, []) + (self._read_ahead() if block is None else [])
+        chunks = [pending[i : i + MOST_PER_CALL] for i in range(0, len(pending), MOST_PER_CALL)]
+        await asyncio.gather(*(self._answer(chunk, block) for chunk in chunks))
+
+    async def _answer(
+        self, batch: list[tuple[ViewCall, asyncio.Future[tuple[tuple[Any, ...], int]]]], block: int | None
+    ) -> None:
+        """One aggregate call for ``batch``; each future answered with its call's outcome."""
+        try:
+            answers = await self._aggregate([c for c, _ in batch], block)
+        except BaseException as exc:
+            failure = (
+                exc
+                if isinstance(exc, ChainUnavailable)
+                else ChainUnavailable(detail=f"view call failed: {type(exc).__name__}")
+            )
+            for _c, f in batch:
+                if not f.done():
+                    f.set_exception(failure)
+                    f.exception()  # retrieved: a read-ahead nobody awaits is not an error
+            if not isinstance(exc, ChainUnavailable):
+                raise  # a bug, or cancelled: its readers were answered unavailable
+            return
+        for (_c, future), answer in zip(batch, answers, strict=True):
+            if future.done():
                 continue
-            for (_c, future), answer in zip(batch, answers, strict=True):
-                if future.done():
-                    continue
-                if isinstance(answer, BaseException):
-                    future.set_exception(answer)
-                else:
-                    future.set_result(answer)
-        self._waiting.pop(block, None)
+            if isinstance(answer, BaseException):
+                future.set_exception(answer)
+                future.exception()
+            else:
+                future.set_result(answer)
 
     def _read_ahead(self) -> list[tuple[ViewCall, asyncio.Future[tuple[tuple[Any, ...], int]]]]:
         """The working set's reads not cached at the node's head, each now in the node's

@@ -14,7 +14,7 @@ from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable
-from relayer.chain.multicall import GET_ETH_BALANCE, MULTICALL3, Balances
+from relayer.chain.multicall import Balances
 from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
@@ -284,8 +284,10 @@ class ChainReads:
             ChainUnavailable: the node failed.
         """
 
-        (wei,), _block = await self.node.cached_view(f"eth:{account}", MULTICALL3, GET_ETH_BALANCE, account)
-        return int(wei)
+        async def load() -> int:
+            return int(str(await self.node.answer("eth_getBalance", [account, "latest"])), 16)
+
+        return await self.node.cached(f"eth:{account}", load)
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""
