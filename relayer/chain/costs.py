@@ -59,25 +59,21 @@ class BaseCosts:
         if not await self.has_oracle():
             return 0
 
-        async def load() -> int:
-            (fee,) = await self.node.call(GAS_PRICE_ORACLE, _L1_FEE_UPPER_BOUND, unsigned_tx_size)
-            return int(fee)
-
-        return await self.node.cached(f"l1fee:{unsigned_tx_size}", load)
+        (fee,), _block = await self.node.cached_view(
+            f"l1fee:{unsigned_tx_size}", GAS_PRICE_ORACLE, _L1_FEE_UPPER_BOUND, unsigned_tx_size
+        )
+        return int(fee)
 
     async def operator_fee(self, gas: int) -> int:
         """The operator fee (wei) charged for ``gas`` gas (charged on the gas limit up front)."""
         if not await self.has_oracle():
             return 0
 
-        async def load() -> int:
-            try:
-                (fee,) = await self.node.call(GAS_PRICE_ORACLE, _OPERATOR_FEE, gas)
-            except ChainRevert:
-                return 0  # an oracle from before Isthmus: no operator fee
-            return int(fee)
-
-        return await self.node.cached(f"opfee:{gas}", load)
+        try:
+            (fee,), _block = await self.node.cached_view(f"opfee:{gas}", GAS_PRICE_ORACLE, _OPERATOR_FEE, gas)
+        except ChainRevert:
+            return 0  # an oracle from before Isthmus: no operator fee
+        return int(fee)
 
     async def eth_usd(self) -> FeedAnswer | None:
         """The ETH/USD feed's latest answer, or None without a feed."""
@@ -91,8 +87,7 @@ class BaseCosts:
                     self._feed_decimals = int(decimals)
         places = self._feed_decimals
 
-        async def load() -> FeedAnswer:
-            _round, answer, _started, updated_at, _answered = await self.node.call(feed, _LATEST_ROUND)
-            return FeedAnswer(int(answer), places, int(updated_at))
-
-        return await self.node.cached("eth_usd", load)
+        (_round, answer, _started, updated_at, _answered), _block = await self.node.cached_view(
+            "eth_usd", feed, _LATEST_ROUND
+        )
+        return FeedAnswer(int(answer), places, int(updated_at))

@@ -9,12 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from eth_abi.exceptions import DecodingError
-from eth_typing import BlockNumber, HexStr
-from web3.types import TxParams
 
 from relayer.chain import codec
-from relayer.chain.errors import ChainUnavailable, SendOutcome, refusal, rpc
-from relayer.chain.node import ChainNode, address
+from relayer.chain.errors import ChainUnavailable, SendOutcome, refusal
+from relayer.chain.node import ChainNode
 
 FEE_HISTORY_BLOCKS: Final = 5
 TIP_PERCENTILE: Final = 50
@@ -45,9 +43,14 @@ class ExecutorChain:
         """
 
         async def load() -> FeeMarket:
-            history = await rpc(self.node.w3.eth.fee_history(FEE_HISTORY_BLOCKS, "latest", [TIP_PERCENTILE]))
-            bases = [int(b) for b in history["baseFeePerGas"]]
-            tips = sorted(int(r[0]) for r in history.get("reward", []) if r)
+            history = await self.node.answer(
+                "eth_feeHistory", [hex(FEE_HISTORY_BLOCKS), "latest", [TIP_PERCENTILE]]
+            )
+            try:
+                bases = [int(b, 16) for b in history["baseFeePerGas"]]
+                tips = sorted(int(r[0], 16) for r in history.get("reward") or [] if r)
+            except (KeyError, TypeError, ValueError):
+                raise ChainUnavailable(detail="eth_feeHistory answered a malformed history") from None
             return FeeMarket(bases[-1] if bases else 0, tips[len(tips) // 2] if tips else 0)
 
         return await self.node.cached("fee_market", load)
@@ -62,13 +65,13 @@ class ExecutorChain:
             ChainRevert: the simulation reverted (custom error decoded; ``function`` named).
             ChainUnavailable: the node failed.
         """
-        tx: TxParams = {
-            "from": address(sender),
-            "to": address(to),
-            "data": HexStr("0x" + data.hex()),
-        }
-        at = None if block is None else BlockNumber(block)
-        return int(await rpc(self.node.w3.eth.estimate_gas(tx, at), function))
+        tx = {"from": sender, "to": to, "data": "0x" + data.hex()}
+        params: list[Any] = [tx] if block is None else [tx, hex(block)]
+        gas = await self.node.answer("eth_estimateGas", params, function)
+        try:
+            return int(str(gas), 16)
+        except ValueError:
+            raise ChainUnavailable(detail="eth_estimateGas answered no number") from None
 
     async def calls_succeed(
         self, sender: str, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]]
@@ -105,7 +108,7 @@ class ExecutorChain:
         Raises:
             ChainUnavailable: the node failed.
         """
-        return int(await rpc(self.node.w3.eth.get_transaction_count(address(account), "pending")))
+        return int(str(await self.node.answer("eth_getTransactionCount", [account, "pending"])), 16)
 
     async def mined_nonce(self, account: str) -> int:
         """How many transactions of ``account`` are mined: its lowest nonce still free.
@@ -113,7 +116,7 @@ class ExecutorChain:
         Raises:
             ChainUnavailable: the node failed.
         """
-        return int(await rpc(self.node.w3.eth.get_transaction_count(address(account), "latest")))
+        return int(str(await self.node.answer("eth_getTransactionCount", [account, "latest"])), 16)
 
     async def send_raw_many(self, raws: Sequence[bytes]) -> list[SendOutcome | ChainUnavailable]:
         """Broadcast signed bytes in JSON-RPC batches (one round trip per batch), in order.

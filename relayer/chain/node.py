@@ -9,22 +9,25 @@ constant facts are read once; every failure is translated by :mod:`relayer.chain
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from eth_abi.exceptions import DecodingError
-from eth_typing import BlockNumber, ChecksumAddress, HexStr
+from eth_typing import BlockNumber, ChecksumAddress
 from web3 import AsyncWeb3
-from web3.types import BlockIdentifier, RPCEndpoint
+from web3.types import RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
-from relayer.chain.errors import ChainUnavailable, rpc
+from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
+from relayer.chain.multicall import Views
 from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError
 
 T = TypeVar("T")
+_REVERT_DATA: Final = re.compile(r"0x(?:[0-9a-fA-F]{2})+")
 BATCH_MAX: Final = 64
 """Most calls in one JSON-RPC batch (providers cap batches; a bounded body either way)."""
 
@@ -61,6 +64,7 @@ class ChainNode:
         self.read_ttl_s = read_ttl_s
         self._head: int | None = None
         self._reads: dict[str, tuple[int | None, float, asyncio.Future[Any]]] = {}
+        self.views = Views(self)
 
     async def check(self) -> bytes:
         """Verify the node answers and serves the configured chain id; returns the chain's
@@ -91,17 +95,32 @@ class ChainNode:
             ChainRevert: the call reverted (custom error decoded).
             ChainUnavailable: the node failed.
         """
-        data = function.encode(*args)
-        at: BlockIdentifier = "latest" if block is None else BlockNumber(block)
-        raw = await rpc(
-            self.w3.eth.call({"to": address(to), "data": HexStr("0x" + data.hex())}, at), function.name
-        )
-        if not isinstance(raw, bytes):  # a null result
-            raise ChainUnavailable(detail=f"no result for {function.name}")
+        data = "0x" + function.encode(*args).hex()
+        at = "latest" if block is None else hex(block)
+        raw = await self.answer("eth_call", [{"to": to, "data": data}, at], function.name)
         try:
-            return function.decode(raw)
-        except DecodingError as exc:  # "0x" from a lagging node or the wrong chain, or garbage
+            return function.decode(bytes.fromhex(str(raw)[2:]))
+        except (DecodingError, ValueError) as exc:  # "0x" from a lagging node or the wrong chain
             raise ChainUnavailable(detail=f"{type(exc).__name__} decoding {function.name}") from None
+
+    async def answer(self, method: str, params: list[Any], function: str | None = None) -> Any:
+        """One JSON-RPC call straight over the transport (no web3 formatters), its ``result``
+        as the node sent it; an error that is a revert (revert data, or a message saying so)
+        is the revert of ``function``.
+
+        Raises:
+            ChainRevert: the call reverted (custom error decoded).
+            ChainUnavailable: the node failed, answered another error or no result.
+        """
+        provider = self.w3.provider
+        assert isinstance(provider, KeepAliveHTTPProvider)
+        reply = await rpc(provider.make_request(RPCEndpoint(method), params))
+        error = reply.get("error")
+        if error is not None:
+            raise _error(error, method, function)
+        if reply.get("result") is None:
+            raise ChainUnavailable(detail=f"{method} answered null")
+        return reply["result"]
 
     async def request(self, method: str, params: list[Any]) -> Any:
         """One JSON-RPC call, its ``result`` as the node sent it (JSON: hex strings, lists,
@@ -153,7 +172,7 @@ class ChainNode:
         """
 
         async def load() -> int:
-            return int(await rpc(self.w3.eth.block_number))
+            return int(str(await self.answer("eth_blockNumber", [])), 16)
 
         return await self.cached("head", load)
 
@@ -177,6 +196,37 @@ class ChainNode:
                 return False
         return True
 
+    def loading_or_fresh(self, key: str) -> bool:
+        """Whether a read cached under ``key`` is current or being loaded (not failed)."""
+        hit = self._reads.get(key)
+        if hit is None or hit[0] != self._head or time.monotonic() - hit[1] >= self.read_ttl_s:
+            return False
+        future = hit[2]
+        return not future.done() or (not future.cancelled() and future.exception() is None)
+
+    def prime(self, key: str, future: asyncio.Future[Any]) -> None:
+        """Cache ``future`` (answered by a read already under way) under ``key`` at the head."""
+        self._reads[key] = (self._head, time.monotonic(), future)
+
+    async def cached_view(
+        self, key: str, to: str, function: FunctionAbi, *args: Any
+    ) -> tuple[tuple[Any, ...], int]:
+        """The decoded outputs of ``function(*args)`` on ``to`` at the latest block and that
+        block's number, cached
+        per head under ``key`` (as :meth:`cached`) and read with the block's other per-head
+        reads in one Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`).
+
+        Raises:
+            ChainRevert: the call reverted.
+            ChainUnavailable: the node failed.
+        """
+        self.views.remember(key, (to, function, args))
+
+        async def load() -> tuple[tuple[Any, ...], int]:
+            return await self.views.call_at(to, function, *args)
+
+        return await self.cached(key, load)
+
     async def cached(self, key: str, load: Callable[[], Awaitable[T]]) -> T:
         """Single-flight read cache: concurrent callers share one load per head and TTL; a
         failed load is not cached."""
@@ -184,9 +234,10 @@ class ChainNode:
         hit = self._reads.get(key)
         if hit is not None and hit[0] == self._head and now - hit[1] < self.read_ttl_s:
             shared: asyncio.Future[T] = hit[2]
-            if shared.done() and not shared.cancelled() and shared.exception() is None:
+            if not shared.done():
+                return await asyncio.shield(shared)
+            if not shared.cancelled() and shared.exception() is None:
                 return shared.result()
-            return await asyncio.shield(shared)
         task: asyncio.Future[T] = asyncio.ensure_future(load())
         self._reads[key] = (self._head, now, task)
         try:
@@ -195,6 +246,17 @@ class ChainNode:
             if key in self._reads and self._reads[key][2] is task:
                 del self._reads[key]
             raise
+
+
+def _error(error: Any, method: str, function: str | None) -> ChainRevert | ChainUnavailable:
+    """What a JSON-RPC ``error`` member means: a revert (its data decoded) or the node failing."""
+    message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    data = error.get("data") if isinstance(error, dict) else None
+    if isinstance(data, str) and _REVERT_DATA.fullmatch(data):
+        return ChainRevert(bytes.fromhex(data[2:]), function, message)
+    if "revert" in message.lower():
+        return ChainRevert(None, function, message)
+    return ChainUnavailable(detail=f"{method} answered an error: {message[:120]}")
 
 
 async def _batch_or_one_by_one(

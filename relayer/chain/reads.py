@@ -13,9 +13,9 @@ from typing import Any, Final
 from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
-from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
+from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.multicall import Balances
-from relayer.chain.node import ChainNode, address
+from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
 
@@ -45,6 +45,18 @@ class TransferPreview:
     revert: ChainRevert | None
 
 
+@dataclass(frozen=True, slots=True)
+class StateNow:
+    """State the re-check before signing reads, all at one block (``block``, the latest when
+    read): token balances by (token, owner) in atomic units, listings by id (None: no such
+    listing), and the classes (None when not asked)."""
+
+    block: int
+    balances: dict[tuple[str, str], int]
+    listings: dict[int, ListingInfo | None]
+    classes: list[ClassInfo] | None
+
+
 class ChainReads:
     """Reads of the protocol's state for discovery, quotes and prepare-auth.
 
@@ -57,26 +69,21 @@ class ChainReads:
         self.contracts = node.contracts
         self._credits: dict[int, CreditInfo] = {}
         self._balances = Balances(node)
+        self._classes_memo: tuple[tuple[Any, ...], list[ClassInfo]] | None = None
 
     async def fee_schedule(self) -> FeeSchedule:
         """The settlement's protocol fees (cached per head: the owner may change them)."""
 
-        async def load() -> FeeSchedule:
-            class_bps, class_floor, listing_bps, listing_floor = await self.node.call(
-                self.contracts.settlement, _FEES
-            )
-            return FeeSchedule(int(class_bps), int(class_floor), int(listing_bps), int(listing_floor))
-
-        return await self.node.cached("fees", load)
+        (class_bps, class_floor, listing_bps, listing_floor), _block = await self.node.cached_view(
+            "fees", self.contracts.settlement, _FEES
+        )
+        return FeeSchedule(int(class_bps), int(class_floor), int(listing_bps), int(listing_floor))
 
     async def reserves(self) -> PoolReserves:
         """USDC/kVCM pool reserves, atomic units (cached per head)."""
 
-        async def load() -> PoolReserves:
-            usdc, kvcm = await self.node.call(self.contracts.pool, _RESERVES)
-            return PoolReserves(int(usdc), int(kvcm))
-
-        return await self.node.cached("reserves", load)
+        (usdc, kvcm), _block = await self.node.cached_view("reserves", self.contracts.pool, _RESERVES)
+        return PoolReserves(int(usdc), int(kvcm))
 
     def catalog_fresh(self) -> bool:
         """Whether the catalogue's per-head reads (classes, listings, pool reserves, fee
@@ -103,26 +110,25 @@ class ChainReads:
         return cached
 
     async def classes(self, *, block: int | None = None) -> list[ClassInfo]:
-        """All carbon classes with their credits' liquidity (cached per head; at ``block``
-        when given, cached per head and block)."""
+        """All carbon classes with their credits' liquidity (cached per head and read with the
+        block's other per-head reads; at ``block`` when given, cached per head and block)."""
+        if block is None:
+            return (await self.classes_at())[0]
 
         async def load() -> list[ClassInfo]:
-            infos, token_ids, available = await self.node.call(
-                self.contracts.carbon_classes, _ALL_CLASSES, block=block
-            )
-            return [
-                ClassInfo(
-                    class_id=i + 1,
-                    symbol=str(info[0]),
-                    name=str(info[1]),
-                    price_kvcm_per_tonne=int(info[2]),
-                    min_retirement_units=int(info[3]),
-                    credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
-                )
-                for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
-            ]
+            outputs = await self.node.views.call(self.contracts.carbon_classes, _ALL_CLASSES, block=block)
+            return _classes(outputs)
 
-        return await self.node.cached("classes" if block is None else f"classes@{block}", load)
+        return await self.node.cached(f"classes@{block}", load)
+
+    async def classes_at(self) -> tuple[list[ClassInfo], int]:
+        """:meth:`classes` at the latest block (cached per head) and the number of the block
+        they were read at."""
+        outputs, block = await self.node.cached_view("classes", self.contracts.carbon_classes, _ALL_CLASSES)
+        memo = self._classes_memo
+        if memo is None or memo[0] is not outputs:
+            memo = self._classes_memo = (outputs, _classes(outputs))
+        return memo[1], block
 
     async def listing(self, listing_id: int, *, block: int | None = None) -> ListingInfo | None:
         """A listing, or None when no listing has this id (cached per head; at ``block`` when
@@ -130,7 +136,7 @@ class ChainReads:
 
         async def load() -> ListingInfo | None:
             try:
-                (raw,) = await self.node.call(
+                (raw,) = await self.node.views.call(
                     self.contracts.marketplace, _GET_LISTING, listing_id, block=block
                 )
             except ChainRevert as exc:
@@ -156,6 +162,54 @@ class ChainReads:
 
         return await self.node.cached("listings", load)
 
+    async def state_now(
+        self, balances: Sequence[tuple[str, str]], listing_ids: Sequence[int], classes: bool
+    ) -> StateNow:
+        """The balances of ``balances`` (token, owner), the listings ``listing_ids`` and (when
+        ``classes``) the classes, all at the latest block now and with its number: one
+        Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`), past the cache.
+
+        Raises:
+            ChainUnavailable: the node failed, or the reads did not come from one block.
+            ChainRevert: a read reverted unexpectedly.
+        """
+        views = self.node.views
+        wanted = list(dict.fromkeys(balances))
+        ids = list(dict.fromkeys(listing_ids))
+        answers = await asyncio.gather(
+            *(views.call_at(token, _BALANCE_OF, owner) for token, owner in wanted),
+            *(views.call_at(self.contracts.marketplace, _GET_LISTING, i) for i in ids),
+            *([views.call_at(self.contracts.carbon_classes, _ALL_CLASSES)] if classes else []),
+            return_exceptions=True,
+        )
+        blocks: set[int] = set()
+        listings: dict[int, ListingInfo | None] = {}
+        for i, answer in zip(ids, answers[len(wanted) : len(wanted) + len(ids)], strict=True):
+            if isinstance(answer, ChainRevert) and answer.error_name == "ListingNotFound":
+                listings[i] = None
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            blocks.add(answer[1])
+            listings[i] = _listing(i, answer[0][0])
+        held: dict[tuple[str, str], int] = {}
+        for key, answer in zip(wanted, answers[: len(wanted)], strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            blocks.add(answer[1])
+            held[key] = int(answer[0][0])
+        found: list[ClassInfo] | None = None
+        if classes:
+            last = answers[-1]
+            if isinstance(last, BaseException):
+                raise last
+            blocks.add(last[1])
+            found = _classes(last[0])
+        if len(blocks) > 1:
+            raise ChainUnavailable(detail="the re-check's reads came from more than one block")
+        block = blocks.pop() if blocks else await self.latest_block()
+        return StateNow(block, held, listings, found)
+
     async def permit_nonce(self, owner: str) -> int:
         """The kVCM EIP-2612 nonce ``owner`` signs its next permit with (not cached)."""
         (nonce,) = await self.node.call(self.contracts.kvcm, _NONCES, owner)
@@ -167,7 +221,7 @@ class ChainReads:
         Raises:
             ChainUnavailable: the node failed.
         """
-        return int(await rpc(self.node.w3.eth.block_number))
+        return int(str(await self.node.answer("eth_blockNumber", [])), 16)
 
     async def balance(
         self, token: str, owner: str, *, fresh: bool = False, block: int | None = None
@@ -182,7 +236,7 @@ class ChainReads:
         if fresh and block is None:
             block = await self.latest_block()
         if block is not None:
-            (amount,) = await self.node.call(token, _BALANCE_OF, owner, block=block)
+            (amount,) = await self.node.views.call(token, _BALANCE_OF, owner, block=block)
             return TokenBalance(int(amount), block)
         block = await self.node.head()
 
@@ -231,7 +285,7 @@ class ChainReads:
         """
 
         async def load() -> int:
-            return int(await rpc(self.node.w3.eth.get_balance(address(account))))
+            return int(str(await self.node.answer("eth_getBalance", [account, "latest"])), 16)
 
         return await self.node.cached(f"eth:{account}", load)
 
@@ -324,6 +378,21 @@ def _revert_of(answer: dict[str, Any]) -> ChainRevert | None:
     if "revert" in message.lower():
         return ChainRevert(None, "transferWithAuthorization", message)
     raise ChainUnavailable(detail=f"eth_call answered an error: {message[:120]}")
+
+
+def _classes(outputs: tuple[Any, ...]) -> list[ClassInfo]:
+    infos, token_ids, available = outputs
+    return [
+        ClassInfo(
+            class_id=i + 1,
+            symbol=str(info[0]),
+            name=str(info[1]),
+            price_kvcm_per_tonne=int(info[2]),
+            min_retirement_units=int(info[3]),
+            credits=tuple((int(t), int(a)) for t, a in zip(ids, avail, strict=True)),
+        )
+        for i, (info, ids, avail) in enumerate(zip(infos, token_ids, available, strict=True))
+    ]
 
 
 def _listing(listing_id: int, raw: Any) -> ListingInfo:

@@ -6,6 +6,7 @@ thousands of times a second."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 from eth_hash.auto import keccak
@@ -13,8 +14,11 @@ from eth_hash.auto import keccak
 _HEX40: Final = re.compile(r"(?:0x)?([0-9a-fA-F]{40})")
 
 
+@lru_cache(maxsize=8192)
 def checksum_address(value: str) -> str:
-    """The EIP-55 form of ``value`` (40 hex digits in any case, ``0x``-prefixed or not).
+    """The EIP-55 form of ``value`` (40 hex digits in any case, ``0x``-prefixed or not);
+    remembered for the 8192 latest values (the same contracts and payers come back in
+    every block's logs and reads).
 
     Raises:
         ValueError: ``value`` is not 20 bytes of hex.

@@ -336,8 +336,8 @@ class Relay:
             Unavailable: the chain node failed.
         """
         route = resolved.route
-        block = await self.supply.chain.node.head()
         if route.carbon_class is None:
+            block = await self.supply.chain.node.head()
             listing = await self.supply.chain.listing(route.source_id, block=block)
             if listing is None:
                 return None
@@ -349,9 +349,10 @@ class Relay:
                     raise refuse(refusal, route.source_id, route.credit)
 
             return SupplyCheck(block, fill)
+        classes, block = await self.supply.chain.classes_at()  # shared per head, with its block
         held = [
             available
-            for c in await self.supply.chain.classes(block=block)
+            for c in classes
             if c.class_id == route.source_id
             for token_id, available in c.credits
             if token_id == route.credit.token_id

@@ -17,8 +17,8 @@ from typing import Final
 from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
-from relayer.chain.reads import ChainReads
-from relayer.chain.types import ListingInfo
+from relayer.chain.reads import ChainReads, StateNow
+from relayer.chain.types import ListingInfo, TokenBalance
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.budget import transfer_gas_ceiling
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
@@ -178,12 +178,13 @@ class Simulator:
             Unavailable: the database failed.
         """
         try:
-            block = await self.reads.latest_block()
+            state = await self._state_now(batch)
         except Unavailable:
             log.warning("re-check failed; the batch waits for the next one")
             return []
-        fits = await self._fits(batch, block)
-        fits = await self._supply_fits([job for job in batch if job.id in fits], block)
+        block = state.block
+        fits = await self._fits(batch, state)
+        fits = await self._supply_fits([job for job in batch if job.id in fits], state)
         checked = [job for job in batch if job.id in fits]
         simulated_at = {job.id: self._simulated_at.pop(job.id, None) for job in batch}
         try:
@@ -233,32 +234,40 @@ class Simulator:
         executed = {job.id: ok for job, ok in zip(run, succeed, strict=True)}
         return [executed.get(job.id, True) for job in jobs]
 
-    async def _fits(self, batch: Sequence[Job], block: int) -> set[int]:
+    async def _state_now(self, batch: Sequence[Job]) -> StateNow:
+        """What the re-check of ``batch`` reads on chain, at the latest block and with its
+        number: every payer's balance, every listing its jobs fill and (for a class fill) the
+        classes, in one ``eth_call``.
+
+        Raises:
+            Unavailable: the chain node failed.
+        """
+        takes = [job.supply for job in batch if job.supply is not None]
+        return await self.reads.state_now(
+            [(job.input_token, job.payer) for job in batch],
+            sorted({t.source_id for t in takes if t.source == SOURCE_LISTING}),
+            any(t.source != SOURCE_LISTING for t in takes),
+        )
+
+    async def _fits(self, batch: Sequence[Job], state: StateNow) -> set[int]:
         """The jobs of ``batch`` whose payers can pay them, oldest first, beside what their
         signed jobs will take; the others are rejected. A payer with one job in the batch
-        and none signed needs no balance read: its own simulation, next, reverts as the
-        token would (one database round trip for the batch, one ``eth_call`` per payer that
-        needs it, at one block)."""
+        and none signed is not judged on its balance: its own simulation, next, reverts as the
+        token would (one database round trip for the batch; the balances were read in
+        ``state``)."""
+        block = state.block
         fits: set[int] = set()
         payers: dict[tuple[str, str], list[Job]] = {}
         for job in sorted(batch, key=lambda j: j.id):
             payers.setdefault((job.payer, job.input_token), []).append(job)
         committed = await self.jobs.committed(self.chain_id, list(payers), block)
         shared = [key for key, jobs in payers.items() if len(jobs) > 1 or committed.get(key, 0)]
-        balances = await asyncio.gather(
-            *(self.reads.balance(token, payer, block=block) for payer, token in shared),
-            return_exceptions=True,
-        )
-        read = dict(zip(shared, balances, strict=True))
+        read = {key: TokenBalance(state.balances[(key[1], key[0])], block) for key in shared}
         for key, jobs in payers.items():
             if key not in read:
                 fits.update(job.id for job in jobs)
                 continue
             balance = read[key]
-            if isinstance(balance, Unavailable):
-                continue  # checked again with the next batch
-            if isinstance(balance, BaseException):
-                raise balance
             spent = committed.get(key, 0)
             for job in jobs:
                 if spent + job.auth_value > balance.amount:
@@ -272,7 +281,7 @@ class Simulator:
                 fits.add(job.id)
         return fits
 
-    async def _supply_fits(self, jobs: Sequence[Job], block: int) -> set[int]:
+    async def _supply_fits(self, jobs: Sequence[Job], state: StateNow) -> set[int]:
         """The jobs of ``jobs`` whose fills their supply meets as read at ``block``, oldest
         first, beside what other jobs take before them (see :meth:`recheck`); the ones it
         cannot meet are rejected, the ones that must wait are left out (one database round
@@ -281,12 +290,13 @@ class Simulator:
         held = sorted((job for job in jobs if job.supply is not None), key=lambda j: j.id)
         if not held:
             return fits
+        block = state.block
         try:
             ahead = await self.jobs.supply_ahead([job.id for job in held], block)
-            figures = await self._supply_figures([job.supply for job in held if job.supply], block)
         except Unavailable:
             log.warning("supply re-check failed; its jobs wait for the next batch")
             return fits
+        figures = _supply_figures([job.supply for job in held if job.supply], state)
         released: dict[SupplyKey, int] = {}  # what this batch's earlier rejected jobs gave back
         now = int(time.time())
         for job in held:
@@ -305,26 +315,6 @@ class Simulator:
                 await self.jobs.move(job.id, JobState.REJECTED, error=verdict)
                 released[key] = released.get(key, 0) + job.supply.units
         return fits
-
-    async def _supply_figures(
-        self, takes: Sequence[SupplyTake], block: int
-    ) -> dict[SupplyKey, ListingInfo | int | None]:
-        """Each supply's figure at ``block``: its listing (None: no such listing), or its class
-        credit's liquidity in credit units (absent: no such class credit).
-
-        Raises:
-            Unavailable: the chain node failed.
-        """
-        listing_ids = sorted({t.source_id for t in takes if t.source == SOURCE_LISTING})
-        listings = await asyncio.gather(*(self.reads.listing(i, block=block) for i in listing_ids))
-        figures: dict[SupplyKey, ListingInfo | int | None] = {
-            _key(t): listings[listing_ids.index(t.source_id)] for t in takes if t.source == SOURCE_LISTING
-        }
-        if any(t.source != SOURCE_LISTING for t in takes):
-            for c in await self.reads.classes(block=block):
-                for token_id, available in c.credits:
-                    figures[(SOURCE_CARBON_CLASS, c.class_id, token_id)] = available
-        return figures
 
     async def _still_good(self, job: Job, sender: str, succeeds: bool) -> bool:
         """Whether ``job`` may be signed now: it ``succeeds`` at its gas limit (its
@@ -411,6 +401,20 @@ class Simulator:
             except RelayerError:
                 pass  # stored with the job
         return len(orphans)
+
+
+def _supply_figures(
+    takes: Sequence[SupplyTake], state: StateNow
+) -> dict[SupplyKey, ListingInfo | int | None]:
+    """Each supply's figure in ``state``: its listing (None: no such listing), or its class
+    credit's liquidity in credit units (absent: no such class credit)."""
+    figures: dict[SupplyKey, ListingInfo | int | None] = {
+        _key(t): state.listings.get(t.source_id) for t in takes if t.source == SOURCE_LISTING
+    }
+    for c in state.classes or []:
+        for token_id, available in c.credits:
+            figures[(SOURCE_CARBON_CLASS, c.class_id, token_id)] = available
+    return figures
 
 
 def _key(take: SupplyTake) -> SupplyKey:

@@ -122,6 +122,7 @@ class Broadcaster:
         self.notifications = notifications
         self.metrics = metrics
         self.lost = LostNonces(chain, lane, metrics, signer.address, self._sign, SIGN_EXPIRY_MARGIN_S)
+        self._sending: asyncio.Future[None] | None = None
 
     def _sign(self, job: Job, nonce: int) -> SignedTx:
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
@@ -163,8 +164,10 @@ class Broadcaster:
         )
 
     async def step(self) -> int:
-        """Sign and send one batch of simulated jobs, then keep the lane moving; returns how
-        many were signed.
+        """Sign one batch of simulated jobs and hand it to the sender (it goes out after the
+        batches before it, while the next one is checked and signed), then keep the lane
+        moving (the upkeep, when due, once the sends before it are done); returns how many
+        were signed.
 
         Raises:
             LeaseLost: another process took the key (nothing more is signed or sent).
@@ -190,13 +193,42 @@ class Broadcaster:
         for tx in signed:
             self.metrics.job_transitions.labels("signed").inc()
             log.info("signed", extra=trace_fields(tx.job_id, tx.tx_hash, tx.request_id, nonce=tx.nonce))
-        await self.keeper.send(signed)
+        self._send_next(signed)
+        if self._sending is not None and self._sending.done():
+            await self.sent()  # the sends before are done: a failure surfaces here
         if not await self.lane.holds(self.signer.address, epoch):
             raise LeaseLost(message="the executor lease moved on")
-        await self.keeper.upkeep(epoch)
+        if self.keeper.upkeep_due():
+            await self.sent()  # the lane's upkeep judges transactions the node has been sent
+            await self.keeper.upkeep(epoch)
         if failed is not None:
             raise failed
         return len(signed)
+
+    def _send_next(self, signed: list[SignedTx]) -> None:
+        """Send ``signed`` (journaled already) after the batches before it, in the background:
+        the next batch is claimed, checked and signed while this one is on its way. Sends
+        keep their order (nonce order); a failure of the send task surfaces at :meth:`sent`."""
+        if not signed:
+            return
+        before = self._sending
+
+        async def send() -> None:
+            if before is not None:
+                await asyncio.shield(before)
+            await self.keeper.send(signed)
+
+        self._sending = asyncio.ensure_future(send())
+
+    async def sent(self) -> None:
+        """Wait until every batch handed to :meth:`_send_next` was sent and recorded.
+
+        Raises:
+            Unavailable: recording a send failed (its bytes are re-sent by the upkeep).
+        """
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            await sending
 
     async def _claim_limit(self) -> int:
         """How many jobs this lane may take now: none while the executor's balance is below
@@ -245,11 +277,21 @@ class Broadcaster:
                     await self._work(stop)
                 finally:
                     self.board.drop(self.signer.address)
+                    await self._drain_sends()
         finally:
             self.board.drop(self.signer.address)
+            await self._drain_sends()
             epoch = await self.lease.hand_back()
             if epoch is not None:
                 log.info("executor lease released", extra={"executor": self.signer.address, "epoch": epoch})
+
+    async def _drain_sends(self) -> None:
+        """Finish the sends under way (journaled bytes go out even as signing stops); a failure
+        is logged: the next holder of the lane re-sends every live transaction."""
+        try:
+            await self.sent()
+        except Exception as exc:
+            log.warning("a send under way failed; the lane re-sends it", extra={"reason": type(exc).__name__})
 
     async def _take_lease(self, stop: asyncio.Event) -> bool:
         """Wait (retrying) until this process holds the lease; False when asked to stop."""
@@ -304,6 +346,7 @@ class Broadcaster:
                     continue
             except LeaseLost as exc:
                 log.warning("executor lease lost; signing stopped", extra={"reason": exc.message})
+                await self._drain_sends()  # what was journaled goes out before the key is let go
                 await self.lease.release()
                 return
             except Incident:

@@ -118,6 +118,10 @@ class LaneKeeper:
         await self.send([t.signed() for t in live])
         return len(live)
 
+    def upkeep_due(self) -> bool:
+        """Whether :meth:`upkeep` would act now (else it returns at once)."""
+        return time.monotonic() >= self._next_upkeep
+
     async def upkeep(self, epoch: int) -> None:
         """At most every :data:`UPKEEP_EVERY_S` (sooner after a refusal): plan and act.
 

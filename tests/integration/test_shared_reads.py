@@ -95,3 +95,93 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
         assert (status, answer.get("status")) == (200, "settled"), answer
         new_block = _executions(list(proxy.calls))
     assert (same_block, new_block) == (0, 1)
+
+
+async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The reads the jobs of one block share (fee schedule, pool reserves, classes, the
+    ETH/USD feed, the L1 fee and the operator fee of each distinct gas limit) go in one
+    Multicall3 ``eth_call`` for all of them; asked again at the same head they cost nothing;
+    a new head reads them again, all in one ``eth_call`` as soon as the first one is asked
+    (the others read ahead), with the same answers as one call each."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
+    ):
+        reads = d.runtime.services.supply.chain
+        gas = d.runtime.services.relay.simulator.gas
+        node = reads.node
+
+        async def block_reads() -> list[Any]:
+            return list(
+                await asyncio.gather(
+                    reads.fee_schedule(),
+                    reads.reserves(),
+                    reads.classes(),
+                    gas.eth_price(),
+                    *(gas.extra_wei(900, limit) for limit in (300_000, 310_000, 320_000)),
+                )
+            )
+
+        await block_reads()  # warm: the one-time lookups (Multicall3's code, the oracle's)
+        head = await reads.latest_block()
+        node.observe_head(head + 1000)  # a new head: every per-head read is stale
+        proxy.calls.clear()
+        first = await block_reads()
+        at_first = list(proxy.calls)
+        again = await block_reads()
+        at_again = list(proxy.calls)[len(at_first) :]
+        node.observe_head(head + 1001)
+        proxy.calls.clear()
+        await reads.fee_schedule()  # one read: the block's whole working set comes with it
+        after_one = list(proxy.calls)
+        rest = await block_reads()
+        after_rest = list(proxy.calls)
+        settlement, pool = info["contracts"]["settlement"], info["contracts"]["pool"]
+        singly = [
+            await node.call(settlement, codec.function("RetirementSettlement", "fees")),
+            await node.call(pool, codec.function("UsdcKvcmPool", "getReserves")),
+        ]
+    assert [m for m, _ in at_first] == ["eth_call"], at_first
+    assert json.loads(at_first[0][1])[0]["to"] == MULTICALL3
+    assert again == first and at_again == [], at_again
+    assert [m for m, _ in after_one] == ["eth_call"] and after_rest == after_one, after_rest
+    assert rest == first
+    fees = first[0]
+    figures = (fees.class_fee_bps, fees.class_fee_floor_usdc)
+    figures += (fees.listing_fee_bps, fees.listing_fee_floor_usdc)
+    assert figures == singly[0]
+    assert (first[1].usdc, first[1].kvcm) == singly[1]
+
+
+async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_call_at_one_block(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """What the re-check before signing reads on chain (every payer's balance, the listings its
+    jobs fill, the classes) is one Multicall3 ``eth_call`` at the latest block, which also
+    gives that block's number (no ``eth_blockNumber``); the figures are the contracts' own,
+    and a listing that does not exist is None (not a failure of the others)."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
+    ):
+        reads = d.runtime.services.supply.chain
+        usdc = info["contracts"]["usdc"]
+        owners = [p["address"] for p in info["payers"]] + [Account.create().address]
+        singly = [await reads.balance_now(usdc, o) for o in owners]
+        classes = await reads.classes()
+        listing = (await reads.listings())[0]
+        await reads.state_now([(usdc, owners[0])], [], False)  # warm: Multicall3's code looked up
+        head = await reads.latest_block()
+        proxy.calls.clear()
+        state = await reads.state_now([(usdc, o) for o in owners], [listing.listing_id, 10**9], True)
+        calls = list(proxy.calls)
+    assert [m for m, _ in calls] == ["eth_call"], calls
+    assert json.loads(calls[0][1])[0]["to"] == MULTICALL3
+    assert state.block == head
+    assert [state.balances[(usdc, o)] for o in owners] == singly and any(singly)
+    assert state.listings == {listing.listing_id: listing, 10**9: None}
+    assert state.classes == classes
