@@ -81,9 +81,12 @@ def error_body(error: RelayerError, surface: Surface) -> dict[str, Any]:
 
 def error_response(error: RelayerError, surface: Surface) -> web.Response:
     """The HTTP answer to ``error`` on ``surface``: the registry's status and the surface's
-    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``)."""
+    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``, a 405 ``Allow`` from
+    ``allow``)."""
     body = _ENCODE[surface](error_body(error, surface))
     response = web.Response(text=body, status=status_of(error), content_type="application/json")
     if status_of(error) == 429:
         response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
+    if status_of(error) == 405:
+        response.headers["Allow"] = ", ".join(error.context.get("allow", ()))
     return response

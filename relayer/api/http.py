@@ -39,6 +39,7 @@ API_VERSION: Final = LATEST_VERSION
 LATEST_MAJOR: Final = 1
 _TOP_LEVEL_KEYS: Final = frozenset(f.alias or name for name, f in ActionRequest.model_fields.items())
 _NEEDS_BENEFICIARY: Final = ("prepare-auth", "actions/retire")
+_CATCH_ALL: Final = "/{tail:.*}"
 
 # Request ids: a random prefix per process and a counter (unique without the system call per
 # request that uuid4 makes).
@@ -248,8 +249,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             )
         except web.HTTPNotFound:
             error = Rejection("not_found", path=request.path)
-        except web.HTTPMethodNotAllowed:
-            error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
+        except web.HTTPMethodNotAllowed as exc:
+            error = method_not_allowed(request, sorted(exc.allowed_methods))
         except TimeoutError:
             log.warning("request timed out", extra={"request_id": request_id, "path": request.path})
             message = "the request ran past the operator's time limit; retry with backoff"
@@ -263,6 +264,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             metrics.unhandled_errors.inc()
             error = Rejection("internal_error", requestId=request_id)
     if error is not None:
+        if error.code in ("method_not_allowed", "not_found"):  # a path's own surface answers
+            surface = _surface(request.path)
         response = error_response(error, surface)
         metrics.error_responses.labels(error.code).inc()
         if error.code == "payment_required":
@@ -399,7 +402,7 @@ async def post_api(request: web.Request) -> web.Response:
 async def get_action(request: web.Request) -> web.Response:
     action = request.match_info["action"]
     if action == "actions/retire":  # moves funds: POST only, signatures never in a URL
-        raise Rejection("not_found", "actions/retire is POST only (POST /api with action)", path=request.path)
+        raise method_not_allowed(request, ["POST"])
     query = dict(request.query)
     if len(query) != len(request.query):
         raise Rejection(
@@ -450,7 +453,33 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready" if ready else "not_ready"}, 200 if ready else 503)
 
 
+async def allowed_methods(request: web.Request) -> list[str]:
+    """The methods some route other than the catch-all serves at ``request.path`` (sorted;
+    HEAD beside GET as aiohttp answers it): empty when no route knows the path."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource.canonical == _CATCH_ALL:
+            continue
+        _match, methods = await resource.resolve(request)
+        allowed |= methods
+    return sorted(allowed)
+
+
+def method_not_allowed(request: web.Request, allowed: list[str]) -> Rejection:
+    """405 ``method_not_allowed`` for a known path asked with another method; ``allow``
+    lists the methods it serves (the envelope also sends them as the ``Allow`` header)."""
+    return Rejection(
+        "method_not_allowed",
+        f"{request.method} is not served at {request.path[:200]}; use {', '.join(allowed)}",
+        allow=allowed,
+    )
+
+
 async def not_found(request: web.Request) -> web.Response:
+    """The catch-all: 405 with ``Allow`` when another method serves the path, else 404."""
+    allowed = await allowed_methods(request)
+    if allowed:
+        raise method_not_allowed(request, allowed)
     raise Rejection("not_found", path=request.path)
 
 
@@ -490,5 +519,5 @@ def build_app(
     app.router.add_get("/readyz", readyz)
     if mount is not None:
         mount(app)
-    app.router.add_route("*", "/{tail:.*}", not_found)
+    app.router.add_route("*", _CATCH_ALL, not_found)
     return app

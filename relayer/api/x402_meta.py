@@ -764,7 +764,7 @@ def _query(request: web.Request, model: type[_Q]) -> _Q:
     try:
         return model.model_validate(query)
     except ValidationError as exc:
-        raise Rejection("schema_validation", issues=validation_issues(exc)) from None
+        raise Rejection("schema_validation", issues=validation_issues(exc, query)) from None
 
 
 def _json(body: Mapping[str, Any]) -> web.Response:

@@ -54,6 +54,10 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     ),
     ErrorSpec("unknown_action", 400, "request", False, "`action` missing or unsupported."),
     ErrorSpec("not_found", 404, "request", False, "No route at the path."),
+    # not in the spec's table: a known path asked with a method it does not serve (additive)
+    ErrorSpec(
+        "method_not_allowed", 405, "request", False, "The path serves other methods; see `allow` and Allow."
+    ),
     ErrorSpec("document_not_found", 404, "request", False, "No guide document for `id`."),
     ErrorSpec("schema_validation", 400, "request", False, "Body failed validation."),
     ErrorSpec("internal_error", 500, "request", True, "Unhandled server failure; retry with backoff."),
@@ -306,6 +310,7 @@ COMMON_CODES: Final = (
     "invalid_json",
     "unknown_action",
     "not_found",
+    "method_not_allowed",
     "document_not_found",
     "schema_validation",
     "internal_error",

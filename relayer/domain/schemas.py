@@ -28,7 +28,7 @@ from pydantic import (
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import SOURCE_ID
-from relayer.domain.models import StrictModel
+from relayer.domain.models import StrictModel, field_problems
 
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
 
@@ -242,20 +242,21 @@ def parse_request(body: dict[str, Any]) -> ActionRequest:
     try:
         return ActionRequest.model_validate(body)
     except ValidationError as exc:
-        raise Rejection("schema_validation", issues=validation_issues(exc)) from None
+        raise Rejection("schema_validation", issues=validation_issues(exc, body)) from None
 
 
-def validation_issues(exc: ValidationError) -> list[dict[str, Any]]:
-    """pydantic errors as the spec's ``issues[]``: unknown keys grouped under their parent
-    ``path`` in ``keys``; other errors one issue each with an empty ``keys``."""
+def validation_issues(exc: ValidationError, data: Any) -> list[dict[str, Any]]:
+    """pydantic errors (of validating ``data``) as the spec's ``issues[]``: unknown keys
+    grouped under their parent ``path`` in ``keys``; every other field at fault one issue
+    with an empty ``keys``, its ``message`` the rule it broke (see
+    :func:`~relayer.domain.models.field_problems`: no pydantic internals)."""
     unknown: dict[tuple[str | int, ...], list[str]] = defaultdict(list)
     issues: list[dict[str, Any]] = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        if err["type"] == "extra_forbidden":
-            unknown[loc[:-1]].append(str(loc[-1]))
+    for path, rule in field_problems(exc, data):
+        if rule == "unrecognized key":
+            unknown[path[:-1]].append(str(path[-1]))
         else:
-            issues.append({"path": list(loc), "keys": [], "message": err["msg"]})
+            issues.append({"path": list(path), "keys": [], "message": rule})
     for path, keys in unknown.items():
         issues.insert(0, {"path": list(path), "keys": sorted(keys), "message": "unrecognized keys"})
     return issues
