@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relayer.api.errors import Surface, error_response
 from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
+from relayer.domain import views
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.metrics import Metrics
@@ -39,7 +40,6 @@ API_VERSION: Final = LATEST_VERSION
 LATEST_MAJOR: Final = 1
 _TOP_LEVEL_KEYS: Final = frozenset(f.alias or name for name, f in ActionRequest.model_fields.items())
 _NEEDS_BENEFICIARY: Final = ("prepare-auth", "actions/retire")
-_CATCH_ALL: Final = "/{tail:.*}"
 
 # Request ids: a random prefix per process and a counter (unique without the system call per
 # request that uuid4 makes).
@@ -80,7 +80,7 @@ DEFAULT_TIMEOUT_S: Final = 75.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+def _json(body: Mapping[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
@@ -424,19 +424,18 @@ async def post_action(request: web.Request) -> web.Response:
 
 async def index(request: web.Request) -> web.Response:
     supply = request.app[SERVICES].supply
-    return _json(
-        {
-            "name": "x402 carbon retirement endpoint",
-            "apiVersion": API_VERSION,
-            "x402FacilitatorVersion": 2,
-            "chainId": supply.chain_id,
-            "settlement": supply.contracts.settlement,
-            "actions": [
-                {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
-                for a in ACTIONS
-            ],
-        }
-    )
+    body: views.Index = {
+        "name": "x402 carbon retirement endpoint",
+        "apiVersion": API_VERSION,
+        "x402FacilitatorVersion": 2,
+        "chainId": supply.chain_id,
+        "settlement": supply.contracts.settlement,
+        "actions": [
+            {"action": a, "get": f"/api/{a}" if a != "actions/retire" else None, "post": "/api"}
+            for a in ACTIONS
+        ],
+    }
+    return _json(body)
 
 
 async def metrics_view(request: web.Request) -> web.Response:
@@ -458,10 +457,9 @@ async def allowed_methods(request: web.Request) -> list[str]:
     HEAD beside GET as aiohttp answers it): empty when no route knows the path."""
     allowed: set[str] = set()
     for resource in request.app.router.resources():
-        if resource.canonical == _CATCH_ALL:
-            continue
         _match, methods = await resource.resolve(request)
-        allowed |= methods
+        if "*" not in methods:  # the catch-all serves every path and method
+            allowed |= methods
     return sorted(allowed)
 
 
@@ -519,5 +517,5 @@ def build_app(
     app.router.add_get("/readyz", readyz)
     if mount is not None:
         mount(app)
-    app.router.add_route("*", _CATCH_ALL, not_found)
+    app.router.add_route("*", "/{tail:.*}", not_found)
     return app

@@ -197,6 +197,15 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 
 # ---------------------------------------------------------------------------- request models
 
+ADDRESS_SCHEMA: Final = {
+    "type": "string",
+    "pattern": "^0x([0-9a-f]{40}|[0-9A-F]{40})$",
+    "not": {"pattern": "^0x0{40}$"},
+    "description": "an address, non-zero; in one case (a mixed-case one must carry its EIP-55 checksum)",
+}
+"""The JSON Schema of an address field: the form every address takes without a checksum
+(a checksummed mixed-case one is accepted too, but no pattern can check a checksum)."""
+_Address = Annotated[str, WithJsonSchema(ADDRESS_SCHEMA)]
 _Text = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, strip_whitespace=True, pattern=r"^[^\x00-\x1f\x7f]*$"),
@@ -242,8 +251,8 @@ class RetirementsQuery(Page):
     """Query of GET /retirements: both chains unless ``chainId`` picks one; newest first."""
 
     chainId: int | None = Field(default=None, gt=0, lt=2**31)
-    beneficiaryAddress: str | None = None
-    retiringAddress: str | None = None
+    beneficiaryAddress: _Address | None = None
+    retiringAddress: _Address | None = None
     projectKey: _Text | None = None
 
     @field_validator("beneficiaryAddress", "retiringAddress")
@@ -262,7 +271,7 @@ class PricesQuery(Page):
 _QUANTITY_RULE: Final = (
     "must be a decimal string (or a JSON number) of tonnes above 0 with at most 3 decimals"
 )
-_POSITIVE_TONNES: Final = r"^([1-9][0-9]{0,11}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$"
+POSITIVE_TONNES: Final = r"^([1-9][0-9]{0,11}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$"
 """Tonnes above 0 and below 10**12 with at most 3 decimals, as a decimal string."""
 
 
@@ -280,7 +289,7 @@ _Quantity = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": _POSITIVE_TONNES},
+                {"type": "string", "pattern": POSITIVE_TONNES},
                 {"type": "integer", "minimum": 1, "maximum": 999_999_999_999},
             ],
             "description": "tonnes above 0 with at most 3 decimals (1 kg)",
@@ -317,7 +326,7 @@ class OrderRequest(_Strict):
     retirement_message: str = Field(
         default="", max_length=500, pattern=r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
     )
-    beneficiary_address: str | None = None
+    beneficiary_address: _Address | None = None
     consumption_metadata: ConsumptionMetadata | None = None
 
     @field_validator("beneficiary_address")

@@ -19,6 +19,15 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _child(here: Any, part: str | int) -> tuple[bool, Any]:
+    """``here[part]`` when ``here`` (a JSON object or array) has it."""
+    if isinstance(here, Mapping) and part in here:
+        return True, here[part]
+    if isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here):
+        return True, here[part]
+    return False, None
+
+
 def _field_path(data: Any, loc: tuple[str | int, ...], last_is_field: bool) -> tuple[str | int, ...]:
     """The part of a pydantic ``loc`` that names the input's keys and indexes: pydantic adds a
     union member's tag (``constrained-str``, ``int``, ``function-after[...]``) to ``loc``,
@@ -26,10 +35,9 @@ def _field_path(data: Any, loc: tuple[str | int, ...], last_is_field: bool) -> t
     path: list[str | int] = []
     here = data
     for n, part in enumerate(loc):
-        if (isinstance(here, Mapping) and part in here) or (
-            isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here)
-        ):
-            here = here[part]
+        found, child = _child(here, part)
+        if found:
+            here = child
         elif not (last_is_field and n == len(loc) - 1):
             continue
         path.append(part)

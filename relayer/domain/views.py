@@ -8,7 +8,7 @@ types); ``chainId`` and indexes as integers.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict
@@ -215,6 +215,168 @@ class Price(TypedDict):
     liquidSupply: str
     minFillAmount: str
     listing: Listing
+
+
+# ---------------------------------------------------------------------------- x402 answers
+
+
+class ActionLink(TypedDict):
+    action: str
+    get: str | None
+    post: str
+
+
+class Index(TypedDict):
+    """``GET /`` and ``GET /api``: the action index."""
+
+    name: str
+    apiVersion: str
+    x402FacilitatorVersion: int
+    chainId: int
+    settlement: str
+    actions: list[ActionLink]
+
+
+class InputToken(TypedDict):
+    symbol: str
+    address: str
+    decimals: int
+
+
+class ProtocolFee(TypedDict):
+    classFeeBps: int
+    classFeeFloorUsdc: str
+    listingFeeBps: int
+    listingFeeFloorUsdc: str
+
+
+class DiscoverAnswer(TypedDict):
+    """discover: the carbon classes and marketplace listings (each a JSON object)."""
+
+    chainId: int
+    carbonClasses: list[dict[str, Any]]
+    marketplaceListings: list[dict[str, Any]]
+    marketplaceEnabled: bool
+    supportedInputTokens: list[InputToken]
+    protocolFee: ProtocolFee
+
+
+class QuoteFigures(TypedDict):
+    """Input-token atomic units as decimal strings."""
+
+    retirementCost: str
+    fee: str
+    total: str
+
+
+class ResolvedCredit(TypedDict):
+    creditToken: str
+    tokenId: str
+    projectId: str
+    vintage: str
+    registry: str
+
+
+class QuoteAnswer(TypedDict):
+    """quote: the live price of a tonnage (``carbonClass`` or ``listingId`` as resolved)."""
+
+    chainId: int
+    carbonClass: NotRequired[str]
+    listingId: NotRequired[str]
+    inputToken: InputToken
+    amount: str
+    tonnesFormatted: str
+    quote: QuoteFigures
+    retirementPriceFormatted: str
+    feeFormatted: str
+    totalFormatted: str
+    suggestedMaxInput: str
+    suggestedMaxInputFormatted: str
+    humanSummary: str
+    resolvedCredit: ResolvedCredit
+    alternatives: list[dict[str, Any]]
+
+
+class Transaction(TypedDict):
+    step: Literal["approve", "prepareRetire"]
+    to: str
+    data: str
+    value: str
+    chainId: int
+
+
+class ApprovalInstructions(TypedDict):
+    token: str
+    spender: str
+    amount: str
+    amountFormatted: str
+    note: str
+
+
+class PrepareRetireAnswer(TypedDict):
+    """prepare/retire: the unsigned ``[approve, retire]`` batch."""
+
+    chainId: int
+    chain: str
+    to: str
+    data: str
+    transactions: list[Transaction]
+    quote: QuoteAnswer
+    approvalRequired: bool
+    approvalInstructions: ApprovalInstructions
+
+
+class OnChainDetails(TypedDict):
+    settlement: str
+    function: Literal["retireWithAuthorization", "retireWithPermit"]
+    retirementHash: str
+    authorizationNonce: str
+    salt: str
+
+
+class PrepareAuthAnswer(TypedDict):
+    """prepare-auth: EIP-712 ``typedData`` to sign and the ready ``actionsRetireRequest``."""
+
+    chainId: int
+    scheme: str
+    to: str
+    authValue: str
+    authValueFormatted: str
+    gasAllowance: str
+    gasAllowanceFormatted: str
+    gasAllowanceParts: dict[str, Any]
+    validBefore: int
+    quote: QuoteAnswer
+    typedData: dict[str, Any]
+    actionsRetireRequest: dict[str, Any]
+    onChainDetails: OnChainDetails
+
+
+class CertificateEntry(TypedDict):
+    retirementId: str
+    retirementIndex: int
+    certificateUrl: str
+    viewRetirementUrl: str
+    amountInTonnes: str
+    beneficiaryAddress: str
+    beneficiaryName: str
+    beneficiaryLocation: str
+    message: str
+    projectId: str
+    creditId: str
+    registry: str
+    retiringAddress: str
+    timestamp: int
+    transactionHash: str
+    blockNumber: int
+
+
+class CertificateAnswer(TypedDict):
+    """certificate: the retirements of a transaction."""
+
+    chainId: int
+    transactionHash: str
+    retirements: list[CertificateEntry]
 
 
 def json_schema(shape: Any, ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:

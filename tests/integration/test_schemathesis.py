@@ -155,7 +155,7 @@ def _summary(name: str, run: Run) -> str:
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(int(os.environ.get("SCHEMATHESIS_TIMEOUT_S", "300")))
 @pytest.mark.parametrize("name", list(DOCUMENTS))
 async def test_the_document_matches_the_server(daemon: Daemon, name: str, tmp_path: Path) -> None:
     kept = os.environ.get("SCHEMATHESIS_REPORT")
