@@ -414,8 +414,12 @@ async def get_action(request: web.Request) -> web.Response:
 
 
 async def post_action(request: web.Request) -> web.Response:
-    body = await _body(request)
     action = request.match_info["action"]
+    if action not in ACTIONS:  # a meta document's path (GET only) is 405, not an unknown action
+        allowed = await allowed_methods(request)
+        if "POST" not in allowed:
+            raise method_not_allowed(request, allowed)
+    body = await _body(request)
     if body.get("action", action) != action:
         raise Rejection("unknown_action", "action in path and body differ", supported=list(ACTIONS))
     body.pop("action", None)
@@ -454,13 +458,19 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def allowed_methods(request: web.Request) -> list[str]:
     """The methods some route other than the catch-all serves at ``request.path`` (sorted;
-    HEAD beside GET as aiohttp answers it): empty when no route knows the path."""
-    allowed: set[str] = set()
+    HEAD beside GET as aiohttp answers it): a fixed path's own routes when it has some (the
+    meta documents under ``/api`` are GET only, whatever ``/api/{action}`` takes), else every
+    pattern's that matches; empty when no route knows the path."""
+    fixed: set[str] = set()
+    matched: set[str] = set()
     for resource in request.app.router.resources():
         _match, methods = await resource.resolve(request)
-        if "*" not in methods:  # the catch-all serves every path and method
-            allowed |= methods
-    return sorted(allowed)
+        if "*" in methods:  # the catch-all serves every path and method
+            continue
+        matched |= methods
+        if methods and resource.canonical == request.path:
+            fixed |= methods
+    return sorted(fixed or matched)
 
 
 def method_not_allowed(request: web.Request, allowed: list[str]) -> Rejection:

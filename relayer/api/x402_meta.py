@@ -519,6 +519,20 @@ def _ref_name(prop: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _no_nul(schema: Any) -> None:
+    """Every free string of a request (no pattern, enum or const of its own) says the rule
+    every request string keeps: no NUL character (see ``schemas._Strict``)."""
+    if isinstance(schema, list):
+        for item in schema:
+            _no_nul(item)
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and not {"pattern", "enum", "const"} & set(schema):
+        schema["pattern"] = "^[^\\x00]*$"
+    for value in schema.values():
+        _no_nul(value)
+
+
 @dataclass(frozen=True, slots=True)
 class _Model:
     """:class:`ActionRequest`'s JSON Schema as the document refers to it, with this host's
@@ -535,7 +549,10 @@ class _Model:
         properties["chainId"] = {"type": "integer", "enum": [info.chain_id]}
         tokens = [t[k] for t in info.input_tokens for k in ("symbol", "address")]
         properties["inputToken"] = {"type": "string", "enum": tokens, "description": "default USDC"}
-        return cls(properties, model.get("$defs", {}))
+        defs = model.get("$defs", {})
+        for schema in (*properties.values(), *defs.values()):
+            _no_nul(schema)
+        return cls(properties, defs)
 
 
 def action_request_schema(model: _Model, action: str, major: int, with_action: bool) -> dict[str, Any]:
@@ -567,14 +584,16 @@ def action_request_schema(model: _Model, action: str, major: int, with_action: b
     return schema
 
 
+def _given(name: str) -> dict[str, Any]:
+    """``name`` is given: present and not null (the server reads null as absent)."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 _ONE_CREDIT: Final = {
     "oneOf": [
-        {"required": ["carbonClass"], "not": {"required": ["listingId"]}},
-        {"required": ["listingId"], "not": {"required": ["carbonClass"]}},
-        {
-            "required": ["credit"],
-            "not": {"anyOf": [{"required": ["carbonClass"]}, {"required": ["listingId"]}]},
-        },
+        {"allOf": [_given("carbonClass")], "not": _given("listingId")},
+        {"allOf": [_given("listingId")], "not": _given("carbonClass")},
+        {"allOf": [_given("credit")], "not": {"anyOf": [_given("carbonClass"), _given("listingId")]}},
     ],
     "description": "exactly one of carbonClass and listingId, or credit alone",
 }

@@ -57,7 +57,8 @@ class Run:
 
 def _read_cassette(path: Path, run: Run) -> None:
     """Per request of the cassette: its generation mode, response status and checks."""
-    for interaction in yaml.safe_load(path.read_text()).get("http_interactions") or []:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for interaction in yaml.load(path.read_text(), Loader=loader).get("http_interactions") or []:
         run.requests += 1
         request = interaction.get("request") or {}
         what = f"{request.get('method')} {str(request.get('uri', ''))[:120]}"
