@@ -24,7 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relayer.api.errors import Surface, error_response
-from relayer.api.x402_meta import LATEST_VERSION, X402Info, add_meta_routes
+from relayer.api.x402_meta import LATEST_VERSION, POST_ONLY, X402Info, add_meta_routes
 from relayer.domain import views
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
@@ -470,6 +470,8 @@ async def allowed_methods(request: web.Request) -> list[str]:
         matched |= methods
         if methods and resource.canonical == request.path:
             fixed |= methods
+    if request.path.removeprefix("/api/") in POST_ONLY:  # its GET route only refuses
+        matched -= {"GET", "HEAD"}
     return sorted(fixed or matched)
 
 

@@ -200,6 +200,8 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 ADDRESS_SCHEMA: Final = {
     "type": "string",
     "pattern": "^0x([0-9a-f]{40}|[0-9A-F]{40})$",
+    "minLength": 42,
+    "maxLength": 42,
     "not": {"pattern": "^0x0{40}$"},
     "description": "an address, non-zero; in one case (a mixed-case one must carry its EIP-55 checksum)",
 }

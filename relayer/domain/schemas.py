@@ -102,7 +102,11 @@ Address = Annotated[
     AfterValidator(_address),
     WithJsonSchema(ADDRESS_SCHEMA),
 ]
-Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$"), AfterValidator(str.lower)]
+Bytes32 = Annotated[
+    str,
+    StringConstraints(min_length=66, max_length=66, pattern=r"^0x[0-9a-fA-F]{64}$"),
+    AfterValidator(str.lower),
+]
 
 
 def _uint256(value: str) -> str:
@@ -163,7 +167,7 @@ ListingId = Annotated[
 ]
 """A listing id: a decimal uint256, the same number as bytes32 hex (``0x`` + 64 digits) or
 as the marketplace's price source id; any other string names no listing."""
-Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
+Signature = Annotated[str, StringConstraints(min_length=132, max_length=132, pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
 IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
