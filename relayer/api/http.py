@@ -242,6 +242,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         except RelayerError as err:
             error = err
         except web.HTTPRequestEntityTooLarge:
+            surface = _surface(request.path)
             error = Rejection(
                 "schema_validation",
                 "request body too large",

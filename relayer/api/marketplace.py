@@ -330,13 +330,12 @@ _ERROR_CODES: Final = {
     404: "no such resource",
     409: "the resource's state forbids it now",
     410: "removed or replaced in release v18 (`replacement`)",
-    413: "request body too large",
     422: "the amount does not fit the listing",
     429: "too many requests (or the key's daily gas budget is spent): wait Retry-After seconds",
     503: "unavailable or past the request time limit; retry with backoff",
 }
-_COMMON: Final = (413, 429, 503)
-"""What any route can answer: the body limit, the rate limit, the request time limit."""
+_COMMON: Final = (429, 503)
+"""What any route can answer: the rate limit, the request time limit."""
 _RETRY_AFTER: Final = {
     "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
 }

@@ -646,15 +646,12 @@ _ALWAYS: Final = ("rate_limited",)
 
 
 def _error_responses(codes: tuple[str, ...]) -> dict[str, Any]:
-    """The error responses of an operation by HTTP status, from the registry (500
-    ``internal_error`` is no answer a document promises: it is a failure), with the body
-    limit's 413 and the rate limit's 429 (``Retry-After``) that every route can answer."""
+    """The error responses of an operation by HTTP status, from the registry, with the rate
+    limit's 429 (``Retry-After``) that every route can answer (a body over the limit is 400
+    ``schema_validation``)."""
     by_status: dict[int, list[str]] = {}
     for code in dict.fromkeys((*codes, *_ALWAYS)):
-        status = REGISTRY[code].http_status
-        if status < 500 or status == 503:
-            by_status.setdefault(status, []).append(code)
-    by_status.setdefault(413, ["schema_validation"])
+        by_status.setdefault(REGISTRY[code].http_status, []).append(code)
     out: dict[str, Any] = {}
     for status, found in sorted(by_status.items()):
         response: dict[str, Any] = {

@@ -54,10 +54,6 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
     ),
     ErrorSpec("unknown_action", 400, "request", False, "`action` missing or unsupported."),
     ErrorSpec("not_found", 404, "request", False, "No route at the path."),
-    # not in the spec's table: a known path asked with a method it does not serve (additive)
-    ErrorSpec(
-        "method_not_allowed", 405, "request", False, "The path serves other methods; see `allow` and Allow."
-    ),
     ErrorSpec("document_not_found", 404, "request", False, "No guide document for `id`."),
     ErrorSpec("schema_validation", 400, "request", False, "Body failed validation."),
     ErrorSpec("internal_error", 500, "request", True, "Unhandled server failure; retry with backoff."),
@@ -165,6 +161,10 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
         "request",
         True,
         "Too many requests from this client; retry after `retryAfterSeconds`.",
+    ),
+    # not in the spec's table: a known path asked with a method it does not serve (additive)
+    ErrorSpec(
+        "method_not_allowed", 405, "request", False, "The path serves other methods; see `allow` and Allow."
     ),
     # The marketplace API's own codes (marketplace-api.md); it answers the x402 codes above
     # too (listing_not_found, listing_expired, below_min_fill, schema_validation, ...) with
@@ -310,11 +310,11 @@ COMMON_CODES: Final = (
     "invalid_json",
     "unknown_action",
     "not_found",
-    "method_not_allowed",
     "document_not_found",
     "schema_validation",
     "internal_error",
     "rate_limited",  # release 1.2.0: the per-client rate limit, on any route
+    "method_not_allowed",  # a known path asked with another method: 405 with Allow
 )
 """Codes every action can return (spec: Errors, "Codes specific to each action"; plus the
 rate limit of release 1.2.0)."""

@@ -51,6 +51,7 @@ class Run:
     unique_failures: Counter[str] = field(default_factory=Counter)
     requests: int = 0
     positive_refusals: int = 0
+    errors: list[str] = field(default_factory=list)
     examples: dict[str, list[str]] = field(default_factory=dict)
     output: str = ""
 
@@ -96,8 +97,10 @@ _CHECK_OF_TYPE: Final = {
 
 def _read_report(path: Path, run: Run) -> None:
     """Schemathesis' distinct failures, per check (its failure types named by check)."""
-    for group in json.loads(path.read_text()).get("failures", []):
+    report = json.loads(path.read_text())
+    for group in report.get("failures", []):
         run.unique_failures[_CHECK_OF_TYPE.get(group["type"], group["type"])] += group["count"]
+    run.errors = [f"{e['title']} ({e['count']})" for e in report.get("errors", [])]
 
 
 async def schemathesis(base: str, document: str, report: Path, examples: int, checks: str = "all") -> Run:
@@ -152,7 +155,7 @@ def _summary(name: str, run: Run) -> str:
     share = run.positive_refusals / max(1, run.requests)
     return (
         f"{name}: {run.requests} requests; failures per check: {counts}; "
-        f"positive-data refusals {run.positive_refusals} ({share:.1%})"
+        f"positive-data refusals {run.positive_refusals} ({share:.1%}); errors: {run.errors or 'none'}"
     )
 
 
@@ -167,6 +170,7 @@ async def test_the_document_matches_the_server(daemon: Daemon, name: str, tmp_pa
     for check, found in run.examples.items():
         print(f"  {check}: {found}")
     assert run.requests > 0, run.output[-3000:]
+    assert not run.errors, f"the document is not usable as it is: {run.errors}\n{run.output[-3000:]}"
     failed = {
         check: (run.failed_requests[check], run.unique_failures[check])
         for check in REQUIRED_CHECKS
