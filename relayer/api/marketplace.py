@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 from urllib.parse import urlencode
@@ -276,7 +276,8 @@ async def removed_products(request: web.Request) -> web.Response:
 
 @guarded
 async def openapi(request: web.Request) -> web.Response:
-    return _respond(_dump(openapi_document(request.app[MARKETPLACE].public_base_url)))
+    market = request.app[MARKETPLACE]
+    return _respond(_dump(openapi_document(market.public_base_url, sorted(market.retirements.chains))))
 
 
 def add_routes(app: web.Application, market: Marketplace) -> None:
@@ -427,12 +428,13 @@ def _components() -> dict[str, Any]:
     return schemas
 
 
-def openapi_document(server: str) -> dict[str, Any]:
+def openapi_document(server: str, chain_ids: Sequence[int] = ()) -> dict[str, Any]:
     """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
     pydantic models that validate requests (``extra`` keys forbidden), answers from the
     typed shapes their builders return. ``server`` is the configured public base URL
     (``RELAYER_PUBLIC_BASE_URL``), never a request's ``Host``: the document is cacheable and
-    a client cannot write into it."""
+    a client cannot write into it. ``chain_ids``: the chains whose retirements are indexed
+    (``GET /retirements?chainId`` takes no other)."""
     gone = {"deprecated": True, "responses": _errors(410)}
     product_id = [_path_parameter("id", {"type": "string", "minLength": 1})]
     return {
@@ -453,7 +455,7 @@ def openapi_document(server: str) -> dict[str, Any]:
         },
         "paths": {
             **_catalogue_paths(),
-            **_retirement_paths(),
+            **_retirement_paths(chain_ids),
             **_order_paths(),
             "/products": {"get": gone},
             "/products/{id}": {"get": {**gone, "parameters": product_id}},
@@ -491,8 +493,12 @@ def _catalogue_paths() -> dict[str, Any]:
     }
 
 
-def _retirement_paths() -> dict[str, Any]:
+def _retirement_paths(chain_ids: Sequence[int]) -> dict[str, Any]:
     """Retirements, one retirement, its certificate (PDF or HTML) and its provenance."""
+    listed = _parameters(RetirementsQuery)
+    for parameter in listed:
+        if parameter["name"] == "chainId" and chain_ids:
+            parameter["schema"] = {"type": "integer", "enum": sorted(chain_ids)}
     retirement_id = _path_parameter("id", {"type": "string", "pattern": RETIREMENT_ID_PATTERN})
     certificate_format = {
         "name": "format",
@@ -504,7 +510,7 @@ def _retirement_paths() -> dict[str, Any]:
     return {
         "/retirements": {
             "get": {
-                "parameters": _parameters(RetirementsQuery),
+                "parameters": listed,
                 "responses": {**_ok("Retirement", "retirements, newest first", many=True), **_errors(400)},
             }
         },

@@ -199,10 +199,9 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 
 ADDRESS_SCHEMA: Final = {
     "type": "string",
-    "pattern": "^0x([0-9a-f]{40}|[0-9A-F]{40})$",
+    "pattern": "^0x([0-9a-f]*[1-9a-f][0-9a-f]*|[0-9A-F]*[1-9A-F][0-9A-F]*)$",
     "minLength": 42,
     "maxLength": 42,
-    "not": {"pattern": "^0x0{40}$"},
     "description": "an address, non-zero; in one case (a mixed-case one must carry its EIP-55 checksum)",
 }
 """The JSON Schema of an address field: the form every address takes without a checksum

@@ -38,6 +38,13 @@ REQUIRED_CHECKS = (
     "unsupported_method",
 )
 POSITIVE_REFUSALS_AT_MOST = 0.02
+GONE_BY_DESIGN = """
+[[operations]]
+include-path-regex = "^/products"
+checks.positive_data_acceptance.expected-statuses = ["410"]
+"""
+"""The removed v17 endpoints (deprecated in the document) answer 410 to every request: that is
+their declared answer, not a refusal of the data."""
 DOCUMENTS = {"x402": "/api/openapi.json", "marketplace": "/marketplace/openapi.json"}
 
 
@@ -108,8 +115,11 @@ async def schemathesis(base: str, document: str, report: Path, examples: int, ch
     API): ``checks``, every phase, at most ``examples`` test cases per operation, a fixed
     seed; its VCR cassette and JSON report in ``report``."""
     report.mkdir(parents=True, exist_ok=True)
+    (report / "schemathesis.toml").write_text(GONE_BY_DESIGN)
     command = [
         str(ST),
+        "--config-file",
+        str(report / "schemathesis.toml"),
         "run",
         f"{base}{document}",
         "--url",
@@ -164,7 +174,7 @@ def _summary(name: str, run: Run) -> str:
 async def test_the_document_matches_the_server(daemon: Daemon, name: str, tmp_path: Path) -> None:
     kept = os.environ.get("SCHEMATHESIS_REPORT")
     report = Path(kept) / name if kept else tmp_path
-    examples = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "8"))
+    examples = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "3"))
     run = await schemathesis(daemon.base_url, DOCUMENTS[name], report, examples)
     print("\n" + _summary(name, run))
     for check, found in run.examples.items():
