@@ -199,10 +199,11 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 
 ADDRESS_SCHEMA: Final = {
     "type": "string",
-    "pattern": "^0x([0-9a-f]*[1-9a-f][0-9a-f]*|[0-9A-F]*[1-9A-F][0-9A-F]*)$",
+    "pattern": "^0x([0-9a-f]{39}[1-9a-f]|[0-9A-F]{39}[1-9A-F])$",
     "minLength": 42,
     "maxLength": 42,
-    "description": "an address, non-zero; in one case (a mixed-case one must carry its EIP-55 checksum)",
+    "description": "an address in one case, not ending in 0 (so never the zero address); any other "
+    "address is accepted too, in one case or with its EIP-55 checksum",
 }
 """The JSON Schema of an address field: the form every address takes without a checksum
 (a checksummed mixed-case one is accepted too, but no pattern can check a checksum)."""
