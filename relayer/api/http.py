@@ -265,7 +265,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             metrics.unhandled_errors.inc()
             error = Rejection("internal_error", requestId=request_id)
     if error is not None:
-        if error.code in ("method_not_allowed", "not_found"):  # a path's own surface answers
+        if error.code == "method_not_allowed":  # a known path: its own surface answers
             surface = _surface(request.path)
         response = error_response(error, surface)
         metrics.error_responses.labels(error.code).inc()
