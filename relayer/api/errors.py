@@ -95,8 +95,8 @@ def error_body(error: RelayerError, surface: Surface) -> dict[str, Any]:
 
 def error_response(error: RelayerError, surface: Surface) -> web.Response:
     """The HTTP answer to ``error`` on ``surface``: the registry's status and the surface's
-    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``); logs it (one
-    line, see the module's docstring)."""
+    body (JSON; a 429 also says ``Retry-After`` from ``retryAfterSeconds``, a 405 ``Allow`` from
+    ``allow``); logs it (one line, see the module's docstring)."""
     status = status_of(error)
     fields = {"code": error.code, "status": status, "surface": surface}
     if isinstance(error.context.get("cause"), str):  # the code it stands for (internal_error)
@@ -109,4 +109,6 @@ def error_response(error: RelayerError, surface: Surface) -> web.Response:
     response = web.Response(text=body, status=status, content_type="application/json")
     if status == 429:
         response.headers["Retry-After"] = str(error.context.get("retryAfterSeconds", 1))
+    if status_of(error) == 405:
+        response.headers["Allow"] = ", ".join(error.context.get("allow", ()))
     return response

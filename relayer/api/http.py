@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -28,11 +28,13 @@ from relayer.api.errors import Surface, error_response, surface_of
 from relayer.api.x402_meta import (
     LATEST_VERSION,
     NAV,
+    POST_ONLY,
     X402Info,
     add_meta_routes,
     ignores_unknown_keys,
     newest_of_major,
 )
+from relayer.domain import views
 from relayer.domain.errors import Rejection, RelayerError, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_request
 from relayer.logs import request_scope
@@ -88,7 +90,7 @@ DEFAULT_TIMEOUT_S: Final = 75.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+def _json(body: Mapping[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
@@ -252,6 +254,7 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
         except RelayerError as err:
             error = err
         except web.HTTPRequestEntityTooLarge:
+            surface = surface_of(request.path)
             error = Rejection(
                 "schema_validation",
                 "request body too large",
@@ -259,8 +262,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             )
         except web.HTTPNotFound:
             error = Rejection("not_found", path=request.path)
-        except web.HTTPMethodNotAllowed:
-            error = Rejection("not_found", f"no {request.method} route at {request.path}", path=request.path)
+        except web.HTTPMethodNotAllowed as exc:
+            error = method_not_allowed(request, sorted(exc.allowed_methods))
         except TimeoutError:
             log.warning("request timed out", extra={"request_id": request_id, "path": request.path})
             message = "the request ran past the operator's time limit; retry with backoff"
@@ -274,6 +277,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             metrics.unhandled_errors.inc()
             error = Rejection("internal_error", requestId=request_id)
     if error is not None:
+        if error.code == "method_not_allowed":  # a known path: its own surface answers
+            surface = surface_of(request.path)
         response = error_response(error, surface)
         metrics.error_responses.labels(error.code).inc()
         if error.code == "payment_required":
@@ -412,7 +417,7 @@ async def post_api(request: web.Request) -> web.Response:
 async def get_action(request: web.Request) -> web.Response:
     action = request.match_info["action"]
     if action == "actions/retire":  # moves funds: POST only, signatures never in a URL
-        raise Rejection("not_found", "actions/retire is POST only (POST /api with action)", path=request.path)
+        raise method_not_allowed(request, ["POST"])
     query = dict(request.query)
     if len(query) != len(request.query):
         raise Rejection(
@@ -424,8 +429,12 @@ async def get_action(request: web.Request) -> web.Response:
 
 
 async def post_action(request: web.Request) -> web.Response:
-    body = await _body(request)
     action = request.match_info["action"]
+    if action not in ACTIONS:  # a meta document's path (GET only) is 405, not an unknown action
+        allowed = await allowed_methods(request)
+        if "POST" not in allowed:
+            raise method_not_allowed(request, allowed)
+    body = await _body(request)
     if body.get("action", action) != action:
         raise Rejection("unknown_action", "action in path and body differ", supported=list(ACTIONS))
     body.pop("action", None)
@@ -436,7 +445,7 @@ async def index(request: web.Request) -> web.Response:
     """``GET /`` and ``GET /api``: what this endpoint is, as JSON, or as an HTML page for a
     client that prefers ``text/html`` (:func:`relayer.api.pages.wants_html`)."""
     supply = request.app[SERVICES].supply
-    body = {
+    body: views.Index = {
         "name": "x402 carbon retirement endpoint",
         "apiVersion": newest_of_major(major_of(request)),
         "x402FacilitatorVersion": 2,
@@ -454,7 +463,7 @@ async def index(request: web.Request) -> web.Response:
     return response
 
 
-def index_page(body: dict[str, Any]) -> str:
+def index_page(body: views.Index) -> str:
     """The root document as an HTML page: name, versions, chain, contract, actions, links."""
     e = pages.e
     rows = "\n".join(
@@ -500,7 +509,40 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready" if ready else "not_ready"}, 200 if ready else 503)
 
 
+async def allowed_methods(request: web.Request) -> list[str]:
+    """The methods some route other than the catch-all serves at ``request.path`` (sorted;
+    HEAD beside GET as aiohttp answers it): a fixed path's own routes when it has some (the
+    meta documents under ``/api`` are GET only, whatever ``/api/{action}`` takes), else every
+    pattern's that matches; empty when no route knows the path."""
+    fixed: set[str] = set()
+    matched: set[str] = set()
+    for resource in request.app.router.resources():
+        _match, methods = await resource.resolve(request)
+        if "*" in methods:  # the catch-all serves every path and method
+            continue
+        matched |= methods
+        if methods and resource.canonical == request.path:
+            fixed |= methods
+    if request.path.removeprefix("/api/") in POST_ONLY:  # its GET route only refuses
+        matched -= {"GET", "HEAD"}
+    return sorted(fixed or matched)
+
+
+def method_not_allowed(request: web.Request, allowed: list[str]) -> Rejection:
+    """405 ``method_not_allowed`` for a known path asked with another method; ``allow``
+    lists the methods it serves (the envelope also sends them as the ``Allow`` header)."""
+    return Rejection(
+        "method_not_allowed",
+        f"{request.method} is not served at {request.path[:200]}; use {', '.join(allowed)}",
+        allow=allowed,
+    )
+
+
 async def not_found(request: web.Request) -> web.Response:
+    """The catch-all: 405 with ``Allow`` when another method serves the path, else 404."""
+    allowed = await allowed_methods(request)
+    if allowed:
+        raise method_not_allowed(request, allowed)
     raise Rejection("not_found", path=request.path)
 
 

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 from urllib.parse import urlencode
@@ -26,12 +26,14 @@ from pydantic import BaseModel
 
 from relayer.api.errors import error_response
 from relayer.api.http import METRICS, REQUEST_ID, read_json
+from relayer.domain import views
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.marketplace import (
     REMOVED_PRICE_PARAMETERS,
     REMOVED_PRODUCTS,
     REMOVED_QUOTE_FIELDS,
     REPLACED_RETIREMENT,
+    RETIREMENT_ID_PATTERN,
     CarbonProjectsQuery,
     OrderRequest,
     PricesQuery,
@@ -279,7 +281,8 @@ async def removed_products(request: web.Request) -> web.Response:
 
 @guarded
 async def openapi(request: web.Request) -> web.Response:
-    return _respond(_dump(openapi_document(request.app[MARKETPLACE].public_base_url)))
+    market = request.app[MARKETPLACE]
+    return _respond(_dump(openapi_document(market.public_base_url, sorted(market.retirements.chains))))
 
 
 def add_routes(app: web.Application, market: Marketplace) -> None:
@@ -309,25 +312,64 @@ ERROR_BODY: Final = {
     "type": "object",
     "required": ["statusCode", "error", "message", "code"],
     "properties": {
-        "statusCode": {"type": "integer"},
+        "statusCode": {"type": "integer", "minimum": 400, "maximum": 599},
         "error": {"type": "string", "description": "the HTTP reason phrase"},
-        "message": {"type": "string"},
-        "code": {"type": "string", "description": "a stable machine code"},
+        "message": {"type": "string", "description": "names the field and the rule it broke"},
+        "code": {"type": "string", "description": "a stable machine code: match on it"},
         "replacement": {"type": ["string", "null"], "description": "what replaces a removed endpoint"},
-        "fields": {"type": "array", "items": {"type": "object"}},
+        "fields": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["field", "problem"],
+                "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
+            },
+        },
         "allowed": {"type": "array", "items": {"type": "string"}},
+        "allow": {"type": "array", "items": {"type": "string"}},
+        "retryAfterSeconds": {"type": "integer", "minimum": 1},
     },
+}
+_ERROR_CODES: Final = {
+    400: "the request broke a rule (`fields` names each field and rule)",
+    401: "no valid API key (Authorization: Bearer <key>)",
+    404: "no such resource",
+    409: "the resource's state forbids it now",
+    410: "removed or replaced in release v18 (`replacement`)",
+    422: "the amount does not fit the listing",
+    429: "too many requests (or the key's daily gas budget is spent): wait Retry-After seconds",
+    503: "unavailable or past the request time limit; retry with backoff",
+}
+_COMMON: Final = (429, 503)
+"""What any route can answer: the rate limit, the request time limit."""
+_RETRY_AFTER: Final = {
+    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
 }
 
 
+def _query_schema(prop: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema from a model field's: a parameter is absent or a value,
+    never JSON null, so the null branch of an optional field goes."""
+    branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
+    schema = dict(branches[0]) if len(branches) == 1 else {k: v for k, v in prop.items() if k != "anyOf"}
+    if len(branches) > 1:
+        schema["anyOf"] = branches
+    schema.pop("title", None)
+    if "default" in prop and prop["default"] is not None:
+        schema["default"] = prop["default"]
+    return schema
+
+
 def _parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Query parameters from the model that validates the query (its bounds and patterns as
+    JSON Schema keywords)."""
     schema = model.model_json_schema()
     return [
         {
             "name": name,
             "in": "query",
-            "required": False,
-            "schema": prop,
+            "required": name in schema.get("required", ()),
+            "schema": _query_schema(prop),
             "description": prop.get("description", ""),
         }
         for name, prop in schema.get("properties", {}).items()
@@ -335,60 +377,96 @@ def _parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    return {
-        str(s): {
-            "description": "refused",
+    """The refusals ``statuses`` and those of every route, in the marketplace's body."""
+    out: dict[str, Any] = {}
+    for status in sorted({*statuses, *_COMMON}):
+        response: dict[str, Any] = {
+            "description": _ERROR_CODES[status],
             "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
         }
-        for s in statuses
+        if status == 429:
+            response["headers"] = _RETRY_AFTER
+        out[str(status)] = response
+    return out
+
+
+def _ok(shape: str, description: str, *, many: bool = False, status: str = "200") -> dict[str, Any]:
+    """A JSON answer of the component ``shape`` (an array of it with ``many``: at most
+    ``limit`` items, ``X-Total-Count`` and ``Link`` page the rest)."""
+    ref = {"$ref": f"#/components/schemas/{shape}"}
+    answer: dict[str, Any] = {
+        "description": description,
+        "content": {JSON: {"schema": {"type": "array", "items": ref} if many else ref}},
     }
+    if many and shape != "Category":
+        answer["description"] += " (at most `limit`; X-Total-Count and Link rel=next page the rest)"
+        answer["headers"] = {
+            "X-Total-Count": {"schema": {"type": "integer", "minimum": 0}},
+            "Link": {"schema": {"type": "string"}, "required": False},
+        }
+    return {status: answer}
 
 
-def _array(description: str) -> dict[str, Any]:
-    return {
-        "description": description
-        + " (at most `limit`; X-Total-Count and Link rel=next headers page the rest)",
-        "content": {JSON: {"schema": {"type": "array", "items": {"type": "object"}}}},
-    }
-
-
-def openapi_document(server: str) -> dict[str, Any]:
-    """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
-    pydantic models that validate requests (``extra`` keys forbidden). ``server`` is the
-    configured public base URL (``RELAYER_PUBLIC_BASE_URL``), never a request's ``Host``: the
-    document is cacheable and a client cannot write into it."""
+def _components() -> dict[str, Any]:
+    """Request models and answer shapes, each generated from the code that validates or
+    builds it (:mod:`relayer.domain.views` for the typed answers)."""
+    ref = "#/components/schemas/{model}"
     schemas: dict[str, Any] = {"Error": ERROR_BODY}
     for model in (QuoteRequest, OrderRequest):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schema = model.model_json_schema(ref_template=ref)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    gone = _errors(410)
+    shapes = (
+        views.Category,
+        views.Project,
+        views.ProjectDetail,
+        views.Price,
+        views.Retirement,
+        views.ProvenanceRecord,
+        views.Quote,
+        views.Order,
+    )
+    for shape in shapes:
+        schema = views.json_schema(shape, ref)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[shape.__name__] = schema
+    return schemas
+
+
+def openapi_document(server: str, chain_ids: Sequence[int] = ()) -> dict[str, Any]:
+    """The marketplace API's OpenAPI 3.1 document; query and body schemas come from the
+    pydantic models that validate requests (``extra`` keys forbidden), answers from the
+    typed shapes their builders return. ``server`` is the configured public base URL
+    (``RELAYER_PUBLIC_BASE_URL``), never a request's ``Host``: the document is cacheable and
+    a client cannot write into it. ``chain_ids``: the chains whose retirements are indexed
+    (``GET /retirements?chainId`` takes no other)."""
+    gone = {"deprecated": True, "responses": _errors(410)}
+    product_id = [_path_parameter("id", {"type": "string", "minLength": 1})]
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "Marketplace carbon project catalogue and retirement API",
             "version": "18",
-            "description": "Release v18: seller listings only; one retirement id across Polygon and Base.",
+            "description": "Release v18: seller listings only; one retirement id across Polygon and "
+            "Base. Refusals: {statusCode, error, message, code, ...}; match on `code`. A method a "
+            "path does not serve answers 405 with Allow.",
         },
         "servers": [{"url": server}],
         "components": {
-            "schemas": schemas,
+            "schemas": _components(),
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "relayer apikey create"}
             },
         },
         "paths": {
             **_catalogue_paths(),
+            **_retirement_paths(chain_ids),
             **_order_paths(),
-            "/products": {"get": {"deprecated": True, "responses": gone}},
-            "/products/{id}": {"get": {"deprecated": True, "responses": gone}},
-            "/products/{id}/stats": {"get": {"deprecated": True, "responses": gone}},
+            "/products": {"get": gone},
+            "/products/{id}": {"get": {**gone, "parameters": product_id}},
+            "/products/{id}/stats": {"get": {**gone, "parameters": product_id}},
         },
     }
-
-
-def _one() -> dict[str, Any]:
-    return {"description": "one object", "content": {JSON: {"schema": {"type": "object"}}}}
 
 
 def _path_parameter(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -396,42 +474,79 @@ def _path_parameter(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _catalogue_paths() -> dict[str, Any]:
-    """The public reads: categories, carbon projects, retirements (with certificate and
-    provenance) and prices."""
-    one = _one()
-    retirement_id = _path_parameter(
-        "id", {"type": "string", "pattern": r"^[1-9][0-9]*-0x[0-9a-fA-F]{64}-[0-9]+$"}
-    )
+    """The public reads: categories, carbon projects and prices."""
     return {
-        "/categories": {"get": {"responses": {"200": _array("categories")}}},
+        "/categories": {"get": {"responses": {**_ok("Category", "categories", many=True), **_errors()}}},
         "/carbonProjects": {
             "get": {
                 "parameters": _parameters(CarbonProjectsQuery),
-                "responses": {"200": _array("projects"), **_errors(400)},
+                "responses": {**_ok("Project", "projects", many=True), **_errors(400)},
             }
         },
         "/carbonProjects/{key}": {
             "get": {
-                "parameters": [_path_parameter("key", {"type": "string"})],
-                "responses": {"200": one, **_errors(404)},
+                "parameters": [_path_parameter("key", {"type": "string", "minLength": 1, "maxLength": 200})],
+                "responses": {**_ok("ProjectDetail", "the project and its listings"), **_errors(400, 404)},
             }
-        },
-        "/retirements": {
-            "get": {
-                "parameters": _parameters(RetirementsQuery),
-                "responses": {"200": _array("retirements"), **_errors(400)},
-            }
-        },
-        **{
-            f"/retirements/{{id}}{suffix}": {
-                "get": {"parameters": [retirement_id], "responses": {"200": one, **_errors(400, 404)}}
-            }
-            for suffix in ("", "/certificate", "/provenance")
         },
         "/prices": {
             "get": {
                 "parameters": _parameters(PricesQuery),
-                "responses": {"200": _array("prices"), **_errors(400)},
+                "responses": {**_ok("Price", "live seller listings", many=True), **_errors(400)},
+            }
+        },
+    }
+
+
+def _retirement_paths(chain_ids: Sequence[int]) -> dict[str, Any]:
+    """Retirements, one retirement, its certificate (PDF or HTML) and its provenance."""
+    listed = _parameters(RetirementsQuery)
+    for parameter in listed:
+        if parameter["name"] == "chainId" and chain_ids:
+            parameter["schema"] = {"type": "integer", "enum": sorted(chain_ids)}
+    retirement_id = _path_parameter("id", {"type": "string", "pattern": RETIREMENT_ID_PATTERN})
+    certificate_format = {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["pdf", "html"]},
+        "description": "pdf (default) or html; without it, an Accept of text/html picks html",
+    }
+    return {
+        "/retirements": {
+            "get": {
+                "parameters": listed,
+                "responses": {**_ok("Retirement", "retirements, newest first", many=True), **_errors(400)},
+            }
+        },
+        "/retirements/{id}": {
+            "get": {
+                "parameters": [retirement_id],
+                "responses": {**_ok("Retirement", "the retirement"), **_errors(400, 404)},
+            }
+        },
+        "/retirements/{id}/certificate": {
+            "get": {
+                "parameters": [retirement_id, certificate_format],
+                "responses": {
+                    "200": {
+                        "description": "the certificate: a PDF, or an HTML page",
+                        "content": {
+                            "application/pdf": {"schema": {"type": "string", "format": "binary"}},
+                            "text/html": {"schema": {"type": "string"}},
+                        },
+                    },
+                    **_errors(400, 404),
+                },
+            }
+        },
+        "/retirements/{id}/provenance": {
+            "get": {
+                "parameters": [retirement_id],
+                "responses": {
+                    **_ok("ProvenanceRecord", "the credit's transfers, oldest first", many=True),
+                    **_errors(400, 404),
+                },
             }
         },
     }
@@ -439,34 +554,31 @@ def _catalogue_paths() -> dict[str, Any]:
 
 def _order_paths() -> dict[str, Any]:
     """The keyed writes and reads (bearer API key): quotes and orders."""
-    one = _one()
     bearer: list[dict[str, list[str]]] = [{"apiKey": []}]
+
+    def body(model: str) -> dict[str, Any]:
+        return {"required": True, "content": {JSON: {"schema": {"$ref": f"#/components/schemas/{model}"}}}}
+
     return {
         "/quotes": {
             "post": {
                 "security": bearer,
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/QuoteRequest"}}},
-                },
-                "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
+                "requestBody": body("QuoteRequest"),
+                "responses": {**_ok("Quote", "the quote", status="201"), **_errors(400, 401, 404, 409, 422)},
             }
         },
         "/orders": {
             "post": {
                 "security": bearer,
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": {"$ref": "#/components/schemas/OrderRequest"}}},
-                },
-                "responses": {"201": one, **_errors(400, 401, 404, 409, 422, 503)},
+                "requestBody": body("OrderRequest"),
+                "responses": {**_ok("Order", "the order", status="201"), **_errors(400, 401, 404, 409, 422)},
             }
         },
         "/orders/{id}": {
             "get": {
                 "security": bearer,
                 "parameters": [_path_parameter("id", {"type": "string", "format": "uuid"})],
-                "responses": {"200": one, **_errors(401, 404)},
+                "responses": {**_ok("Order", "the order and its status"), **_errors(401, 404)},
             }
         },
     }

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from relayer import package_data
 from relayer.api import pages
-from relayer.domain import chains
+from relayer.domain import chains, views
 from relayer.domain.errors import (
     ACTION_CODES,
     COMMON_CODES,
@@ -35,7 +35,15 @@ from relayer.domain.errors import (
     allowed_codes,
 )
 from relayer.domain.models import StrictModel
-from relayer.domain.schemas import ACTIONS, ActionRequest, validation_issues
+from relayer.domain.schemas import (
+    ACTION_FIELDS,
+    ACTION_REQUIRED,
+    ACTIONS,
+    CHOOSES_CREDIT,
+    NAMES_BENEFICIARY,
+    ActionRequest,
+    validation_issues,
+)
 from relayer.service.outcome import RetireOutcome, Status
 
 JSON: Final = "application/json"
@@ -517,6 +525,22 @@ def guide_document(info: X402Info, guide: Guide) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- OpenAPI 3.1
 
 
+def _without_null(prop: Mapping[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema from an optional field's: a parameter is absent or a
+    value, never JSON null (the null branch goes; the title and null default too)."""
+    branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
+    if not branches:
+        schema = {k: v for k, v in prop.items() if k not in ("default", "title")}
+    elif len(branches) == 1:
+        schema = {**branches[0], **{k: v for k, v in prop.items() if k not in ("anyOf", "default", "title")}}
+    else:
+        schema = {k: v for k, v in prop.items() if k not in ("anyOf", "default", "title")}
+        schema["anyOf"] = branches
+    if prop.get("default") is not None:
+        schema["default"] = prop["default"]
+    return schema
+
+
 def _ref_name(prop: Mapping[str, Any]) -> str | None:
     """The component a property refers to (directly or as the non-null branch of anyOf)."""
     for branch in (prop, *prop.get("anyOf", ())):
@@ -526,31 +550,142 @@ def _ref_name(prop: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _query_parameters(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """GET query parameters from the request model's fields; a nested object's fields as
-    ``object.field`` (one level, as the GET route nests them). ``action`` is the path, and
-    ``authPayload`` never goes in a URL (only actions/retire, POST only, takes it)."""
+def _no_nul(schema: Any) -> None:
+    """Every free string of a request (no pattern, enum or const of its own) says the rule
+    every request string keeps: no NUL character (see ``schemas._Strict``)."""
+    if isinstance(schema, list):
+        for item in schema:
+            _no_nul(item)
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and not {"pattern", "enum", "const"} & set(schema):
+        schema["pattern"] = "^[^\\x00]*$"
+    for value in schema.values():
+        _no_nul(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    """:class:`ActionRequest`'s JSON Schema as the document refers to it, with this host's
+    facts: the one ``chainId`` served and the input tokens accepted (symbols and addresses,
+    matched without regard to case)."""
+
+    properties: dict[str, Any]
+    defs: dict[str, Any]
+
+    @classmethod
+    def of(cls, info: X402Info) -> _Model:
+        model = ActionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        properties = dict(model["properties"])
+        properties["chainId"] = {"type": "integer", "enum": [info.chain_id]}
+        tokens = [t[k] for t in info.input_tokens for k in ("symbol", "address")]
+        properties["inputToken"] = {"type": "string", "enum": tokens, "description": "default USDC"}
+        defs = model.get("$defs", {})
+        for schema in (*properties.values(), *defs.values()):
+            _no_nul(schema)
+        return cls(properties, defs)
+
+
+def action_request_schema(model: _Model, action: str, major: int, with_action: bool) -> dict[str, Any]:
+    """The body of ``action`` (by POST; ``with_action``: to ``/api``, naming it in
+    ``action``): the fields it reads (:data:`ACTION_FIELDS`), those it needs required, exactly
+    one way to choose the credit, and on major 1 the beneficiary named and no unknown key."""
+    fields = ACTION_FIELDS[action]
+    required = ACTION_REQUIRED[action]
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            name: _without_null(model.properties[name]) if name in required else model.properties[name]
+            for name in fields
+        },
+        "required": list(required),
+        "additionalProperties": ignores_unknown_keys(major),
+    }
+    if with_action:
+        schema["properties"] = {"action": {"type": "string", "const": action}, **schema["properties"]}
+        schema["required"] = ["action", *schema["required"]]
+    rules: list[dict[str, Any]] = []
+    if action in CHOOSES_CREDIT:
+        rules.append(_ONE_CREDIT)
+    if action in NAMES_BENEFICIARY and major != 0:
+        schema["required"].append("details")
+        rules.append({"properties": {"details": _BENEFICIARY_NAMED}})
+    if rules:
+        schema["allOf"] = rules
+    return schema
+
+
+def _given(name: str) -> dict[str, Any]:
+    """``name`` is given: present and not null (the server reads null as absent)."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
+_ONE_CREDIT: Final = {
+    "oneOf": [
+        {"allOf": [_given("carbonClass")], "not": _given("listingId")},
+        {"allOf": [_given("listingId")], "not": _given("carbonClass")},
+        {"allOf": [_given("credit")], "not": {"anyOf": [_given("carbonClass"), _given("listingId")]}},
+    ],
+    "description": "exactly one of carbonClass and listingId, or credit alone",
+}
+_BENEFICIARY_NAMED: Final = {
+    "anyOf": [
+        {"required": ["beneficiaryAddress"], "properties": {"beneficiaryAddress": {"type": "string"}}},
+        {"required": ["beneficiaryIsPayer"], "properties": {"beneficiaryIsPayer": {"const": True}}},
+    ],
+    "description": "names the beneficiary (rule 6): beneficiaryAddress, or beneficiaryIsPayer true",
+}
+
+
+_BY_POST_ONLY: Final = frozenset({"listingId", "credit"})
+"""Ways to choose a credit the GET document leaves to POST (one query cannot say "exactly one
+of" in OpenAPI): by GET an action that chooses a credit names its ``carbonClass``."""
+
+
+def _query_parameters(model: _Model, action: str, major: int) -> list[dict[str, Any]]:
+    """GET query parameters of ``action``: its fields, a nested object's fields as
+    ``object.field`` (one level, as the GET route nests them); ``authPayload`` never goes in
+    a URL (only actions/retire, POST only, takes it)."""
+    required = set(ACTION_REQUIRED[action])
+    if action in CHOOSES_CREDIT:
+        required.add("carbonClass")  # by GET, the class; a listing or a credit alone by POST
+    if action in NAMES_BENEFICIARY and major != 0:
+        required.add("details.beneficiaryIsPayer")  # by GET, the payer: an address goes by POST
     params: list[dict[str, Any]] = []
-    for name, prop in schema["properties"].items():
-        if name in ("action", "authPayload"):
+    for name in ACTION_FIELDS[action]:
+        if action in CHOOSES_CREDIT and name in _BY_POST_ONLY:
             continue
+        prop = model.properties[name]
         ref = _ref_name(prop)
         nested = (
-            {name: prop} if ref is None else {f"{name}.{k}": v for k, v in defs[ref]["properties"].items()}
+            {name: prop}
+            if ref is None
+            else {f"{name}.{k}": v for k, v in model.defs[ref]["properties"].items()}
         )
         params.extend(
-            {"name": key, "in": "query", "required": False, "schema": value} for key, value in nested.items()
+            {"name": key, "in": "query", "required": key in required, "schema": _without_null(value)}
+            for key, value in nested.items()
         )
     return params
 
 
+_RETRY_AFTER: Final = {
+    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+}
+_ALWAYS: Final = ("rate_limited",)
+"""What every route can answer beside its own codes (the per-client rate limit)."""
+
+
 def _error_responses(codes: tuple[str, ...]) -> dict[str, Any]:
-    """The error responses of an operation by HTTP status, from the registry."""
+    """The error responses of an operation by HTTP status, from the registry, with the rate
+    limit's 429 (``Retry-After``) that every route can answer (a body over the limit is 400
+    ``schema_validation``)."""
     by_status: dict[int, list[str]] = {}
-    for code in codes:
+    for code in dict.fromkeys((*codes, *_ALWAYS)):
         by_status.setdefault(REGISTRY[code].http_status, []).append(code)
-    return {
-        str(status): {
+    out: dict[str, Any] = {}
+    for status, found in sorted(by_status.items()):
+        response: dict[str, Any] = {
             "description": ", ".join(found),
             "content": {
                 JSON: {
@@ -563,8 +698,10 @@ def _error_responses(codes: tuple[str, ...]) -> dict[str, Any]:
                 }
             },
         }
-        for status, found in sorted(by_status.items())
-    }
+        if status == 429:
+            response["headers"] = _RETRY_AFTER
+        out[str(status)] = response
+    return out
 
 
 ERROR_SCHEMA: Final = {
@@ -574,34 +711,51 @@ ERROR_SCHEMA: Final = {
         "error": {"type": "string", "enum": list(X402_REGISTRY), "description": "the code: match on it"},
         "message": {"type": "string", "description": "human text; never match on it"},
         "x402FacilitatorVersion": {"const": X402_FACILITATOR_VERSION},
+        "issues": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["path", "keys", "message"],
+                "properties": {
+                    "path": {"type": "array", "items": {"type": ["string", "integer"]}},
+                    "keys": {"type": "array", "items": {"type": "string"}},
+                    "message": {"type": "string", "description": "the rule the field broke"},
+                },
+            },
+        },
+        "allow": {"type": "array", "items": {"type": "string"}, "description": "405: the methods served"},
+        "retryAfterSeconds": {"type": "integer", "minimum": 1},
     },
     "additionalProperties": True,
     "description": "The error envelope; code-specific context fields beside these three.",
 }
 
 
-def _component(action: str) -> str:
+def _component(action: str, suffix: str = "Request") -> str:
     """``prepare/retire`` -> ``PrepareRetireRequest``."""
-    return "".join(part.capitalize() for part in re.split(r"[/-]", action)) + "Request"
+    return "".join(part.capitalize() for part in re.split(r"[/-]", action)) + suffix
 
 
-def _ok(description: str, media: str = JSON) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string"} if media != JSON else {"type": "object"}
+def _ok(description: str, schema: dict[str, Any], media: str = JSON) -> dict[str, Any]:
     return {"description": description, "content": {media: {"schema": schema}}}
+
+
+def _answer(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _action_responses(action: str) -> dict[str, Any]:
     if action != "actions/retire":
-        return {"200": _ok(PURPOSES[action]), **_error_responses(allowed_codes(action))}
+        return {
+            "200": _ok(PURPOSES[action], _answer(_component(action, "Answer"))),
+            **_error_responses(allowed_codes(action)),
+        }
     return {
-        "200": {
-            "description": "final: " + " or ".join(FINAL_STATUSES),
-            "content": {JSON: {"schema": _status_schema(FINAL_STATUSES)}},
-        },
-        "202": {
-            "description": "still on its way after the wait: post the identical request again",
-            "content": {JSON: {"schema": _status_schema(WAITING_STATUSES)}},
-        },
+        "200": _ok("final: " + " or ".join(FINAL_STATUSES), _status_schema(FINAL_STATUSES)),
+        "202": _ok(
+            "still on its way after the wait: post the identical request again",
+            _status_schema(WAITING_STATUSES),
+        ),
         **_error_responses(allowed_codes(action)),
     }
 
@@ -620,19 +774,41 @@ def _status_schema(statuses: tuple[str, ...]) -> dict[str, Any]:
 _META_CODES: Final = ("schema_validation", "internal_error")
 
 
+ANSWERS: Final = (
+    views.Index,
+    views.DiscoverAnswer,
+    views.QuoteAnswer,
+    views.PrepareRetireAnswer,
+    views.PrepareAuthAnswer,
+    views.CertificateAnswer,
+)
+"""The typed answers of the actions and the index (the builders return them)."""
+
+
+def answer_schemas() -> dict[str, Any]:
+    """The JSON Schemas of :data:`ANSWERS` and the shapes they nest, by name."""
+    schemas: dict[str, Any] = {}
+    for shape in ANSWERS:
+        schema = views.json_schema(shape)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[shape.__name__] = schema
+    return schemas
+
+
 def openapi_document(info: X402Info) -> dict[str, Any]:
-    """The whole x402 endpoint as OpenAPI 3.1: each action by GET (query parameters from
-    the request model) and by POST (the model's schema, unknown keys refused from major 1),
-    the meta routes, and each operation's errors by HTTP status from the registry."""
-    model = ActionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    defs: dict[str, Any] = model.pop("$defs", {})
-    if ignores_unknown_keys(info.major):
-        model["additionalProperties"] = True
-    parameters = {p["name"]: p for p in _query_parameters(model, defs)}
+    """The whole x402 endpoint as OpenAPI 3.1: each action by GET (its query parameters)
+    and by POST (its own request schema, from the request model: the fields it reads, those
+    it needs, unknown keys refused on major 1), the meta routes, each operation's answers
+    (typed: :data:`ANSWERS`) and errors by HTTP status from the registry."""
+    model = _Model.of(info)
     paths: dict[str, Any] = {"/api": _post_any_action()}
     for action in ACTIONS:
-        paths[f"/api/{action}"] = _action_operations(action, list(parameters))
+        paths[f"/api/{action}"] = _action_operations(model, action, info.major)
     paths.update(_meta_paths())
+    schemas: dict[str, Any] = {"Error": ERROR_SCHEMA, **model.defs, **answer_schemas()}
+    for action in ACTIONS:
+        schemas[_component(action)] = action_request_schema(model, action, info.major, False)
+        schemas[_component(action, "ApiRequest")] = action_request_schema(model, action, info.major, True)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -640,36 +816,25 @@ def openapi_document(info: X402Info) -> dict[str, Any]:
             "version": served_version(info),
             "description": f"Major {info.major}. Each action by GET with query parameters or by POST "
             "to /api with `action`; both answer the same. Errors: {error, message, "
-            "x402FacilitatorVersion, ...context}; match on `error`.",
+            "x402FacilitatorVersion, ...context}; match on `error`. A method a path does not serve "
+            "answers 405 `method_not_allowed` with Allow.",
         },
         "servers": [{"url": _origin(info)}],
-        "components": {"schemas": _request_schemas(model, defs), "parameters": parameters},
+        "components": {"schemas": schemas},
         "paths": paths,
     }
-
-
-def _request_schemas(model: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """The document's schemas: the error body, the request model (``ActionRequest``) with
-    its definitions, and per action the model with its ``action`` fixed."""
-    schemas: dict[str, Any] = {"Error": ERROR_SCHEMA, **defs, "ActionRequest": model}
-    for action in ACTIONS:
-        schemas[_component(action)] = {
-            "allOf": [{"$ref": "#/components/schemas/ActionRequest"}],
-            "properties": {"action": {"const": action, "type": "string"}},
-            "required": ["action"],
-        }
-    return schemas
 
 
 def _post_any_action() -> dict[str, Any]:
     """``/api``: the action index by GET, and any action by POST (chosen by the body's
     ``action``), with every action's errors."""
     every_code = tuple(dict.fromkeys(c for a in ACTIONS for c in allowed_codes(a)))
+    mapping = {a: f"#/components/schemas/{_component(a, 'ApiRequest')}" for a in ACTIONS}
     return {
         "get": {
             "operationId": "index",
             "summary": "the action index",
-            "responses": {"200": _ok("index")},
+            "responses": {"200": _ok("index", _answer("Index")), **_error_responses(_META_CODES)},
         },
         "post": {
             "operationId": "post_action",
@@ -679,34 +844,31 @@ def _post_any_action() -> dict[str, Any]:
                 "content": {
                     JSON: {
                         "schema": {
-                            "oneOf": [{"$ref": f"#/components/schemas/{_component(a)}"} for a in ACTIONS],
-                            "discriminator": {
-                                "propertyName": "action",
-                                "mapping": {a: f"#/components/schemas/{_component(a)}" for a in ACTIONS},
-                            },
+                            "oneOf": [{"$ref": ref} for ref in mapping.values()],
+                            "discriminator": {"propertyName": "action", "mapping": mapping},
                         }
                     }
                 },
             },
             "responses": {
-                "200": _ok("the action's answer"),
-                "202": _ok("actions/retire still on its way"),
+                "200": _ok("the action's answer", {"type": "object"}),
+                "202": _ok("actions/retire still on its way", _status_schema(WAITING_STATUSES)),
                 **_error_responses(every_code),
             },
         },
     }
 
 
-def _action_operations(action: str, parameters: list[str]) -> dict[str, Any]:
-    """``/api/<action>``: by POST (the request model as body), and unless the action is
-    POST only, by GET with the query ``parameters`` (names of the document's parameters)."""
+def _action_operations(model: _Model, action: str, major: int) -> dict[str, Any]:
+    """``/api/<action>``: by POST (its request schema as body), and unless the action is
+    POST only, by GET with its query parameters."""
     operations: dict[str, Any] = {
         "post": {
             "operationId": f"post_{_component(action)}",
             "summary": PURPOSES[action],
             "requestBody": {
                 "required": True,
-                "content": {JSON: {"schema": {"$ref": "#/components/schemas/ActionRequest"}}},
+                "content": {JSON: {"schema": {"$ref": f"#/components/schemas/{_component(action)}"}}},
             },
             "responses": _action_responses(action),
         }
@@ -715,7 +877,7 @@ def _action_operations(action: str, parameters: list[str]) -> dict[str, Any]:
         operations["get"] = {
             "operationId": f"get_{_component(action)}",
             "summary": PURPOSES[action],
-            "parameters": [{"$ref": f"#/components/parameters/{name}"} for name in parameters],
+            "parameters": _query_parameters(model, action, major),
             "responses": _action_responses(action),
         }
     return operations
@@ -723,7 +885,7 @@ def _action_operations(action: str, parameters: list[str]) -> dict[str, Any]:
 
 def _meta_paths() -> dict[str, Any]:
     """The self-description routes: manifest, changelog, errors documents, this document,
-    security.txt and the guides."""
+    security.txt and the guides; the probes."""
     meta_errors = _error_responses(_META_CODES)
     paths: dict[str, Any] = {}
     for path, description in (
@@ -733,9 +895,20 @@ def _meta_paths() -> dict[str, Any]:
         (API_ERRORS_PATH, "the errors document"),
         (OPENAPI_PATH, "this document"),
     ):
-        paths[path] = {"get": {"summary": description, "responses": {"200": _ok(description), **meta_errors}}}
+        paths[path] = {
+            "get": {
+                "summary": description,
+                "responses": {"200": _ok(description, {"type": "object"}), **meta_errors},
+            }
+        }
     paths[SECURITY_TXT_PATH] = {
-        "get": {"summary": "RFC 9116 security.txt", "responses": {"200": _ok("security.txt", "text/plain")}}
+        "get": {
+            "summary": "RFC 9116 security.txt",
+            "responses": {
+                "200": _ok("security.txt", {"type": "string"}, "text/plain"),
+                **_error_responses(()),
+            },
+        }
     }
     paths[DOCS_PATH] = {
         "get": {
@@ -745,11 +918,14 @@ def _meta_paths() -> dict[str, Any]:
                     "name": "id",
                     "in": "query",
                     "required": False,
-                    "schema": {"enum": list(GUIDE_IDS)},
+                    "schema": {"type": "string", "enum": list(GUIDE_IDS)},
                 }
             ],
             "responses": {
-                "200": _ok("{documents: [{id, title, summary, url}]}, or {id, title, format, body}"),
+                "200": _ok(
+                    "{documents: [{id, title, summary, url}]}, or {id, title, format, body}",
+                    {"type": "object"},
+                ),
                 **_error_responses(("document_not_found", *_META_CODES)),
             },
         }
@@ -795,7 +971,7 @@ def _query(request: web.Request, model: type[_Q]) -> _Q:
     try:
         return model.model_validate(query)
     except ValidationError as exc:
-        raise Rejection("schema_validation", issues=validation_issues(exc)) from None
+        raise Rejection("schema_validation", issues=validation_issues(exc, query)) from None
 
 
 def _json(body: Mapping[str, Any]) -> web.Response:

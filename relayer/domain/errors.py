@@ -162,6 +162,10 @@ _ROWS: Final[tuple[ErrorSpec, ...]] = (
         True,
         "Too many requests from this client; retry after `retryAfterSeconds`.",
     ),
+    # not in the spec's table: a known path asked with a method it does not serve (additive)
+    ErrorSpec(
+        "method_not_allowed", 405, "request", False, "The path serves other methods; see `allow` and Allow."
+    ),
     # The marketplace API's own codes (marketplace-api.md); it answers the x402 codes above
     # too (listing_not_found, listing_expired, below_min_fill, schema_validation, ...) with
     # their statuses.
@@ -310,6 +314,7 @@ COMMON_CODES: Final = (
     "schema_validation",
     "internal_error",
     "rate_limited",  # release 1.2.0: the per-client rate limit, on any route
+    "method_not_allowed",  # a known path asked with another method: 405 with Allow
 )
 """Codes every action can return (spec: Errors, "Codes specific to each action"; plus the
 rate limit of release 1.2.0)."""

@@ -20,7 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictInt,
+    PlainValidator,
     StringConstraints,
     ValidationError,
     WithJsonSchema,
@@ -30,7 +30,8 @@ from pydantic import (
 from relayer.domain.addresses import checksum_address
 from relayer.domain.amounts import USDC_DECIMALS, TonnesFault, format_units, read_tonnes
 from relayer.domain.errors import Rejection
-from relayer.domain.models import StrictModel
+from relayer.domain.models import StrictModel, field_problems
+from relayer.domain.projects import CATEGORIES
 
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 100
@@ -41,7 +42,9 @@ MAX_PROVENANCE_STEPS: Final = 32
 ZERO_ADDRESS: Final = "0x" + "0" * 40
 _M = TypeVar("_M", bound=BaseModel)
 
-_RETIREMENT_ID: Final = re.compile(r"([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})")
+RETIREMENT_ID_PATTERN: Final = r"^([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})-(0|[1-9][0-9]{0,8})$"
+"""A unified retirement id, ``{chainId}-{txHash}-{retirementIndex}`` (JSON Schema's pattern)."""
+_RETIREMENT_ID: Final = re.compile(RETIREMENT_ID_PATTERN.strip("^$"))
 SOURCE_ID: Final = re.compile(r"listing-([1-9][0-9]{0,9})-(0x[0-9a-fA-F]{64})")
 """A listing's price source id: group 1 the chain id, group 2 the listing id as ``0x`` + 64 hex."""
 _ADDRESS_LIKE: Final = re.compile(r"0x[0-9a-fA-F]{40}")
@@ -194,17 +197,27 @@ def removed_parameters(given: Iterable[str], table: dict[str, str], where: str) 
 
 # ---------------------------------------------------------------------------- request models
 
+ADDRESS_SCHEMA: Final = {
+    "type": "string",
+    "pattern": "^0x([0-9a-f]{39}[1-9a-f]|[0-9A-F]{39}[1-9A-F])$",
+    "minLength": 42,
+    "maxLength": 42,
+    "description": "an address in one case, not ending in 0 (so never the zero address); any other "
+    "address is accepted too, in one case or with its EIP-55 checksum",
+}
+"""The JSON Schema of an address field: the form every address takes without a checksum
+(a checksummed mixed-case one is accepted too, but no pattern can check a checksum)."""
+_Address = Annotated[str, WithJsonSchema(ADDRESS_SCHEMA)]
 _Text = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, strip_whitespace=True, pattern=r"^[^\x00-\x1f\x7f]*$"),
 ]
 """A filter's text: no control characters (Postgres text holds no NUL)."""
+_Category = Annotated[_Text, WithJsonSchema({"type": "string", "enum": list(CATEGORIES)})]
+"""A category of GET /categories (matched without regard to case)."""
 _Vintage = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}$")]
 _Sdg = Annotated[str, StringConstraints(pattern=r"^([1-9]|1[0-7])$")]
 _Tonnes = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$")]
-_QuantityText = Annotated[
-    str, WithJsonSchema({"type": "string", "pattern": r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,3})?$"})
-]
 
 
 class _Strict(StrictModel):
@@ -226,7 +239,7 @@ class CarbonProjectsQuery(Page):
     when either is given)."""
 
     country: _Text | None = None
-    category: _Text | None = None
+    category: _Category | None = None
     search: _Text | None = None
     vintage: _Vintage | None = None
     sdg: _Sdg | None = None
@@ -240,8 +253,8 @@ class RetirementsQuery(Page):
     """Query of GET /retirements: both chains unless ``chainId`` picks one; newest first."""
 
     chainId: int | None = Field(default=None, gt=0, lt=2**31)
-    beneficiaryAddress: str | None = None
-    retiringAddress: str | None = None
+    beneficiaryAddress: _Address | None = None
+    retiringAddress: _Address | None = None
     projectKey: _Text | None = None
 
     @field_validator("beneficiaryAddress", "retiringAddress")
@@ -257,13 +270,43 @@ class PricesQuery(Page):
     projectKey: _Text | None = None
 
 
+_QUANTITY_RULE: Final = (
+    "must be a decimal string (or a JSON number) of tonnes above 0 with at most 3 decimals"
+)
+POSITIVE_TONNES: Final = r"^([1-9][0-9]{0,11}(\.[0-9]{1,3})?|0\.([1-9][0-9]{0,2}|0[1-9][0-9]?|00[1-9]))$"
+"""Tonnes above 0 and below 10**12 with at most 3 decimals, as a decimal string."""
+
+
+def _quantity(value: Any) -> str | int | Decimal:
+    """A quantity's JSON type (string, integer or exact decimal number); its value is
+    :func:`quantity_units`'s to judge (so every bad quantity is ``invalid_quantity``)."""
+    if isinstance(value, str | int | Decimal) and not isinstance(value, bool):
+        return value
+    raise ValueError(_QUANTITY_RULE)
+
+
+_Quantity = Annotated[
+    str | int | Decimal,
+    PlainValidator(_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": POSITIVE_TONNES},
+                {"type": "integer", "minimum": 1, "maximum": 999_999_999_999},
+            ],
+            "description": "tonnes above 0 with at most 3 decimals (1 kg)",
+        }
+    ),
+]
+
+
 class QuoteRequest(_Strict):
     """Body of POST /quotes: exactly these two fields (spec: Endpoints). ``quantity_tonnes`` is
     a decimal (string or JSON number) with at most 3 decimals (1 kg), read by
     :func:`quantity_units` (any string reaches it, so every bad quantity is ``invalid_quantity``)."""
 
     asset_price_source_id: str = Field(max_length=200)
-    quantity_tonnes: _QuantityText | StrictInt | Decimal
+    quantity_tonnes: _Quantity
 
 
 class ConsumptionMetadata(_Strict):
@@ -285,7 +328,7 @@ class OrderRequest(_Strict):
     retirement_message: str = Field(
         default="", max_length=500, pattern=r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
     )
-    beneficiary_address: str | None = None
+    beneficiary_address: _Address | None = None
     consumption_metadata: ConsumptionMetadata | None = None
 
     @field_validator("beneficiary_address")
@@ -301,8 +344,9 @@ class OrderRequest(_Strict):
 
 
 def validated(model: type[_M], data: dict[str, Any]) -> _M:
-    """``model`` from ``data``, or 400 ``schema_validation`` with one entry per problem
-    (``fields``: the path and the rule broken; values are never echoed).
+    """``model`` from ``data``, or 400 ``schema_validation`` with one entry per field at fault
+    (``fields``: the field's path and the rule it broke, as ``message`` says them, e.g.
+    ``quantity_tonnes: must be ...``; values are never echoed).
 
     Raises:
         Rejection: 400 ``schema_validation``.
@@ -311,8 +355,8 @@ def validated(model: type[_M], data: dict[str, Any]) -> _M:
         return model.model_validate(data)
     except ValidationError as exc:
         fields = [
-            {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "problem": e["msg"]}
-            for e in exc.errors(include_input=False, include_url=False)
+            {"field": ".".join(str(p) for p in path) or "(body)", "problem": rule}
+            for path, rule in field_problems(exc, data)
         ]
         raise bad_request(
             "schema_validation", "; ".join(f"{f['field']}: {f['problem']}" for f in fields), fields=fields

@@ -27,6 +27,7 @@ from typing import Any, Final
 import countryinfo
 from countryinfo import CountryInfo, CountryNotFoundError
 
+from relayer.domain import views
 from relayer.domain.amounts import UNITS_PER_TONNE, USDC_DECIMALS, format_units
 from relayer.domain.errors import RelayerError
 
@@ -587,7 +588,7 @@ def descriptions(record: ProjectRecord) -> tuple[str, str, str]:
 # ---------------------------------------------------------------------------------- resource
 
 
-def project_resource(record: ProjectRecord, live: LiveFigures) -> dict[str, Any]:
+def project_resource(record: ProjectRecord, live: LiveFigures) -> views.Project:
     """The spec's carbon project list item (marketplace-api.md, "Carbon project"), exactly the
     fields of :data:`RESOURCE_FIELDS` with the spec's JSON types.
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -22,15 +24,58 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection
-from relayer.domain.marketplace import SOURCE_ID
-from relayer.domain.models import StrictModel
+from relayer.domain.marketplace import ADDRESS_SCHEMA, POSITIVE_TONNES, SOURCE_ID
+from relayer.domain.models import StrictModel, field_problems
 
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
+_CHOICE: Final = ("carbonClass", "listingId", "credit", "creditToken", "tokenId", "vintage")
+_PREPARE: Final = ("chainId", "inputToken", "amount", *_CHOICE, "from", "details")
+ACTION_FIELDS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "discover": (
+            "chainId",
+            "source",
+            "carbonClass",
+            "listingId",
+            "tokenId",
+            "vintage",
+            "project",
+            "country",
+            "category",
+            "methodology",
+            "maxUsdcPricePerTonne",
+        ),
+        "quote": ("chainId", "inputToken", "amount", *_CHOICE),
+        "prepare/retire": _PREPARE,
+        "prepare-auth": _PREPARE,
+        "actions/retire": (*_PREPARE, "salt", "gasAllowance", "authPayload"),
+        "certificate": ("chainId", "txHash", "index"),
+    }
+)
+"""The fields of :class:`ActionRequest` each action reads (others are accepted and ignored):
+the per-action request schemas of the OpenAPI document and the manifest."""
+ACTION_REQUIRED: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "discover": (),
+        "quote": ("amount",),
+        "prepare/retire": ("amount", "from"),
+        "prepare-auth": ("amount", "from"),
+        "actions/retire": ("amount", "from", "authPayload"),
+        "certificate": ("txHash",),
+    }
+)
+"""The fields each action refuses to go without (``schema_validation`` naming them;
+actions/retire without ``authPayload`` answers 402 ``payment_required``)."""
+CHOOSES_CREDIT: Final = frozenset({"quote", "prepare/retire", "prepare-auth", "actions/retire"})
+"""Actions that take exactly one of ``carbonClass`` and ``listingId`` (or ``credit`` alone)."""
+NAMES_BENEFICIARY: Final = frozenset({"prepare-auth", "actions/retire"})
+"""Actions whose ``details`` must name the beneficiary on major 1 (``attribution_required``)."""
 
 
 UINT256_MAX: Final = 2**256 - 1
@@ -51,8 +96,17 @@ def _address(value: str) -> str:
     return checksummed
 
 
-Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"), AfterValidator(_address)]
-Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$"), AfterValidator(str.lower)]
+Address = Annotated[
+    str,
+    StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$"),
+    AfterValidator(_address),
+    WithJsonSchema(ADDRESS_SCHEMA),
+]
+Bytes32 = Annotated[
+    str,
+    StringConstraints(min_length=66, max_length=66, pattern=r"^0x[0-9a-fA-F]{64}$"),
+    AfterValidator(str.lower),
+]
 
 
 def _uint256(value: str) -> str:
@@ -76,7 +130,7 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-Uint256 = Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=UINT256_MAX)]
+Uint256 = Annotated[int, Field(ge=0, le=UINT256_MAX), BeforeValidator(_not_bool)]
 _BYTES32_HEX: Final = re.compile(r"0x[0-9a-fA-F]{64}")
 
 
@@ -104,16 +158,16 @@ def _bytes32_as_int(value: Any) -> Any:
 
 ListingId = Annotated[
     int,
+    Field(ge=0, le=UINT256_MAX),
     BeforeValidator(
         _bytes32_as_int,
         json_schema_input_type=Annotated[int, Field(ge=0, le=UINT256_MAX)]
         | Annotated[str, StringConstraints(min_length=1, max_length=200)],
     ),
-    Field(ge=0, le=UINT256_MAX),
 ]
 """A listing id: a decimal uint256, the same number as bytes32 hex (``0x`` + 64 digits) or
 as the marketplace's price source id; any other string names no listing."""
-Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
+Signature = Annotated[str, StringConstraints(min_length=132, max_length=132, pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
 IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
@@ -186,7 +240,10 @@ class ActionRequest(_Strict):
     action: str | None = None
     chainId: Uint256 | None = None
     inputToken: Annotated[str, AfterValidator(_symbol_or_address)] | None = Field(default=None, max_length=64)
-    amount: str | None = Field(default=None, max_length=40)
+    # read by parse_tonnes (its own refusals): the schema says the rule it applies
+    amount: Annotated[str, WithJsonSchema({"type": "string", "pattern": POSITIVE_TONNES})] | None = Field(
+        default=None, max_length=40
+    )
     carbonClass: str | None = Field(default=None, max_length=64)
     creditToken: Address | None = None
     tokenId: Uint256 | None = None
@@ -196,7 +253,7 @@ class ActionRequest(_Strict):
     from_: Address | None = Field(default=None, alias="from")
     txHash: Bytes32 | None = None
     # a retirement's index within its transaction (stored as a Postgres INTEGER)
-    index: Annotated[int, BeforeValidator(_not_bool)] | None = Field(default=None, ge=0, le=INT32_MAX)
+    index: Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_not_bool)] | None = None
     salt: Bytes32 | None = None
     gasAllowance: Atomic | None = None
     authPayload: AuthPayload | None = None
@@ -242,20 +299,21 @@ def parse_request(body: dict[str, Any]) -> ActionRequest:
     try:
         return ActionRequest.model_validate(body)
     except ValidationError as exc:
-        raise Rejection("schema_validation", issues=validation_issues(exc)) from None
+        raise Rejection("schema_validation", issues=validation_issues(exc, body)) from None
 
 
-def validation_issues(exc: ValidationError) -> list[dict[str, Any]]:
-    """pydantic errors as the spec's ``issues[]``: unknown keys grouped under their parent
-    ``path`` in ``keys``; other errors one issue each with an empty ``keys``."""
+def validation_issues(exc: ValidationError, data: Any) -> list[dict[str, Any]]:
+    """pydantic errors (of validating ``data``) as the spec's ``issues[]``: unknown keys
+    grouped under their parent ``path`` in ``keys``; every other field at fault one issue
+    with an empty ``keys``, its ``message`` the rule it broke (see
+    :func:`~relayer.domain.models.field_problems`: no pydantic internals)."""
     unknown: dict[tuple[str | int, ...], list[str]] = defaultdict(list)
     issues: list[dict[str, Any]] = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        if err["type"] == "extra_forbidden":
-            unknown[loc[:-1]].append(str(loc[-1]))
+    for path, rule in field_problems(exc, data):
+        if rule == "unrecognized key":
+            unknown[path[:-1]].append(str(path[-1]))
         else:
-            issues.append({"path": list(loc), "keys": [], "message": err["msg"]})
+            issues.append({"path": list(path), "keys": [], "message": rule})
     for path, keys in unknown.items():
         issues.insert(0, {"path": list(path), "keys": sorted(keys), "message": "unrecognized keys"})
     return issues

@@ -4,8 +4,7 @@ ids are ``{chainId}-{txHash}-{retirementIndex}``."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from relayer.domain import views
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.errors import Rejection
 from relayer.domain.retirement import retirement_links, retiring_address
@@ -27,7 +26,7 @@ class Certificates:
         self.chain_id = supply.chain_id
         self.public_base_url = public_base_url
 
-    def entry(self, r: IndexedRetirement) -> dict[str, Any]:
+    def entry(self, r: IndexedRetirement) -> views.CertificateEntry:
         """One retirement's certificate entry (amount in tonnes, timestamp unix seconds)."""
         rid = f"{r.chain_id}-0x{r.tx_hash.hex()}-{r.retirement_index}"
         d = r.details
@@ -51,7 +50,7 @@ class Certificates:
             "blockNumber": r.block_number,
         }
 
-    async def certificate(self, request: ActionRequest) -> dict[str, Any]:
+    async def certificate(self, request: ActionRequest) -> views.CertificateAnswer:
         """Certificate URL(s) of an indexed transaction (optionally one ``index``).
 
         Raises:

@@ -13,7 +13,7 @@ from typing import Any
 from relayer.chain import calls
 from relayer.chain.reads import ChainReads
 from relayer.config import Settings
-from relayer.domain import chains
+from relayer.domain import chains, views
 from relayer.domain.amounts import format_tonnes, format_units
 from relayer.domain.eip712 import Signature
 from relayer.domain.retirement import bind_nonce, permit_deadline
@@ -55,7 +55,7 @@ class Prepare:
         self.chain_id = supply.chain_id
         self.settlement = reads.contracts.settlement
 
-    async def prepare_auth(self, request: ActionRequest, now: int) -> dict[str, Any]:
+    async def prepare_auth(self, request: ActionRequest, now: int) -> views.PrepareAuthAnswer:
         """EIP-712 ``typedData`` and a ready ``actionsRetireRequest`` (spec: prepare-auth).
 
         The signed value is the suggested maximum input plus the gas allowance; a USDC
@@ -202,7 +202,7 @@ class Prepare:
             },
         }
 
-    async def prepare_retire(self, request: ActionRequest, now: int) -> dict[str, Any]:
+    async def prepare_retire(self, request: ActionRequest, now: int) -> views.PrepareRetireAnswer:
         """Unsigned ``[approve, retire]`` batch for a caller that pays its own gas
         (spec: prepare/retire). The beneficiary defaults to ``from``.
 
@@ -219,15 +219,26 @@ class Prepare:
         max_input = route.suggested_max_input
         approve = calls.approve(route.token.contract, self.settlement, max_input)
         retire = calls.retire(resolved.retirement(0), max_input)
-        step = {"value": "0", "chainId": self.chain_id}
         return {
             "chainId": self.chain_id,
             "chain": chains.network(self.chain_id),
             "to": self.settlement,
             "data": "0x" + retire.hex(),
             "transactions": [
-                {"step": "approve", "to": route.token.address, "data": "0x" + approve.hex(), **step},
-                {"step": "prepareRetire", "to": self.settlement, "data": "0x" + retire.hex(), **step},
+                {
+                    "step": "approve",
+                    "to": route.token.address,
+                    "data": "0x" + approve.hex(),
+                    "value": "0",
+                    "chainId": self.chain_id,
+                },
+                {
+                    "step": "prepareRetire",
+                    "to": self.settlement,
+                    "data": "0x" + retire.hex(),
+                    "value": "0",
+                    "chainId": self.chain_id,
+                },
             ],
             "quote": self.supply.quote_body(route),
             "approvalRequired": True,

@@ -14,7 +14,7 @@ from typing import Any, Final
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo
 from relayer.config import Settings
-from relayer.domain import fees
+from relayer.domain import fees, views
 from relayer.domain.amounts import (
     KVCM_DECIMALS,
     UNITS_PER_TONNE,
@@ -136,7 +136,7 @@ class Supply:
 
     # ------------------------------------------------------------------ discover
 
-    async def discover(self, req: ActionRequest, now: int) -> dict[str, Any]:
+    async def discover(self, req: ActionRequest, now: int) -> views.DiscoverAnswer:
         """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply).
 
         Raises:
@@ -507,19 +507,13 @@ class Supply:
             suggested,
         )
 
-    def quote_body(self, route: Route) -> dict[str, Any]:
+    def quote_body(self, route: Route) -> views.QuoteAnswer:
         """The quote response (money as atomic strings plus ``…Formatted`` decimals)."""
         d = route.token.decimals
         credit = route.credit
-        source = (
-            {"carbonClass": route.carbon_class.symbol}
-            if route.carbon_class
-            else {"listingId": str(route.source_id)}
-        )
         tonnes = format_tonnes(route.units)
-        return {
+        body: views.QuoteAnswer = {
             "chainId": self.chain_id,
-            **source,
             "inputToken": {"symbol": route.token.symbol, "address": route.token.address, "decimals": d},
             "amount": tonnes,
             "tonnesFormatted": tonnes,
@@ -547,6 +541,11 @@ class Supply:
             },
             "alternatives": [],
         }
+        if route.carbon_class:
+            body["carbonClass"] = route.carbon_class.symbol
+        else:
+            body["listingId"] = str(route.source_id)
+        return body
 
 
 def _has_credit_filter(req: ActionRequest) -> bool:

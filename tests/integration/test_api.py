@@ -154,8 +154,9 @@ async def test_get_and_post_give_the_same_prepare_auth(daemon: Daemon) -> None:
 
 
 async def test_actions_retire_is_post_only_and_values_are_uint256(daemon: Daemon) -> None:
-    status, body = await daemon.get("/api/actions/retire", carbonClass="NBO", amount="1")
-    assert (status, body["error"]) == (404, "not_found")
+    async with daemon.session.get(f"{daemon.api}/actions/retire", params={"amount": "1"}) as r:
+        status, body, allow = r.status, await r.json(), r.headers.get("Allow")
+    assert (status, body["error"], allow) == (405, "method_not_allowed", "POST")
     status, body = await daemon.post(
         {
             "action": "actions/retire",

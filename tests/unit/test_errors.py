@@ -99,8 +99,8 @@ def test_registry_has_no_code_the_spec_lacks() -> None:
     """Beyond the spec's table only the declared extension of release 1.2.0 (the per-client
     rate limit, which the spec's table has no code for), the marketplace API's own codes and
     the x402 facilitator's own, marked as such (never published as x402 codes)."""
-    assert set(X402_REGISTRY) - set(SPEC_ERRORS) == {"rate_limited"}
-    assert list(X402_REGISTRY) == [*SPEC_ERRORS, "rate_limited"]
+    assert set(X402_REGISTRY) - set(SPEC_ERRORS) == {"rate_limited", "method_not_allowed"}
+    assert list(X402_REGISTRY) == [*SPEC_ERRORS, "rate_limited", "method_not_allowed"]
     marketplace_only = set(REGISTRY) - set(X402_REGISTRY)
     assert marketplace_only and not marketplace_only & set(SPEC_ERRORS)
     assert {REGISTRY[c].surface for c in marketplace_only} == {"marketplace", "facilitator"}

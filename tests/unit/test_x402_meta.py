@@ -23,6 +23,7 @@ from relayer.api.x402_meta import (
     LATEST_VERSION,
     RELEASES,
     X402Info,
+    _component,
     add_meta_routes,
     security_txt,
 )
@@ -35,7 +36,7 @@ from relayer.domain.errors import (
     X402_REGISTRY,
     allowed_codes,
 )
-from relayer.domain.schemas import ACTIONS, ActionRequest
+from relayer.domain.schemas import ACTION_FIELDS, ACTION_REQUIRED, ACTIONS, CHOOSES_CREDIT, ActionRequest
 from relayer.domain.verify import AUTH_EXPIRY_MARGIN_S
 from relayer.metrics import Metrics
 from tests.unit.test_errors import SPEC, SPEC_ERRORS
@@ -181,7 +182,7 @@ async def test_errors_document_is_the_spec_table_in_its_order(client: TestClient
     codes = [e["code"] for e in body["errors"]]
     # the spec's table in its order, then the additive code of release 1.2.0
     # (the marketplace API's own codes share the registry but are not x402 codes)
-    assert codes == list(X402_REGISTRY) == [*SPEC_ERRORS, "rate_limited"]
+    assert codes == list(X402_REGISTRY) == [*SPEC_ERRORS, "rate_limited", "method_not_allowed"]
     assert not set(codes) & {c for c, spec in REGISTRY.items() if spec.surface == "marketplace"}
     for entry in body["errors"]:
         spec = SPEC_ERRORS.get(entry["code"]) or REGISTRY[entry["code"]]
@@ -448,12 +449,15 @@ async def test_openapi_covers_every_action_from_the_model(client: TestClient[Any
     for ref in set(_refs(doc)):
         _resolve(doc, ref)  # every reference resolves
     schemas = doc["components"]["schemas"]
-    assert schemas["ActionRequest"]["additionalProperties"] is False
     assert schemas["Details"]["additionalProperties"] is False
     assert schemas["AuthPayload"]["additionalProperties"] is False
     assert schemas["Error"]["required"] == ["error", "message", "x402FacilitatorVersion"]
     fields = {f.alias or name for name, f in ActionRequest.model_fields.items()}
-    assert set(schemas["ActionRequest"]["properties"]) == fields
+    for action in ACTIONS:  # each action's own fields, from the model, unknown keys refused
+        request = schemas[_component(action)]
+        assert request["additionalProperties"] is False
+        assert set(request["properties"]) == set(ACTION_FIELDS[action]) <= fields
+        assert request["required"][: len(ACTION_REQUIRED[action])] == list(ACTION_REQUIRED[action])
 
     post = doc["paths"]["/api"]["post"]
     one_of = post["requestBody"]["content"]["application/json"]["schema"]["oneOf"]
@@ -471,11 +475,15 @@ async def test_openapi_covers_every_action_from_the_model(client: TestClient[Any
             for status_text, codes in by_status.items():
                 assert {REGISTRY[c].http_status for c in codes} == {int(status_text)}
         if "get" in operations:
-            names = {_resolve(doc, p["$ref"])["name"] for p in operations["get"]["parameters"]}
-            assert {n for n in names if "." not in n} == fields - {"action", "authPayload", "details"}
-            assert {n.split(".", 1)[1] for n in names if n.startswith("details.")} == set(
-                schemas["Details"]["properties"]
+            names = {p["name"] for p in operations["get"]["parameters"]}
+            by_post = {"authPayload", "details"} | (
+                {"listingId", "credit"} if action in CHOOSES_CREDIT else set()
             )
+            assert {n for n in names if "." not in n} == set(ACTION_FIELDS[action]) - by_post
+            if "details" in ACTION_FIELDS[action]:
+                assert {n.split(".", 1)[1] for n in names if n.startswith("details.")} == set(
+                    schemas["Details"]["properties"]
+                )
     retire = doc["paths"]["/api/actions/retire"]["post"]["responses"]
     assert set(retire["200"]["content"]["application/json"]["schema"]["properties"]["status"]["enum"]) == {
         "settled",
@@ -502,5 +510,5 @@ async def test_openapi_lists_the_meta_routes(client: TestClient[Any, Any]) -> No
     assert docs["parameters"][0]["schema"]["enum"] == list(GUIDE_IDS)
     assert "document_not_found" in _error_codes(docs["responses"])["404"]
     _, v0 = await _get(client, "/api/openapi.json", host="v0.x402.test")
-    assert v0["components"]["schemas"]["ActionRequest"]["additionalProperties"] is True
+    assert v0["components"]["schemas"]["QuoteRequest"]["additionalProperties"] is True
     assert v0["info"]["version"].startswith("0.")

@@ -32,7 +32,7 @@ from eth_utils.crypto import keccak
 
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import CreditInfo
-from relayer.domain import fees
+from relayer.domain import fees, views
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.eip712 import parse_signature, typed_data_digest
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
@@ -70,7 +70,7 @@ ORDER_GRACE_S: Final = 10
 RESUME_BATCH: Final = 20
 """Orders the keeper attempts per step, oldest first."""
 
-ORDER_STATUS: Final = {
+ORDER_STATUS: Final[dict[str, views.OrderStatus]] = {
     JobState.ACCEPTED.value: "SUBMITTED",
     JobState.SIMULATED.value: "INITIATED",
     JobState.SIGNED.value: "INITIATED",
@@ -162,7 +162,7 @@ class OrderDesk:
 
     # ------------------------------------------------------------------ quotes
 
-    async def quote(self, key_id: int, req: QuoteRequest, now: int) -> dict[str, Any]:
+    async def quote(self, key_id: int, req: QuoteRequest, now: int) -> views.Quote:
         """POST /quotes: a single-use quote priced from the indexed listing now, valid for
         ``quote_lifetime_s``.
 
@@ -216,7 +216,7 @@ class OrderDesk:
 
     # ------------------------------------------------------------------ orders
 
-    async def place(self, key_id: int, req: OrderRequest, now: int) -> dict[str, Any]:
+    async def place(self, key_id: int, req: OrderRequest, now: int) -> views.Order:
         """POST /orders: check the quote, the listing (one node read) and the treasury, consume
         the quote and record the order in one transaction, then attempt it (see the module).
         An order refused after its quote was consumed answers FAILED with its reason; one
@@ -421,7 +421,7 @@ class OrderDesk:
         await self.orders.set_job(order_id, job.id, int(self.clock()))
         return True
 
-    async def order(self, key_id: int, order_id: str) -> dict[str, Any]:
+    async def order(self, key_id: int, order_id: str) -> views.Order:
         """GET /orders/{id}: the order and its status (404 ``order_not_found``)."""
         try:
             parsed = uuid.UUID(order_id)
@@ -432,8 +432,10 @@ class OrderDesk:
             raise not_found("order", order_id[:100])
         return await self._order_body(o)
 
-    async def _order_body(self, o: Order) -> dict[str, Any]:
-        status = "FAILED" if o.error is not None else ORDER_STATUS.get(o.job_state or "", "SUBMITTED")
+    async def _order_body(self, o: Order) -> views.Order:
+        status: views.OrderStatus = (
+            "FAILED" if o.error is not None else ORDER_STATUS.get(o.job_state or "", "SUBMITTED")
+        )
         error = o.error
         if error is None and status == "FAILED" and o.job_error is not None:
             error = {k: o.job_error[k] for k in ("code", "message") if k in o.job_error}
@@ -480,9 +482,9 @@ def _check_quote(q: Quote, req: OrderRequest, now: int) -> None:
         raise Rejection("quote_expired", "this quote has expired; ask for a new one")
 
 
-def quote_body(q: Quote, fee_quote: fees.Quote | None = None) -> dict[str, Any]:
+def quote_body(q: Quote, fee_quote: fees.Quote | None = None) -> views.Quote:
     """A quote as POST /quotes and the order's ``quote`` show it (USDC decimal strings)."""
-    body: dict[str, Any] = {
+    body: views.Quote = {
         "uuid": str(q.uuid),
         "created_at": str(q.created_at),
         "expires_at": str(q.expires_at),

@@ -7,9 +7,11 @@ in USDC per tonne as decimal strings on the wire.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relayer.domain import views
 from relayer.domain.amounts import format_tonnes, tonnes_ceil_units
 from relayer.domain.marketplace import (
     CarbonProjectsQuery,
@@ -29,13 +31,13 @@ from relayer.store.catalogue import ChainListing
 class Page:
     """One page of a list: the items and how many match in all."""
 
-    items: list[dict[str, Any]]
+    items: Sequence[Mapping[str, object]]
     total: int
     offset: int
     limit: int
 
 
-def categories() -> list[dict[str, str]]:
+def categories() -> list[views.Category]:
     """Every methodology category (spec: GET /categories; the authority on allowed values)."""
     return [{"id": c} for c in CATEGORIES]
 
@@ -112,12 +114,12 @@ def _matches(snap: Snapshot, r: ProjectRecord, q: CarbonProjectsQuery) -> bool:
     return True
 
 
-def project(snap: Snapshot, key: str) -> dict[str, Any]:
+def project(snap: Snapshot, key: str) -> views.Project:
     record = snap.records[key]
     return project_resource(record, snap.live.get(key) or zero_figures(snap.loaded_at.get(key, 0)))
 
 
-def project_detail(snap: Snapshot, key: str) -> dict[str, Any]:
+def project_detail(snap: Snapshot, key: str) -> views.ProjectDetail:
     """GET /carbonProjects/{key}: the project with its live listings (cheapest first).
 
     Raises:
@@ -126,12 +128,11 @@ def project_detail(snap: Snapshot, key: str) -> dict[str, Any]:
     found = snap.records.get(key) or snap.records.get(snap.lower_keys.get(key.lower(), ""))
     if found is None:
         raise not_found("project", key[:200])
-    body = project(snap, found.key)
-    body["listings"] = [listing(snap, cl) for cl in snap.listings.get(found.key, [])]
-    return body
+    listings = [listing(snap, cl) for cl in snap.listings.get(found.key, [])]
+    return {**project(snap, found.key), "listings": listings}
 
 
-def listing(snap: Snapshot, cl: ChainListing) -> dict[str, Any]:
+def listing(snap: Snapshot, cl: ChainListing) -> views.Listing:
     """A live seller listing (amounts in tonnes, prices in USDC per tonne, decimal strings)."""
     s = cl.state
     credit = snap.credits.get((cl.chain_id, s.credit_token, s.token_id))
@@ -185,7 +186,7 @@ def prices(snap: Snapshot, q: PricesQuery) -> Page:
             continue
         items.append(cl)
     page = items[q.offset : q.offset + q.limit]
-    out = []
+    out: list[views.Price] = []
     for cl in page:
         s = cl.state
         out.append(

@@ -7,8 +7,7 @@ as decimal strings; timestamps unix seconds as strings.
 
 from __future__ import annotations
 
-from typing import Any
-
+from relayer.domain import views
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.chains import display_name, explorer_tx_url
 from relayer.domain.marketplace import (
@@ -48,11 +47,12 @@ class RetirementViews:
         self.chains = snapshots.chains
         self.public_base_url = public_base_url
 
-    def retirement_view(self, r: IndexedRetirement) -> dict[str, Any]:
+    def retirement_view(self, r: IndexedRetirement) -> views.Retirement:
         """One retirement (amount in tonnes, timestamp unix seconds as a string)."""
         rid = str(RetirementId(r.chain_id, r.tx_hash, r.retirement_index))
         d = r.details
         tx = "0x" + r.tx_hash.hex()
+        links = retirement_links(self.public_base_url, rid)
         return {
             "id": rid,
             "chainId": r.chain_id,
@@ -73,7 +73,9 @@ class RetirementViews:
             "creditId": f"{r.project_id}-{r.vintage}",
             "project": {"key": r.project_id, "vintage": str(r.vintage), "registry": r.registry},
             "onChainExplorerUrl": explorer_tx_url(r.chain_id, tx),
-            **retirement_links(self.public_base_url, rid),
+            "viewRetirementUrl": links["viewRetirementUrl"],
+            "certificateUrl": links["certificateUrl"],
+            "provenanceUrl": links["provenanceUrl"],
         }
 
     async def retirement_page(self, q: RetirementsQuery) -> Page:
@@ -98,7 +100,7 @@ class RetirementViews:
             raise not_found("retirement", str(rid))
         return found[0]
 
-    async def provenance(self, rid: RetirementId) -> list[dict[str, Any]]:
+    async def provenance(self, rid: RetirementId) -> list[views.ProvenanceRecord]:
         """GET /retirements/{id}/provenance: origination, transfers and the retirement of the
         retired credit, oldest first, from indexed ERC-1155 transfer events.
 
@@ -111,7 +113,7 @@ class RetirementViews:
         burn = _burn_of(burns, r)
         if burn is None:
             return []
-        records = []
+        records: list[views.ProvenanceRecord] = []
         for step in provenance(transfers, burn):
             t = step.transfer
             records.append(
