@@ -141,6 +141,22 @@ class Release:
 
 RELEASES: Final[tuple[Release, ...]] = (
     Release(
+        "1.3.0",
+        "2026-11-26",
+        False,
+        "Additive: 405 method_not_allowed on a known path asked with another method, and an "
+        "OpenAPI document with per-action request schemas and typed answers.",
+        (
+            "A known path asked with a method it does not serve answers 405 "
+            "`method_not_allowed` (not retryable) with `allow` and the `Allow` header; it "
+            "answered 404 `not_found` before. GET /api/actions/retire answers 405 (Allow: POST).",
+            "GET /api/openapi.json declares each action's own request schema (the fields it "
+            "reads, those it needs), a typed schema for every 2xx answer, and every status "
+            "an operation can answer (429 with Retry-After, 405 with Allow, 503).",
+            "A 400's `issues[].message` names the field and the rule it broke.",
+        ),
+    ),
+    Release(
         "1.2.0",
         "2026-11-24",
         False,

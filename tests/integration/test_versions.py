@@ -66,8 +66,8 @@ async def test_attribution_is_required_from_major_1_on(daemon: Daemon) -> None:
 
 async def test_each_host_names_the_version_it_serves(daemon: Daemon) -> None:
     """The action index (``GET /api``) and the manifest agree, host by host: the latest
-    and the v1 host serve the newest 1.x (1.2.0), the v0 host 0.9.0."""
-    for host, version in ((None, "1.2.0"), (_host(daemon, "v1"), "1.2.0"), (_host(daemon, "v0"), "0.9.0")):
+    and the v1 host serve the newest 1.x (1.3.0), the v0 host 0.9.0."""
+    for host, version in ((None, "1.3.0"), (_host(daemon, "v1"), "1.3.0"), (_host(daemon, "v0"), "0.9.0")):
         headers = {"Accept": "application/json", **({} if host is None else {"Host": host})}
         async with daemon.session.get(daemon.api, headers=headers) as r:
             index = await r.json()

@@ -172,7 +172,7 @@ async def test_the_daemon_serves_the_meta_routes_by_host(daemon: Daemon) -> None
     v1_host = urlsplit(hosts["v1"]).netloc
     async with daemon.session.get(f"{daemon.base_url}/.well-known/x402.json", headers={"Host": v1_host}) as r:
         pinned = await r.json()
-    assert (r.status, pinned["major"], pinned["apiVersion"]) == (200, 1, "1.2.0")  # the v1 host stays on 1.x
+    assert (r.status, pinned["major"], pinned["apiVersion"]) == (200, 1, "1.3.0")  # the v1 host stays on 1.x
     for path in ("/.well-known/x402-changelog.json", "/.well-known/x402-errors.json", "/api/errors"):
         status, _ = await daemon.get(path)
         assert status == 200, path

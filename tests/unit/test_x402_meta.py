@@ -167,7 +167,7 @@ async def test_the_v0_host_is_major_0_and_ignores_unknown_top_level_keys(
         assert entry["schema"]["$defs"]["Details"]["additionalProperties"] is False
     for host in ("v1.x402.test", "x402.test"):  # the v1 host and the latest serve major 1: refused
         _, pinned = await _get(client, "/.well-known/x402.json", host=host)
-        assert (pinned["major"], pinned["apiVersion"]) == (1, "1.2.0")
+        assert (pinned["major"], pinned["apiVersion"]) == (1, "1.3.0")
         assert all(entry["schema"]["additionalProperties"] is False for entry in pinned["actions"])
     assert pinned["baseUrl"] == HOSTS["latest"]
 
@@ -180,7 +180,7 @@ async def test_errors_document_is_the_spec_table_in_its_order(client: TestClient
     assert status == 200
     assert (body["apiVersion"], body["x402FacilitatorVersion"]) == (LATEST_VERSION, 2)
     codes = [e["code"] for e in body["errors"]]
-    # the spec's table in its order, then the additive code of release 1.2.0
+    # the spec's table in its order, then the additive codes of releases 1.2.0 and 1.3.0
     # (the marketplace API's own codes share the registry but are not x402 codes)
     assert codes == list(X402_REGISTRY) == [*SPEC_ERRORS, "rate_limited", "method_not_allowed"]
     assert not set(codes) & {c for c, spec in REGISTRY.items() if spec.surface == "marketplace"}
@@ -268,7 +268,7 @@ async def test_changelog_minor_and_previous_major(client: TestClient[Any, Any]) 
     _, v0 = await _get(client, "/.well-known/x402-changelog.json", host="v0.x402.test")
     assert v0["apiVersion"] == old["version"] and v0["releases"] == body["releases"]
     _, v1 = await _get(client, "/.well-known/x402-changelog.json", host="v1.x402.test")
-    assert v1["apiVersion"] == "1.2.0" and v1["releases"] == body["releases"]
+    assert v1["apiVersion"] == "1.3.0" and v1["releases"] == body["releases"]
 
 
 # ---------------------------------------------------------------------------- security.txt
