@@ -54,6 +54,18 @@ from relayer.service.market.snapshot import recall, remember
 
 log = logging.getLogger(__name__)
 
+_R = TypeVar("_R")
+RENDERS_AT_ONCE: Final = 2
+"""Certificates rendered at once by a process (a CJK one is about 1 s of CPU, and a render
+thread shares the GIL with the event loop): more wait their turn, within the request timeout."""
+_renders = asyncio.Semaphore(RENDERS_AT_ONCE)
+
+
+async def rendered(render: Callable[[Any], _R], view: Any) -> _R:
+    """``render(view)`` in a worker thread, at most :data:`RENDERS_AT_ONCE` at once."""
+    async with _renders:
+        return await asyncio.to_thread(render, view)
+
 MARKETPLACE: Final = web.AppKey("marketplace", Marketplace)
 JSON: Final = "application/json"
 _M = TypeVar("_M", bound=BaseModel)
@@ -212,10 +224,10 @@ async def retirement_part(request: web.Request) -> web.StreamResponse:
         )
     view = await views.certificate(rid)
     if fmt == "html":
-        page = await asyncio.to_thread(certificate_html, view)  # embeds font subsets: off the loop
+        page = await rendered(certificate_html, view)  # embeds font subsets: off the loop
         return web.Response(text=page, content_type="text/html", charset="utf-8", headers={"Vary": "Accept"})
     return web.Response(
-        body=await asyncio.to_thread(certificate_pdf, view),  # 0.2 to 1.5 s of CPU: off the loop
+        body=await rendered(certificate_pdf, view),  # 0.2 to 1.5 s of CPU: off the loop
         content_type="application/pdf",
         headers={
             "Content-Disposition": f'inline; filename="retirement-{view.retirement_id}.pdf"',
