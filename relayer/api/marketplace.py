@@ -66,6 +66,7 @@ async def rendered(render: Callable[[Any], _R], view: Any) -> _R:
     async with _renders:
         return await asyncio.to_thread(render, view)
 
+
 MARKETPLACE: Final = web.AppKey("marketplace", Marketplace)
 JSON: Final = "application/json"
 _M = TypeVar("_M", bound=BaseModel)
