@@ -261,6 +261,11 @@ UPDATE relay_jobs SET state = 'confirmed', confirmed_at = now(), updated_at = no
 WHERE chain_id = $1 AND state = 'mined' AND block_number <= $2
 RETURNING *
 """
+# The blocks of the jobs still mined (a follower's start or rewind: which blocks it waits on).
+MINED_BLOCKS: Final = """
+SELECT DISTINCT block_number FROM relay_jobs
+WHERE chain_id = $1 AND state = 'mined' AND block_number IS NOT NULL
+"""
 # Mark the confirmed retirement jobs of these transactions indexed (a transfer is final at
 # confirmed: domain.states.can_move).
 MARK_INDEXED: Final = """
@@ -718,6 +723,10 @@ class RelayJobs:
     async def confirm_mined(self, chain_id: int, block_number: int) -> list[Job]:
         """Move jobs mined at or below ``block_number`` to confirmed."""
         return [Job.from_row(r) for r in await self.db.fetch(CONFIRM_MINED, chain_id, block_number)]
+
+    async def mined_blocks(self, chain_id: int) -> list[int]:
+        """The block numbers of the jobs still ``mined`` on ``chain_id`` (any process's)."""
+        return [int(r["block_number"]) for r in await self.db.fetch(MINED_BLOCKS, chain_id)]
 
     async def mark_indexed(self, chain_id: int, tx_hashes: Sequence[bytes]) -> list[Job]:
         """Move the confirmed jobs of these transactions to indexed."""

@@ -94,6 +94,9 @@ class ChainFollower:
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
         self._cursor_written = float("-inf")  # monotonic time the cursor was last written
         self._audited = float("-inf")  # monotonic time of the last nonce audit
+        # a pass skipped the audit (one ran within the second): the next pass audits, whether
+        # or not a new head came (a head that stands still must not leave a passed nonce unjudged)
+        self._audit_owed = False
         # blocks of the jobs this follower recorded mined (a heap), confirmed once the
         # confirmation reaches them; every mined job is looked for after a start or a rewind
         self._mined_blocks: list[int] = []
@@ -126,7 +129,11 @@ class ChainFollower:
             await self._reorg(head)
         elif self.watch.incident is not None:
             self._resolved()
-        elif head.number == self._scanned and await self.confirmed.through(head.number) <= self._indexed:
+        elif (
+            not self._audit_owed
+            and head.number == self._scanned
+            and await self.confirmed.through(head.number) <= self._indexed
+        ):
             return
         if not self.watch.saw(head):
             return  # the chain moved again since the head was read: the next step sees it
@@ -136,7 +143,8 @@ class ChainFollower:
             return  # the chain moved under this step: the next one sees the reorg from its head
         self.metrics.follower_lag.set(head.number - self._scanned)
         safe = min(await self.confirmed.through(head.number), self._scanned)
-        if time.monotonic() - self._audited >= NONCE_AUDIT_EVERY_S:
+        self._audit_owed = time.monotonic() - self._audited < NONCE_AUDIT_EVERY_S
+        if not self._audit_owed:
             await self.nonces.step(safe)
             self._audited = time.monotonic()
         await self._confirm(safe)
@@ -146,13 +154,17 @@ class ChainFollower:
     async def _confirm(self, safe: int) -> None:
         """Move the mined jobs at or below block ``safe`` to confirmed: one database write, only
         when a job this follower recorded mined is at or below it (or after a start or a rewind,
-        when any may be), never for the blocks between."""
+        when any may be: then the blocks of every job still mined are read, so a job mined
+        before the start is confirmed when its block is), never for the blocks between."""
         if not self._confirm_all and not (self._mined_blocks and self._mined_blocks[0] <= safe):
             return
         for job in await self.jobs.confirm_mined(self.chain_id, safe):
             self.metrics.job_transitions.labels("confirmed").inc()
             log.info("confirmed", extra=job_fields(job, settled=job.kind == "transfer"))
-        self._confirm_all = False
+        if self._confirm_all:  # after a start or a rewind: wait on the blocks of every mined job
+            self._mined_blocks = await self.jobs.mined_blocks(self.chain_id)  # (another process's too)
+            heapq.heapify(self._mined_blocks)
+            self._confirm_all = False
         while self._mined_blocks and self._mined_blocks[0] <= safe:
             heapq.heappop(self._mined_blocks)
 
