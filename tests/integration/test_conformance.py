@@ -49,6 +49,7 @@ CONTEXT: Final[dict[str, tuple[str, ...]]] = {
     "document_not_found": ("available",),
     "schema_validation": ("issues",),
     "rate_limited": ("retryAfterSeconds",),
+    "method_not_allowed": ("allow",),
     "vintage_not_found": ("availableVintages",),
     "amount_below_increment": ("minimum",),
     "insufficient_listing_supply": ("leftToSell",),
@@ -621,6 +622,13 @@ async def rate_limited(conf: Conformance) -> Answer:
         return await conf.get("discover", d)
 
 
+async def method_not_allowed(conf: Conformance) -> Answer:
+    """GET of the POST-only actions/retire (release 1.3.0): 405 with ``allow``."""
+    async with conf.daemon.session.get(f"{conf.daemon.base_url}/api/actions/retire") as r:
+        assert r.headers.get("Allow") == "POST", dict(r.headers)
+        return r.status, await r.json(content_type=None)
+
+
 PROVOKERS: Final[dict[str, Callable[[Conformance], Awaitable[Answer]]]] = {
     "invalid_json": invalid_json,
     "unknown_action": unknown_action,
@@ -656,6 +664,7 @@ PROVOKERS: Final[dict[str, Callable[[Conformance], Awaitable[Answer]]]] = {
     "gas_limit_exceeds_cap": gas_limit_exceeds_cap,
     "payment_unavailable": payment_unavailable,
     "rate_limited": rate_limited,
+    "method_not_allowed": method_not_allowed,
 }
 """Spec code -> how it is provoked over HTTP: an async function answering (status, body)."""
 
