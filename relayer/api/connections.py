@@ -56,6 +56,10 @@ the request line names the path, hence the surface whose error body it gets; and
 closed with the request unread would answer the client's bytes with a reset, which can lose
 the 503 before the client reads it. A connection that sends nothing in time gets the x402
 body."""
+REFUSALS_WAITING: Final = 32
+"""At most this many connections past the cap wait (:data:`REFUSAL_WAIT_S`) for their request
+line at once; more are answered at once with the x402 body: a burst past the cap must not hold
+the descriptors the accept loop needs (each waiting one keeps its socket open)."""
 REFUSAL_RETRY_AFTER_S: Final = 1
 """``Retry-After`` (seconds) of an answer past the connection cap."""
 _REQUEST_LINE: Final = re.compile(rb"[A-Z]{1,16} (/[^ \r\n?#]{0,2048})")
@@ -178,14 +182,21 @@ class Refused(asyncio.Protocol):
     names, once its first bytes arrive or :data:`REFUSAL_WAIT_S` passed, and closed (nothing
     more is read or kept)."""
 
+    waiting: int = 0
+    """Connections of this process waiting for their request line now (class-wide)."""
+
     def __init__(self, wait_s: float = REFUSAL_WAIT_S) -> None:
-        self.wait_s = wait_s
+        self.wait_s = wait_s if Refused.waiting < REFUSALS_WAITING else 0.0
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        if self.wait_s <= 0:
+            self._answer("x402")
+            return
+        Refused.waiting += 1
         self._timer = asyncio.get_running_loop().call_later(self.wait_s, self._answer, "x402")
 
     def data_received(self, data: bytes) -> None:
@@ -195,11 +206,15 @@ class Refused(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
+            Refused.waiting -= 1
         self._transport = None
 
     def _answer(self, surface: Surface) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
+            Refused.waiting -= 1
         transport, self._transport = self._transport, None
         if transport is not None and not transport.is_closing():
             transport.write(_REFUSALS[surface])

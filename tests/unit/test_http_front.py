@@ -16,7 +16,7 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from relayer.api.connections import ParserRefusals, Refused, Throttle
+from relayer.api.connections import REFUSALS_WAITING, ParserRefusals, Refused, Throttle
 from relayer.api.errors import Surface, error_body
 from relayer.api.http import RateLimit, read_json, request_id_of
 from relayer.domain.errors import Rejection
@@ -193,3 +193,26 @@ async def test_a_connection_past_the_cap_is_answered_503_in_its_surfaces_error_e
     error = Rejection("gas_estimate_unavailable", body["message"], upstream="server", retryAfterSeconds=1)
     assert body == error_body(error, surface)
     assert "connection limit" in body["message"]
+
+
+async def test_a_burst_past_the_cap_waits_for_at_most_refusals_waiting_request_lines() -> None:
+    """Each connection waiting for its request line keeps its socket open; a burst past the
+    cap (every descriptor the accept loop needs) must not: past :data:`REFUSALS_WAITING`
+    waiting at once, a connection is answered (x402 body) and closed at once."""
+    server = await asyncio.get_running_loop().create_server(lambda: Refused(30), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    held = []
+    try:
+        for _ in range(REFUSALS_WAITING + 5):
+            held.append(await asyncio.open_connection("127.0.0.1", port))
+        await asyncio.sleep(0.2)  # every connection is accepted
+        assert Refused.waiting == REFUSALS_WAITING
+        answered = await asyncio.gather(*(asyncio.wait_for(r.read(), 5) for r, _ in held[REFUSALS_WAITING:]))
+        assert all(raw.startswith(b"HTTP/1.1 503 ") for raw in answered)
+    finally:
+        for _, writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    await asyncio.sleep(0.1)
+    assert Refused.waiting == 0  # the waiting ones closed by their clients are counted out
