@@ -85,34 +85,7 @@ def dump_dom(url: str, timeout_s: float = 30) -> str:
     Raises:
         BrowserError: no Chromium, a non-zero exit, or the timeout.
     """
-    path = chromium_path()
-    if path is None:
-        raise BrowserError(f"no Chromium: {CHROMIUM} is missing and none is on PATH")
-    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as tmp:
-        profile = Path(tmp) / "profile"
-        env = dict(os.environ, XDG_CONFIG_HOME=f"{tmp}/config", XDG_CACHE_HOME=f"{tmp}/cache")
-        cmd = [path, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
-        # Its own session, so a timeout kills Chromium's helpers (zygote, renderer) with it.
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise BrowserError(f"chromium --dump-dom {url} did not finish in {timeout_s} s") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
-    if proc.returncode != 0:
-        tail = err.decode("utf-8", errors="replace")[-2000:]
-        raise BrowserError(f"chromium --dump-dom {url} exited {proc.returncode}: {tail}")
-    return out.decode("utf-8", errors="replace")
+    return _run_chromium(url, ["--dump-dom"], timeout_s).decode("utf-8", errors="replace")
 
 
 def screenshot(url: str, png: Path, width: int = 1000, height: int = 1400, timeout_s: float = 30) -> bytes:
