@@ -125,9 +125,10 @@ def log_kinds(log: Path) -> dict[str, int]:
     for line in log.read_text(errors="replace").splitlines():
         try:
             entry = json.loads(line)
-            if entry.get("levelname") in ("DEBUG", "INFO"):
+            level = entry.get("level", entry.get("levelname"))  # relayer.logs names it "level"
+            if level in ("DEBUG", "INFO"):
                 continue
-            key = f"{entry.get('levelname')} {str(entry.get('message'))[:100]}"
+            key = f"{level} {str(entry.get('message'))[:100]}"
         except (ValueError, AttributeError):
             key = "not JSON"
         counts[key] = counts.get(key, 0) + 1

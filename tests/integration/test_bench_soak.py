@@ -44,3 +44,6 @@ def test_soak_for_a_fifth_of_a_minute_settles_every_retirement_and_reports_its_f
     assert report["daemonCpuMsPerRetirement"] > 0
     assert report["blockTimeSeconds"] == 0.2
     assert report["backgroundTps"] > 0
+    # warnings and errors only, by level: the daemon's INFO lines (one access line a request,
+    # the job lines) are not counted as kinds
+    assert all(kind.split(" ", 1)[0] in ("WARNING", "ERROR", "CRITICAL") for kind in report["daemonLogKinds"])
