@@ -6,6 +6,7 @@ report, not this test's to assert: it checks that they are measured."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -44,6 +45,20 @@ def test_soak_for_a_fifth_of_a_minute_settles_every_retirement_and_reports_its_f
     assert report["daemonCpuMsPerRetirement"] > 0
     assert report["blockTimeSeconds"] == 0.2
     assert report["backgroundTps"] > 0
-    # warnings and errors only, by level: the daemon's INFO lines (one access line a request,
-    # the job lines) are not counted as kinds
-    assert all(kind.split(" ", 1)[0] in ("WARNING", "ERROR", "CRITICAL") for kind in report["daemonLogKinds"])
+
+
+def test_the_daemons_warnings_are_counted_by_their_level(tmp_path: Path) -> None:
+    """``log_kinds`` reads relayer.logs' ``level`` key (it read ``levelname``, renamed in issue
+    21: every kind was "None …" and INFO lines counted)."""
+    spec = importlib.util.spec_from_file_location("soak", ROOT / "bench" / "soak.py")
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    log = tmp_path / "daemon.log"
+    lines = [
+        {"level": "INFO", "message": "request"},
+        {"level": "WARNING", "message": "dropped"},
+        {"level": "WARNING", "message": "dropped"},
+    ]
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
+    assert soak.log_kinds(log) == {"WARNING dropped": 2, "not JSON": 1}
