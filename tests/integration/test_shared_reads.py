@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,24 @@ from eth_account import Account
 
 from relayer.chain import codec
 from relayer.chain.multicall import MULTICALL3
-from tests.conftest import free_port
+from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import daemon_settings, private_chain, serving
 from tests.processes import RpcProxy
+
+
+@asynccontextmanager
+async def _behind_proxy(
+    tmp_path: Path, admin_database_url: str, workers: bool
+) -> AsyncIterator[tuple[dict[str, Any], RpcProxy, Daemon]]:
+    """A private chain, a JSON-RPC proxy counting the calls to it, and a daemon in this
+    process reading the chain through the proxy (its workers only when ``workers``)."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        RpcProxy(info["rpcUrl"]) as proxy,
+        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=workers) as d,
+    ):
+        yield info, proxy, d
 
 
 async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were_read_at(
@@ -24,11 +40,7 @@ async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were
     """The payers' balances at the latest block are read in one Multicall3 ``eth_call``
     (placed by state override: the devnet has no Multicall3), each with the number of the
     block it was read at; the amounts are the token's own ``balanceOf``."""
-    async with (
-        private_chain(tmp_path, admin_database_url) as (info, dsn),
-        RpcProxy(info["rpcUrl"]) as proxy,
-        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
-    ):
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         usdc = info["contracts"]["usdc"]
         owners = [p["address"] for p in info["payers"]] + [Account.create().address for _ in range(5)]
@@ -61,11 +73,7 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
     when the latest block is not the block it was simulated at: on the same block nothing
     changed on chain and that execution would repeat the simulation; after a new block it is
     made (griefing protection: the payer may have moved its funds meanwhile)."""
-    async with (
-        private_chain(tmp_path, admin_database_url) as (info, dsn),
-        RpcProxy(info["rpcUrl"]) as proxy,
-        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info) as d,
-    ):
+    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
         payer = info["payers"][0]
         first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
                                                         inputToken="USDC"), payer["privateKey"])
@@ -105,11 +113,7 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     Multicall3 ``eth_call`` for all of them; asked again at the same head they cost nothing;
     a new head reads them again, all in one ``eth_call`` as soon as the first one is asked
     (the others read ahead), with the same answers as one call each."""
-    async with (
-        private_chain(tmp_path, admin_database_url) as (info, dsn),
-        RpcProxy(info["rpcUrl"]) as proxy,
-        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
-    ):
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         gas = d.runtime.services.relay.simulator.gas
         node = reads.node
@@ -163,11 +167,7 @@ async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_ca
     jobs fill, the classes) is one Multicall3 ``eth_call`` at the latest block, which also
     gives that block's number (no ``eth_blockNumber``); the figures are the contracts' own,
     and a listing that does not exist is None (not a failure of the others)."""
-    async with (
-        private_chain(tmp_path, admin_database_url) as (info, dsn),
-        RpcProxy(info["rpcUrl"]) as proxy,
-        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=False) as d,
-    ):
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         usdc = info["contracts"]["usdc"]
         owners = [p["address"] for p in info["payers"]] + [Account.create().address]
