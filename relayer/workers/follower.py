@@ -131,6 +131,7 @@ class ChainFollower:
             self._resolved()
         elif (
             not self._audit_owed
+            and not self.nonces.suspects  # a nonce awaits its second look
             and head.number == self._scanned
             and await self.confirmed.through(head.number) <= self._indexed
         ):

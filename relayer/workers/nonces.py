@@ -7,7 +7,11 @@ that did not mine, something else took its nonce:
   from an old database, on the new fork after a reorg) is a foreign use, logged and counted
   (``relayer_foreign_nonces_total``). Either way the transactions left at that nonce are
   passed: never re-sent, looked for or counted in flight again. Only nonces the chain holds
-  at the confirmation depth are judged, so a shallow reorg cannot fake a foreign use.
+  at the confirmation depth are judged, so a shallow reorg cannot fake a foreign use; and a
+  nonce is judged foreign only when two looks at least :data:`FOREIGN_AFTER_S` apart both
+  find none of ours (a node may count a nonce taken by the block it is still mining before
+  it serves that block's receipts: anvil at 200 ms blocks did, once in 12,000 soak
+  retirements, and the job was dropped although its own transaction had settled).
 - :class:`LostNonces` (in the broadcaster, under its lease) takes each job whose every
   transaction was passed: signed again at a new nonce (the same call) while its authorization
   lives and its call still succeeds, or ended (``dropped``) with its reason: the
@@ -38,6 +42,9 @@ log = logging.getLogger(__name__)
 
 MAX_NONCES: Final = 32
 """At most this many passed nonces of one lane are judged per audit."""
+FOREIGN_AFTER_S: Final = 1.0
+"""A nonce no transaction of ours took is judged foreign only when a look at least this many
+seconds after the first (every read made again) still finds none of ours."""
 LOST_EVERY_S: Final = 1.0
 """The broadcaster looks for lost jobs at most this often."""
 LOST_BATCH: Final = 16
@@ -62,6 +69,15 @@ class NonceAudit:
         self.lane = lane
         self.metrics = metrics
         self.record = record
+        # (executor, nonce) -> monotonic time a look first found none of ours at it; bounded:
+        # only the nonces judged in the last look are kept (at most MAX_NONCES per executor)
+        self._suspects: dict[tuple[str, int], float] = {}
+
+    @property
+    def suspects(self) -> bool:
+        """Whether a passed nonce awaits its second look (see :data:`FOREIGN_AFTER_S`): the
+        follower audits again even while the chain stands still."""
+        return bool(self._suspects)
 
     async def step(self, through: int) -> None:
         """Judge the nonces the chain holds through block ``through`` (at the confirmation
@@ -74,16 +90,19 @@ class NonceAudit:
         """
         if through < 0:
             return
+        suspects, self._suspects = self._suspects, {}
         for executor, lowest in (await self.lane.lowest_open()).items():
             count = await self.chain.transaction_count(executor, through)
             if count <= lowest:
                 continue
             for nonce in await self.lane.open_below(executor, count, MAX_NONCES):
-                await self._judge(executor, nonce, through)
+                await self._judge(executor, nonce, through, suspects.get((executor, nonce)))
 
-    async def _judge(self, executor: str, nonce: int, through: int) -> None:
+    async def _judge(self, executor: str, nonce: int, through: int, suspected_at: float | None) -> None:
         """What took ``nonce`` of ``executor`` (passed at block ``through``): record ours,
-        or count a foreign use; then pass what is left at it."""
+        or count a foreign use (when a look made at least :data:`FOREIGN_AFTER_S` after
+        ``suspected_at``, the monotonic time an earlier look first found none of ours, still
+        finds none); then pass what is left at it."""
         txs = await self.lane.at_nonce(executor, nonce)
         found: dict[bytes, Receipt] = {}
         if not any(t.mined_block is not None for t in txs):
@@ -91,6 +110,9 @@ class NonceAudit:
         taken = taken_by(txs, found, through)
         if taken == "unsure":
             return  # the chain moved under this look: judged again next time
+        if taken == "foreign" and not foreign_confirmed(suspected_at, time.monotonic()):
+            self._suspects[(executor, nonce)] = time.monotonic() if suspected_at is None else suspected_at
+            return  # looked at again (every read made again) before it is judged foreign
         if taken == "ours":
             ours = [(found[t.tx_hash], _pending(t)) for t in txs if t.tx_hash in found]
             await self.record(ours)
@@ -203,6 +225,13 @@ def taken_by(
     if any(r.block_number > through for r in receipts.values()):
         return "unsure"
     return "ours" if any(t.tx_hash in receipts for t in txs) else "foreign"
+
+
+def foreign_confirmed(suspected_at: float | None, now: float) -> bool:
+    """Whether a look at monotonic time ``now`` that finds none of ours at a passed nonce
+    judges it foreign: only when an earlier look, at ``suspected_at`` (None: none did), found
+    none either, at least :data:`FOREIGN_AFTER_S` before."""
+    return suspected_at is not None and now - suspected_at >= FOREIGN_AFTER_S
 
 
 def ends(standing_in: bool, expires_at: int, now: float, margin_s: float) -> bool:
