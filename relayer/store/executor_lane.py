@@ -59,11 +59,12 @@ WHERE t.chain_id = $1 AND t.executor = $2 AND t.mined_block IS NULL AND t.replac
 NEXT_SIMULATED: Final = """
 SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' ORDER BY id LIMIT $2
 """
-# Allocate the lane's next nonce; returns it (NULL when the lane was never reconciled).
-NEXT_NONCE: Final = """
-UPDATE executor_nonces SET next_nonce = next_nonce + 1, updated_at = now()
+# Allocate the lane's next $3 nonces; returns the first (NULL when the lane was never
+# reconciled).
+NEXT_NONCES: Final = """
+UPDATE executor_nonces SET next_nonce = next_nonce + $3, updated_at = now()
 WHERE chain_id = $1 AND executor = $2
-RETURNING next_nonce - 1
+RETURNING next_nonce - $3
 """
 # Move a claimed job simulated -> signed with its transaction.
 MARK_SIGNED: Final = """
@@ -421,21 +422,21 @@ class ExecutorLane:
         mark: str,
     ) -> list[SignedTx]:
         """Sign each claimed job at the lane's next nonce, journal it and mark it with
-        ``mark`` (signed, or signed again), inside the caller's fenced transaction.
+        ``mark`` (signed, or signed again), inside the caller's fenced transaction: the
+        batch's nonces allocated, its transactions journaled and its jobs marked in three
+        statements (one round trip each), whatever its size.
 
         Raises:
             LaneNotReconciled: the executor's nonce lane is missing.
         """
-        signed: list[SignedTx] = []
-        for row in rows:
-            job = Job.from_row(row)
-            nonce = await conn.fetchval(NEXT_NONCE, self.chain_id, executor)
-            if nonce is None:
-                raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
-            tx = sign(job, int(nonce))
-            await self._insert(conn, executor, tx)
-            await conn.execute(mark, job.id, tx.tx_hash, executor, tx.nonce)
-            signed.append(tx)
+        if not rows:
+            return []
+        first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
+        if first is None:
+            raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
+        signed = [sign(Job.from_row(row), int(first) + i) for i, row in enumerate(rows)]
+        await conn.executemany(INSERT_ANY_TRANSACTION, [self._row(executor, tx) for tx in signed])
+        await conn.executemany(mark, [(tx.job_id, tx.tx_hash, executor, tx.nonce) for tx in signed])
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[Job]:
@@ -638,8 +639,11 @@ class ExecutorLane:
             raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
 
     async def _insert(self, conn: PoolConnectionProxy[asyncpg.Record], executor: str, tx: SignedTx) -> None:
-        await conn.execute(
-            INSERT_ANY_TRANSACTION,
+        await conn.execute(INSERT_ANY_TRANSACTION, *self._row(executor, tx))
+
+    def _row(self, executor: str, tx: SignedTx) -> tuple[object, ...]:
+        """The arguments of :data:`INSERT_ANY_TRANSACTION` for ``tx``."""
+        return (
             tx.tx_hash,
             tx.job_id,
             self.chain_id,

@@ -573,3 +573,68 @@ async def test_a_retirement_with_nul_and_invalid_utf8_details_does_not_stall_the
     status, cert = await daemon.get("/api/certificate", txHash="0x" + bytes(hashes[-1]).hex())
     assert status == 200, cert
     assert cert["retirements"][0]["beneficiaryName"] == "nul\ufffdname"
+
+
+async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
+    daemon: Daemon, database_url: str
+) -> None:
+    """Nonces allocated, transactions journaled and jobs marked per batch, not per job: the
+    signing transaction's statements (one round trip each) do not grow with the batch."""
+    import time
+
+    from relayer.domain.errors import Rejection
+    from relayer.domain.states import JobState
+    from relayer.store.executor_lane import ExecutorLane, SignedTx
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import Job, NewJob
+
+    chain_id, executor = 98, "0xbatchexecutor"  # a chain no broadcaster serves
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        await db.execute(
+            "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, 'test')",
+            chain_id,
+            executor,
+        )
+        lane = ExecutorLane(db, chain_id)
+        await lane.reconcile_nonce(executor, 40)
+
+        async def simulated(count: int, tag: bytes) -> list[int]:
+            ids = []
+            for i in range(count):
+                salt = tag + bytes([i]) * 31
+                new = NewJob(
+                    chain_id=chain_id, bound_nonce=b"batch" + salt, permit_key=None, salt=salt,
+                    scheme="eip3009", payer="0xpayer", input_token="0xusdc", auth_value=1,
+                    auth_expires_at=int(time.time()) + 3_600, gas_allowance=0, request_hash=salt,
+                    settlement="0xsettlement", call_data=b"", summary={}, quote_total=0,
+                )  # fmt: skip
+                job, _ = await daemon.runtime.jobs.reserve(new)
+                await daemon.runtime.jobs.move(
+                    job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=1
+                )
+                ids.append(job.id)
+            return ids
+
+        def sign(job: Job, nonce: int) -> SignedTx:
+            tx_hash = bytes([job.id % 256, nonce % 256]) + b"\x00" * 30
+            return SignedTx(job.id, tx_hash, b"raw", nonce, 100_000, 1, 0)
+
+        counts = []
+        for size, tag in ((1, b"\x60"), (1, b"\x61"), (6, b"\x62")):  # the first prepares the statements
+            ids = await simulated(size, tag)
+            statements.clear()
+            signed = await lane.sign_simulated(executor, 1, ids, sign, 20, Rejection("invalid_auth_payload"))
+            assert [tx.job_id for tx in signed] == ids
+            counts.append(len(statements))
+        assert [tx.nonce for tx in signed] == list(range(42, 48))  # after the single jobs' 40 and 41
+        states = await db.fetch(
+            "SELECT state, executor_nonce FROM relay_jobs WHERE chain_id = $1 ORDER BY id", chain_id
+        )
+        assert [(r["state"], r["executor_nonce"]) for r in states] == [("signed", n) for n in range(40, 48)]
+        assert counts[1] == counts[2], counts
+    finally:
+        await db.close()
