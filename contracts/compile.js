@@ -1,7 +1,8 @@
 // Compiles contracts/src with solc (pinned in package.json) through the standard-JSON API
 // and writes one artifact per deployable contract to contracts_abi/<Name>.json
-// ({contractName, abi, bytecode}). `--check` compiles in memory and exits 1 when the
-// committed artifacts differ from a fresh compile.
+// ({contractName, abi, bytecode}; the OVERRIDES' also carry their runtime code,
+// deployedBytecode). `--check` compiles in memory and exits 1 when the committed artifacts
+// differ from a fresh compile.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -14,6 +15,9 @@ const DEPLOYABLE = [
   "UsdcEip3009", "KlimaVcm", "CarbonCredits", "CarbonClasses",
   "UsdcKvcmPool", "Marketplace", "RetirementSettlement", "GasPriceOracleDev", "EthUsdFeedDev",
 ];
+// Never deployed: placed at an address for one eth_call by a state override, so their
+// artifacts also carry the runtime code (deployedBytecode).
+const OVERRIDES = ["BatchProber"];
 
 function findImports(importPath) {
   const candidate = path.join(ROOT, "node_modules", importPath);
@@ -34,7 +38,7 @@ function compile() {
       viaIR: true,
       optimizer: { enabled: true, runs: 200 },
       metadata: { bytecodeHash: "none", appendCBOR: false },
-      outputSelection: { "*": { "*": ["abi", "evm.bytecode.object"] } },
+      outputSelection: { "*": { "*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object"] } },
     },
   };
   const output = JSON.parse(solc.compile(JSON.stringify(input), { import: findImports }));
@@ -42,11 +46,11 @@ function compile() {
   for (const e of output.errors || []) process.stderr.write(e.formattedMessage + "\n");
   if (errors.length) process.exit(2);
   const artifacts = {};
-  for (const name of DEPLOYABLE) {
+  for (const name of [...DEPLOYABLE, ...OVERRIDES]) {
     const c = output.contracts[`${name}.sol`][name];
-    artifacts[name] = JSON.stringify(
-      { contractName: name, compiler: `solc-${solc.version()}`, abi: c.abi, bytecode: "0x" + c.evm.bytecode.object },
-      null, 1) + "\n";
+    const artifact = { contractName: name, compiler: `solc-${solc.version()}`, abi: c.abi, bytecode: "0x" + c.evm.bytecode.object };
+    if (OVERRIDES.includes(name)) artifact.deployedBytecode = "0x" + c.evm.deployedBytecode.object;
+    artifacts[name] = JSON.stringify(artifact, null, 1) + "\n";
   }
   return artifacts;
 }

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,10 @@ class DaemonProcess:
 class RpcProxy:
     """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
     are released (the caller may die meanwhile: that is the point), and records each call it
-    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``."""
+    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``.
+    A call for which ``refuse`` (given the call's JSON-RPC object) gives a JSON-RPC ``error``
+    is answered that error by the proxy (recorded too, never forwarded): a node that refuses
+    what the test chooses."""
 
     MAX_RECORDED = 100_000
 
@@ -129,6 +133,7 @@ class RpcProxy:
         self.upstream = upstream
         self.calls: list[tuple[str, str]] = []
         self.held: set[str] = set()
+        self.refuse: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda _call: None
         self.waiting: dict[str, int] = {}
         self._released = asyncio.Event()
         self.port = free_port()
@@ -174,8 +179,21 @@ class RpcProxy:
         for method in methods & self.held:
             self.waiting[method] = self.waiting.get(method, 0) + 1
             await self._released.wait()
+        refused = {i: e for i, c in enumerate(batch) if (e := self.refuse(c)) is not None}
+        if not refused:
+            return web.Response(body=await self._upstream(body), content_type="application/json")
+        answers = {i: {"jsonrpc": "2.0", "id": batch[i].get("id"), "error": e} for i, e in refused.items()}
+        forward = [i for i in range(len(batch)) if i not in refused]
+        if forward:
+            upstream = json.loads(await self._upstream(json.dumps([batch[i] for i in forward]).encode()))
+            by_id = {a.get("id"): a for a in upstream}
+            answers.update({i: by_id[batch[i].get("id")] for i in forward})
+        answered = [answers[i] for i in range(len(batch))]
+        return web.json_response(answered if isinstance(calls, list) else answered[0])
+
+    async def _upstream(self, body: bytes) -> bytes:
         assert self._session is not None
         async with self._session.post(
             self.upstream, data=body, headers={"content-type": "application/json"}
         ) as r:
-            return web.Response(body=await r.read(), content_type="application/json")
+            return await r.read()

@@ -4,15 +4,18 @@ broadcast is an outcome (:class:`SendOutcome`) with its own handling, not an err
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from eth_abi.exceptions import DecodingError
 
-from relayer.chain import codec
+from relayer.chain import codec, prober
 from relayer.chain.errors import ChainUnavailable, SendOutcome, refusal
 from relayer.chain.node import ChainNode
+
+log = logging.getLogger(__name__)
 
 FEE_HISTORY_BLOCKS: Final = 5
 TIP_PERCENTILE: Final = 50
@@ -33,6 +36,7 @@ class ExecutorChain:
 
     def __init__(self, node: ChainNode) -> None:
         self.node = node
+        self._probing = True  # False once the node refused the batch prober's state override
 
     async def fee_market(self) -> FeeMarket:
         """The next block's base fee and the recent median tip (one ``eth_feeHistory``,
@@ -78,20 +82,82 @@ class ExecutorChain:
     ) -> list[bool]:
         """Whether each call (to, data, gas limit, the function it calls) from ``sender``
         succeeds at the latest block within its gas limit and returns what the function
-        returns: one execution each (``eth_call``), all in one JSON-RPC batch. False is any
-        other answer (a revert, out of gas, the node's error, an empty result where there
-        is no code): the caller finds out which by :meth:`estimate_gas`.
+        returns, as its own ``eth_call`` would say: all of them executed in one ``eth_call``
+        of the batch prober (:mod:`relayer.chain.prober`, its code placed at ``sender`` by
+        state override; more ``eth_call`` s, in the same JSON-RPC batch, when their gas
+        passes :data:`~relayer.chain.prober.PROBER_GAS_MAX`), each with exactly the gas a
+        transaction at its limit leaves it and none seeing another's state changes. A node
+        that refuses the state override (an error that is no revert) is asked one
+        ``eth_call`` each, in one JSON-RPC batch, from then on (remembered for the process);
+        a prober call answered otherwise than with outcomes, and a call it could not run,
+        are asked that way that time. False is any other answer (a revert, out of gas, the
+        node's error, an empty result where there is no code): the caller finds out which
+        by :meth:`estimate_gas`.
 
         Raises:
             ChainUnavailable: the batch failed as a whole.
         """
+        verdicts: list[bool | None] = [None] * len(calls)
+        refused: str | None = None
+        if self._probing and calls:
+            verdicts, refused = await self._probed(calls, sender)
+        rest = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        if rest:
+            answers = await self.node.batch([_eth_call(sender, *calls[i][:3]) for i in rest])
+            for i, answer in zip(rest, answers, strict=True):
+                verdicts[i] = _returns(answer, calls[i][3])
+        if refused is not None and self._probing:
+            self._probing = False
+            log.warning(
+                "the node refuses eth_call state overrides: pre-signing checks take one eth_call each",
+                extra={"error": refused},
+            )
+        return [bool(v) for v in verdicts]
+
+    async def _probed(
+        self, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]], sender: str
+    ) -> tuple[list[bool | None], str | None]:
+        """The verdicts of the batch prober on ``calls`` (None: not known, ask that call on
+        its own) and, when the node refused the state override, its error message.
+
+        Raises:
+            ChainUnavailable: the batch failed as a whole.
+        """
+        verdicts: list[bool | None] = [None] * len(calls)
+        probes: list[tuple[str, bytes, int]] = []
+        probed: list[int] = []  # the index in calls of each probe
+        for i, (to, data, limit, _f) in enumerate(calls):
+            gas = prober.execution_gas(data, limit)
+            if gas is None:
+                verdicts[i] = False  # under its intrinsic gas: no transaction runs it
+            else:
+                probes.append((to, data, gas))
+                probed.append(i)
+        runs = [(run, prober.call_gas([probes[j] for j in run])) for run in prober.chunks(probes)]
+        runs = [(run, gas) for run, gas in runs if gas <= prober.PROBER_GAS_MAX]  # else: on its own
         answers = await self.node.batch(
-            [
-                ("eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex(), "gas": hex(g)}, "latest"])
-                for to, data, g, _f in calls
-            ]
+            [("eth_call", prober.call_params(sender, [probes[j] for j in run], gas)) for run, gas in runs]
         )
-        return [_returns(answer, f) for answer, (_t, _d, _g, f) in zip(answers, calls, strict=True)]
+        refused: str | None = None
+        for (run, _gas), answer in zip(runs, answers, strict=True):
+            error = answer.get("error")
+            if error is not None:
+                message = str(error.get("message", "") if isinstance(error, dict) else error)
+                if not _is_revert(error) and "gas" not in message.lower():
+                    refused = message[:200]
+                continue
+            try:
+                outcomes = prober.decode(str(answer.get("result")), len(run))
+            except ValueError as exc:  # "0x": the node ignored the override
+                refused = str(exc)
+                continue
+            for j, outcome in zip(run, outcomes, strict=True):
+                i = probed[j]
+                if outcome.status is prober.Status.SUCCEEDED:
+                    verdicts[i] = _decodes(outcome.data, calls[i][3])
+                elif outcome.status is prober.Status.REVERTED:
+                    verdicts[i] = False
+        return verdicts, refused
 
     async def is_executor(self, account: str) -> bool:
         """Whether the settlement accepts ``account`` as an executor (``isExecutor``).
@@ -141,12 +207,32 @@ class ExecutorChain:
         return outcomes
 
 
+def _eth_call(sender: str, to: str, data: bytes, gas: int) -> tuple[str, list[Any]]:
+    return "eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex(), "gas": hex(gas)}, "latest"]
+
+
 def _returns(answer: dict[str, Any], function: codec.FunctionAbi) -> bool:
     result = answer.get("result")
     if "error" in answer or not isinstance(result, str):
         return False
+    return _decodes(bytes.fromhex(result[2:]), function)
+
+
+def _decodes(data: bytes, function: codec.FunctionAbi) -> bool:
+    """Whether ``data`` is what ``function`` returns."""
     try:
-        function.decode(bytes.fromhex(result[2:]))
+        function.decode(data)
     except (ValueError, DecodingError):
         return False
     return True
+
+
+def _is_revert(error: Any) -> bool:
+    """Whether a JSON-RPC ``error`` member is an execution's revert (revert data, or a
+    message saying so), not the node refusing the request."""
+    if not isinstance(error, dict):
+        return False
+    data = error.get("data")
+    return (isinstance(data, str) and data.startswith("0x")) or "revert" in str(
+        error.get("message", "")
+    ).lower()

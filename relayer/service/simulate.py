@@ -162,8 +162,8 @@ class Simulator:
           mined ones alone is rejected with the fill rule's code (insufficient_listing_supply,
           below_min_fill, insufficient_liquidity); one that fits only if a job ahead of it
           fails waits for a later batch.
-        - Each job is executed again as ``sender`` at its gas limit (``eth_call``, the
-          whole batch in one JSON-RPC batch), unless this process simulated it at the very
+        - Each job is executed again as ``sender`` at its gas limit (the whole batch in one
+          ``eth_call``: :meth:`ExecutorChain.calls_succeed`), unless this process simulated it at the very
           block that is the latest now (nothing changed on chain since: that execution would
           repeat the simulation's); one that fails is simulated again
           (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
@@ -214,7 +214,8 @@ class Simulator:
     ) -> list[bool]:
         """Whether each of ``jobs`` succeeds as ``sender`` at its gas limit at ``block`` (the
         latest): True without a call for a job simulated at ``block`` itself, the others
-        executed (``eth_call``, one JSON-RPC batch).
+        executed, each as its own ``eth_call`` would (all in one ``eth_call`` of the batch
+        prober: :meth:`ExecutorChain.calls_succeed`).
 
         Raises:
             Unavailable: the batch failed as a whole.

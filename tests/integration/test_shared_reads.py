@@ -14,6 +14,7 @@ from eth_account import Account
 
 from relayer.chain import codec
 from relayer.chain.multicall import MULTICALL3
+from relayer.chain.prober import runtime_code
 from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import daemon_settings, private_chain, serving
@@ -60,19 +61,21 @@ async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were
     ), calls  # the gauges read the head meanwhile
 
 
-def _executions(calls: list[tuple[str, str]]) -> int:
-    """The pre-signing executions (``eth_call`` of ``retireWithAuthorization``) among ``calls``."""
-    selector = "0x" + codec.function("RetirementSettlement", "retireWithAuthorization").selector.hex()
-    return sum(m == "eth_call" and selector in p for m, p in calls)
+def _executions(calls: list[tuple[str, str]]) -> list[list[Any]]:
+    """The params of the pre-signing executions (``eth_call`` s carrying a
+    ``retireWithAuthorization``'s call data) among ``calls``."""
+    selector = codec.function("RetirementSettlement", "retireWithAuthorization").selector.hex()
+    return [json.loads(p) for m, p in calls if m == "eth_call" and selector in p]
 
 
 async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_since_its_simulation(
     tmp_path: Path, admin_database_url: str
 ) -> None:
-    """The re-check before signing executes a job again (``eth_call`` at its gas limit) only
-    when the latest block is not the block it was simulated at: on the same block nothing
+    """The re-check before signing executes a job again (at its gas limit, as the executor)
+    only when the latest block is not the block it was simulated at: on the same block nothing
     changed on chain and that execution would repeat the simulation; after a new block it is
-    made (griefing protection: the payer may have moved its funds meanwhile)."""
+    made (griefing protection: the payer may have moved its funds meanwhile), in one
+    ``eth_call`` of the batch prober placed at the executor's address by state override."""
     async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
         payer = info["payers"][0]
         first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
@@ -102,7 +105,9 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
             rt.lane.next_simulated = real_next  # type: ignore[method-assign]
         assert (status, answer.get("status")) == (200, "settled"), answer
         new_block = _executions(list(proxy.calls))
-    assert (same_block, new_block) == (0, 1)
+    assert (len(same_block), len(new_block)) == (0, 1)
+    executor = info["executor"]["address"]
+    assert new_block[0][2] == {executor: {"code": runtime_code()}} and new_block[0][0]["to"] == executor
 
 
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(

@@ -1,0 +1,143 @@
+"""Many executions in one ``eth_call``: the batch prober (``contracts/src/BatchProber.sol``).
+Its runtime code (the compiled artifact's ``deployedBytecode``, shipped in the package's
+``contracts_abi/``) is placed at the executor's address for that call only, by the call's
+state override; its ``probeAll`` runs each (target, call data, gas) as the executor
+(``msg.sender``) with exactly that gas, in a frame that always reverts, so no probe sees
+another's state changes: the outcomes of independent ``eth_call`` s at one block, for one
+JSON-RPC method call.
+
+A probe's gas is what a transaction at the job's gas limit leaves its call: the limit less
+the intrinsic gas (21,000 and the call data's); a limit under the intrinsic gas or under
+EIP-7623's call data floor runs nothing (a node refuses such a transaction). The outer call
+has no ``from`` (no account with code sends it: EIP-3607) and gas enough for all of its
+probes, at most :data:`PROBER_GAS_MAX`: more probes go in more ``eth_call`` s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cache
+from typing import Any, Final
+
+from eth_abi.exceptions import DecodingError
+
+from relayer.chain import codec
+from relayer.chain.abi import artifact
+
+PROBER_GAS_MAX: Final = 25_000_000
+"""Most gas one prober ``eth_call`` is given: under the nodes' own caps on an ``eth_call``'s
+gas (geth's and reth's 50M by default, a devnet's 30M block gas limit)."""
+TX_GAS: Final = 21_000
+"""A transaction's base intrinsic gas."""
+_PROBE_ALL: Final = codec.function("BatchProber", "probeAll")
+_BASE_GAS: Final = 50_000
+"""``probeAll``'s own work beside its probes (dispatch, the outcomes array), gas."""
+_PROBE_FRAME_GAS: Final = 10_000
+"""A probe's frame beside its call's gas: the CALL's cold access and the prober's
+``CALL_RESERVE``, the revert of the outcome, gas."""
+_PER_PROBE_GAS: Final = 10_000
+"""``probeAll``'s work per probe beside the probe's frame (the self call, decoding), gas."""
+_ANSWER_BYTES: Final = 2_048
+"""Memory a probe's outcome takes in ``probeAll`` (its answer and the decoded copy), bytes,
+assumed for the gas budget (a call returns or reverts with a few words)."""
+
+
+class Status(IntEnum):
+    """What one probe came to (the prober's ``Outcome.status``)."""
+
+    REVERTED = 0
+    SUCCEEDED = 1
+    NOT_RUN = 2
+    """Not enough gas was left to give the call all of its gas: nothing is known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One probe's outcome: its status and the data its call returned or reverted with."""
+
+    status: Status
+    data: bytes
+
+
+@cache
+def runtime_code() -> str:
+    """The prober's runtime code, 0x hex, as the package ships it (``contracts_abi/BatchProber.json``)."""
+    return str(artifact("BatchProber")["deployedBytecode"])
+
+
+def execution_gas(data: bytes, gas_limit: int) -> int | None:
+    """The gas a transaction of ``gas_limit`` calling with ``data`` leaves its call (the limit
+    less 21,000 and 16 a non-zero byte, 4 a zero byte of ``data``), or None when the limit is
+    under that intrinsic gas or under EIP-7623's floor (21,000 and 10 a token of ``data``:
+    4 a non-zero byte, 1 a zero byte)."""
+    zeros = data.count(0)
+    nonzero = len(data) - zeros
+    intrinsic = TX_GAS + 16 * nonzero + 4 * zeros
+    floor = TX_GAS + 10 * (4 * nonzero + zeros)
+    if gas_limit < max(intrinsic, floor):
+        return None
+    return gas_limit - intrinsic
+
+
+def call_gas(probes: Sequence[tuple[str, bytes, int]]) -> int:
+    """Gas enough for one ``eth_call`` of ``probeAll(probes)`` ((target, call data, gas)
+    each): its intrinsic gas, then each probe's gas with the 1/64 the EVM withholds at each
+    of its two calls, the frames' own work and the memory the calls and outcomes take."""
+    data = _PROBE_ALL.encode([(t, d, g) for t, d, g in probes])
+    zeros = data.count(0)
+    intrinsic = TX_GAS + 16 * (len(data) - zeros) + 4 * zeros
+    floor = TX_GAS + 10 * (4 * (len(data) - zeros) + zeros)
+    execution = _BASE_GAS
+    memory = 0
+    for _target, call, gas in probes:
+        frame = gas + gas // 63 + _PROBE_FRAME_GAS + 8 * len(call)
+        execution += frame + frame // 63 + _PER_PROBE_GAS + 8 * len(call)
+        memory += len(call) + 256 + _ANSWER_BYTES
+    words = memory // 32 + 1
+    execution += 3 * words + words * words // 512
+    return max(intrinsic + execution, floor)
+
+
+def chunks(probes: Sequence[tuple[str, bytes, int]], most: int = PROBER_GAS_MAX) -> list[list[int]]:
+    """The indexes of ``probes`` in runs, in order, each run as many as one ``eth_call`` of
+    at most ``most`` gas (:func:`call_gas`) takes; a probe that needs more alone is a run of
+    its own (its :func:`call_gas` is over ``most``)."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    for i in range(len(probes)):
+        if run and call_gas([probes[j] for j in [*run, i]]) > most:
+            runs.append(run)
+            run = []
+        run.append(i)
+    if run:
+        runs.append(run)
+    return runs
+
+
+def call_params(executor: str, probes: Sequence[tuple[str, bytes, int]], gas: int) -> list[Any]:
+    """The ``eth_call`` params of ``probeAll(probes)`` at the latest block, with ``gas``, the
+    prober's code at ``executor`` by state override, and no ``from``."""
+    data = "0x" + _PROBE_ALL.encode([(t, d, g) for t, d, g in probes]).hex()
+    return [
+        {"to": executor, "data": data, "gas": hex(gas)},
+        "latest",
+        {executor: {"code": runtime_code()}},
+    ]
+
+
+def decode(result: str, count: int) -> list[Outcome]:
+    """The ``count`` outcomes in ``probeAll``'s answer ``result`` (0x hex).
+
+    Raises:
+        ValueError: the answer is not ``count`` outcomes (an answer from an account without
+            the prober's code, "0x": the node ignored the state override).
+    """
+    try:
+        (outcomes,) = _PROBE_ALL.decode(bytes.fromhex(result.removeprefix("0x")))
+        decoded = [Outcome(Status(status), bytes(data)) for status, data in outcomes]
+    except (ValueError, DecodingError) as exc:  # not the ABI's shape, a status out of range
+        raise ValueError(f"the prober answered no outcomes: {type(exc).__name__}") from None
+    if len(decoded) != count:
+        raise ValueError(f"the prober answered {len(decoded)} outcomes for {count} probes")
+    return decoded

@@ -1,0 +1,46 @@
+"""The batch prober's arithmetic (relayer/chain/prober.py): the gas a transaction leaves its
+call, and how many probes one ``eth_call`` takes. That the prober runs them with exactly that
+gas, independently, is tests/integration/test_batch_prober.py on anvil."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from relayer.chain import prober
+
+TOKEN = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+
+
+def test_a_call_gets_its_gas_limit_less_the_intrinsic_gas() -> None:
+    data = b"\x00" * 10 + b"\x01" * 5  # intrinsic: 21,000 + 10 * 4 + 5 * 16 = 21,120
+    assert prober.execution_gas(data, 100_000) == 100_000 - 21_120
+    assert prober.execution_gas(b"", 21_000) == 0
+    assert prober.execution_gas(b"", 20_999) is None
+
+
+def test_a_limit_under_the_call_data_floor_runs_nothing() -> None:
+    data = b"\x01" * 1_000  # intrinsic 37,000; EIP-7623 floor 21,000 + 10 * 4,000 = 61,000
+    assert prober.execution_gas(data, 60_999) is None
+    assert prober.execution_gas(data, 61_000) == 61_000 - 37_000
+
+
+@pytest.mark.parametrize("gas", [50_000, 400_000, 3_000_000, 30_000_000])
+def test_probes_go_in_as_few_calls_as_the_gas_bound_allows_in_order(gas: int) -> None:
+    probes = [(TOKEN, bytes([i % 7]) * (200 + i), gas) for i in range(80)]
+    runs = prober.chunks(probes)
+    assert [i for run in runs for i in run] == list(range(80))
+    for run in runs:
+        budget = prober.call_gas([probes[i] for i in run])
+        assert budget <= prober.PROBER_GAS_MAX or len(run) == 1
+        assert budget > sum(probes[i][2] for i in run)  # at least the probes' own gas
+    for run, following in itertools.pairwise(runs):
+        assert prober.call_gas([probes[i] for i in [*run, following[0]]]) > prober.PROBER_GAS_MAX
+
+
+def test_an_answer_without_the_outcomes_is_refused() -> None:
+    with pytest.raises(ValueError):
+        prober.decode("0x", 1)  # the executor's own (empty) code ran: the override was ignored
+    with pytest.raises(ValueError):
+        prober.decode("0x" + "00" * 31 + "20" + "00" * 32, 1)  # no outcomes for one probe
