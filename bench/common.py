@@ -32,11 +32,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def counting_proxy(port: int, upstream: str, counts: dict[str, int]) -> web.AppRunner:
+async def counting_proxy(
+    port: int, upstream: str, counts: dict[str, int], latencies: dict[str, list[float]] | None = None
+) -> web.AppRunner:
     """Forward JSON-RPC from ``127.0.0.1:port`` to ``upstream``, counting calls per method
     into ``counts``, HTTP round trips (a batch is one) under :data:`ROUND_TRIPS` and
-    broadcasts the node refused for their nonce under :data:`NONCE_REFUSALS`; the caller
-    cleans the returned runner up."""
+    broadcasts the node refused for their nonce under :data:`NONCE_REFUSALS`; with
+    ``latencies``, each round trip's time at the node (seconds) under its method (a batch:
+    its methods joined by ``+``). The caller cleans the returned runner up."""
     session = aiohttp.ClientSession()
 
     async def forward(request: web.Request) -> web.Response:
@@ -45,8 +48,13 @@ async def counting_proxy(port: int, upstream: str, counts: dict[str, int]) -> we
         counts[ROUND_TRIPS] = counts.get(ROUND_TRIPS, 0) + 1
         for item in payload if isinstance(payload, list) else [payload]:
             counts[item["method"]] = counts.get(item["method"], 0) + 1
+        started = time.perf_counter()
         async with session.post(upstream, data=body, headers={"content-type": "application/json"}) as r:
             answer = await r.read()
+        if latencies is not None:
+            items = payload if isinstance(payload, list) else [payload]
+            key = "+".join(sorted({str(item.get("method")) for item in items}))
+            latencies.setdefault(key, []).append(time.perf_counter() - started)
         calls = payload if isinstance(payload, list) else [payload]
         if any(c.get("method") == "eth_sendRawTransaction" for c in calls):
             sends = {c.get("id") for c in calls if c.get("method") == "eth_sendRawTransaction"}
