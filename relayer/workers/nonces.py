@@ -182,7 +182,7 @@ class LostNonces:
 
     async def _still_good(self, jobs: list[Job]) -> list[int]:
         """The ids of ``jobs`` whose call succeeds now as this lane's executor at their gas
-        limit (one ``eth_call`` each, in one batch); a job whose call reverts ends with the
+        limit (all in one ``eth_call``: :mod:`relayer.chain.prober`); a job whose call reverts ends with the
         revert, one whose check could not be made waits for the next look."""
         if not jobs:
             return []
