@@ -121,13 +121,18 @@ class DaemonProcess:
 class RpcProxy:
     """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
     are released (the caller may die meanwhile: that is the point), and records each call it
-    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``."""
+    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``,
+    and the methods of each HTTP request (a batch's together) in ``requests``. A call of a
+    method in ``refused`` is answered by the proxy with that JSON-RPC error object (the
+    others of its batch forwarded): a node that does not serve the method."""
 
     MAX_RECORDED = 100_000
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.calls: list[tuple[str, str]] = []
+        self.requests: list[list[str]] = []
+        self.refused: dict[str, dict[str, Any]] = {}
         self.held: set[str] = set()
         self.waiting: dict[str, int] = {}
         self._released = asyncio.Event()
@@ -170,12 +175,31 @@ class RpcProxy:
         self.calls += [(c["method"], json.dumps(c.get("params"))) for c in batch][
             : max(0, self.MAX_RECORDED - len(self.calls))
         ]
+        if len(self.requests) < self.MAX_RECORDED:
+            self.requests.append([c["method"] for c in batch])
         methods = {c["method"] for c in batch}
         for method in methods & self.held:
             self.waiting[method] = self.waiting.get(method, 0) + 1
             await self._released.wait()
+        refused = [c for c in batch if c["method"] in self.refused]
+        if refused:
+            return await self._refuse(calls, batch, refused)
+        return web.Response(body=await self._upstream(body), content_type="application/json")
+
+    async def _refuse(self, calls: Any, batch: list[Any], refused: list[Any]) -> web.Response:
+        """Answer the ``refused`` calls of ``batch`` with their method's error, the others
+        from upstream (a batch's answers in its order)."""
+        errors = [{"jsonrpc": "2.0", "id": c["id"], "error": self.refused[c["method"]]} for c in refused]
+        if not isinstance(calls, list):
+            return web.json_response(errors[0])
+        rest = [c for c in batch if c["method"] not in self.refused]
+        answers = json.loads(await self._upstream(json.dumps(rest).encode())) if rest else []
+        by_id = {a["id"]: a for a in [*answers, *errors]}
+        return web.json_response([by_id[c["id"]] for c in batch])
+
+    async def _upstream(self, body: bytes) -> bytes:
         assert self._session is not None
         async with self._session.post(
             self.upstream, data=body, headers={"content-type": "application/json"}
         ) as r:
-            return web.Response(body=await r.read(), content_type="application/json")
+            return await r.read()
