@@ -15,7 +15,10 @@ from relayer.chain.errors import ChainUnavailable
     [
         ({"code": -32601, "message": "Method not found"}, True),
         ({"code": -32600, "message": "Unsupported method: eth_getBlockReceipts on BASE_MAINNET"}, True),
-        ({"code": -32602, "message": "Invalid params", "data": "number too large to fit in target type"}, True),
+        (
+            {"code": -32602, "message": "Invalid params", "data": "number too large to fit in target type"},
+            True,
+        ),
         ({"code": -32000, "message": "header not found"}, False),
         ({"code": -32603, "message": "batch failed: timeout"}, False),
         ({"code": -32005, "message": "limit exceeded"}, False),
