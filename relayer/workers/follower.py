@@ -244,10 +244,12 @@ class ChainFollower:
         (at most :data:`MAX_RECEIPT_BLOCKS`), when something is in flight: our hashes are
         looked up among each block's transaction hashes (the head's come with it, the blocks
         between in one batch), and the receipts of the blocks that list one are read (one
-        batch), only ours parsed. False, nothing
-        recorded, when the blocks read are not one chain with ``head`` and the memory, or a
-        receipt is not in the block that listed it (the chain moved since ``head`` was read:
-        the next step sees the reorg from its head)."""
+        batch), only ours parsed. False, nothing recorded, when the blocks read are not one
+        chain with ``head`` and the memory, or a receipt is missing or not in the block that
+        listed it (the chain moved since ``head`` was read: the next step sees the reorg from
+        its head). Receipts are read by block hash: a block reorged away meanwhile that the
+        node still holds by its hash gives its receipts, recorded in that block, and the next
+        step's reorg rewinds them like any other."""
         assert self._scanned is not None
         pending = await self.lane.pending()
         last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
