@@ -122,16 +122,20 @@ class DaemonProcess:
 class RpcProxy:
     """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
     are released (the caller may die meanwhile: that is the point), and records each call it
-    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``.
-    A call for which ``refuse`` (given the call's JSON-RPC object) gives a JSON-RPC ``error``
-    is answered that error by the proxy (recorded too, never forwarded): a node that refuses
-    what the test chooses."""
+    forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``,
+    and the methods of each HTTP request (a batch's together) in ``requests``. A call for
+    which ``refuse`` (given the call's JSON-RPC object) gives a JSON-RPC ``error``, or of a
+    method in ``refused`` (its error object), is answered that error by the proxy (recorded
+    too, never forwarded; the others of its batch forwarded): a node that refuses what the
+    test chooses."""
 
     MAX_RECORDED = 100_000
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.calls: list[tuple[str, str]] = []
+        self.requests: list[list[str]] = []
+        self.refused: dict[str, dict[str, Any]] = {}
         self.held: set[str] = set()
         self.refuse: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda _call: None
         self.waiting: dict[str, int] = {}
@@ -175,11 +179,13 @@ class RpcProxy:
         self.calls += [(c["method"], json.dumps(c.get("params"))) for c in batch][
             : max(0, self.MAX_RECORDED - len(self.calls))
         ]
+        if len(self.requests) < self.MAX_RECORDED:
+            self.requests.append([c["method"] for c in batch])
         methods = {c["method"] for c in batch}
         for method in methods & self.held:
             self.waiting[method] = self.waiting.get(method, 0) + 1
             await self._released.wait()
-        refused = {i: e for i, c in enumerate(batch) if (e := self.refuse(c)) is not None}
+        refused = {i: e for i, c in enumerate(batch) if (e := self._refusal(c)) is not None}
         if not refused:
             return web.Response(body=await self._upstream(body), content_type="application/json")
         answers = {i: {"jsonrpc": "2.0", "id": batch[i].get("id"), "error": e} for i, e in refused.items()}
@@ -190,6 +196,10 @@ class RpcProxy:
             answers.update({i: by_id[batch[i].get("id")] for i in forward})
         answered = [answers[i] for i in range(len(batch))]
         return web.json_response(answered if isinstance(calls, list) else answered[0])
+
+    def _refusal(self, call: dict[str, Any]) -> dict[str, Any] | None:
+        """The error the proxy answers ``call`` with itself (None: forwarded)."""
+        return self.refused.get(call.get("method", "")) or self.refuse(call)
 
     async def _upstream(self, body: bytes) -> bytes:
         assert self._session is not None

@@ -1,14 +1,16 @@
 """The JSON-RPC block reader: heads (with their transaction hashes), headers by number (one
-batch), the node's ``safe``/``finalized`` heads, block hashes, receipts by hash (one batch; an
-account's nonce at a block),
-``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the ABI codec into
-domain types) and block timestamps, for the chain follower and the catalogue indexer. A new
-head clears the node's read cache."""
+batch), the node's ``safe``/``finalized`` heads, block hashes, receipts by block (one
+``eth_getBlockReceipts`` by block hash per block, one batch; one ``eth_getTransactionReceipt``
+each on a node that refuses that method) and by transaction hash (one batch), an account's
+nonce at a block, ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the
+ABI codec into domain types) and block timestamps, for the chain follower and the catalogue
+indexer. A new head clears the node's read cache."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from eth_abi.exceptions import DecodingError
@@ -18,6 +20,21 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.node import ChainNode
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
 from relayer.domain.confirmation import measured_block_time_ms
+
+log = logging.getLogger(__name__)
+
+BLOCK_RECEIPTS_REFUSALS: Final = frozenset({-32601, -32600, -32602})
+"""JSON-RPC error codes that answer ``eth_getBlockReceipts`` with a refusal of the method as
+asked, not a failure of the moment: -32601 (method not found: a node that predates it, e.g.
+geth before 1.13, or a provider that does not serve it), -32600 (invalid request: how some
+providers, Alchemy among them, refuse a method they do not serve) and -32602 (invalid params:
+a node that takes only a block number there, not the block hash asked). The same call would
+be refused again, so the reader falls back to one ``eth_getTransactionReceipt`` per
+transaction for the rest of its life (the same guarantees, more calls). Any other error (a
+lagging node's "header not found", a rate limit, a failed batch) is the node's failure of the
+moment: the call fails and is asked again on the next step. A load balancer that mixes nodes
+may refuse it on one backend only: then the process reads receipts one by one until it
+restarts, which costs calls, never correctness."""
 
 # Strings in the event are decoded as bytes (the same ABI encoding): anyone can settle a
 # retirement whose details hold invalid UTF-8, and the index must still move past it.
@@ -35,6 +52,9 @@ class BlockReader:
 
     def __init__(self, node: ChainNode) -> None:
         self.node = node
+        self.block_receipts_refused: dict[str, Any] | None = None
+        """The node's refusal of ``eth_getBlockReceipts`` (its error object), once it refused:
+        from then on :meth:`receipts_in` reads one receipt per transaction."""
 
     async def head(self) -> int:
         """Latest block number; a change drops the node's cached reads."""
@@ -110,6 +130,36 @@ class BlockReader:
         lowest nonce still free at that block (one ``eth_getTransactionCount``)."""
         return _parsed(_int, await self.node.request("eth_getTransactionCount", [account, hex(number)]))
 
+    async def receipts_in(self, listed: Mapping[bytes, Collection[bytes]]) -> dict[bytes, Receipt]:
+        """The receipts of the transactions ``listed[block_hash]`` (32-byte hashes), by their
+        hash: one ``eth_getBlockReceipts`` of each block's hash, all in one JSON-RPC batch (the
+        receipts of exactly the blocks asked, whether or not still the node's chain), of which
+        only the listed transactions' receipts are parsed. A block the node does not hold
+        (null), or a transaction it does not hold, is left out; the caller checks each
+        receipt's block. Once the node refuses the method (:data:`BLOCK_RECEIPTS_REFUSALS`),
+        this reader reads them as :meth:`receipts` does (one ``eth_getTransactionReceipt``
+        each, of the node's chain now) from then on.
+
+        Raises:
+            ChainUnavailable: the node failed, answered another error or a malformed
+                receipt of a listed transaction.
+        """
+        blocks = [(block, {"0x" + t.hex() for t in txs}) for block, txs in listed.items() if txs]
+        if not blocks:
+            return {}
+        if self.block_receipts_refused is None:
+            answers = await self.node.batch([("eth_getBlockReceipts", ["0x" + b.hex()]) for b, _ in blocks])
+            refusal = next((a["error"] for a in answers if refuses_block_receipts(a.get("error"))), None)
+            if refusal is None:
+                return _in_blocks(answers, [ours for _, ours in blocks])
+            self.block_receipts_refused = refusal
+            log.warning(
+                "the node refuses eth_getBlockReceipts: receipts are read one transaction each "
+                "from now on (until the daemon restarts)",
+                extra={"code": refusal.get("code"), "error": str(refusal.get("message"))[:200]},
+            )
+        return await self.receipts([t for txs in listed.values() for t in txs])
+
     async def receipts(self, tx_hashes: Sequence[bytes]) -> dict[bytes, Receipt]:
         """The receipts the node's chain holds now of these transactions (one
         ``eth_getTransactionReceipt`` each, in one JSON-RPC batch); a transaction it holds
@@ -171,6 +221,48 @@ def _header(b: Any) -> BlockHeader:
     return BlockHeader(
         _int(b["number"]), _bytes(b["hash"], 32), _bytes(b["parentHash"], 32), frozenset(transactions)
     )
+
+
+def refuses_block_receipts(error: object) -> bool:
+    """Whether a JSON-RPC ``error`` member answered to ``eth_getBlockReceipts`` refuses the
+    method as asked (:data:`BLOCK_RECEIPTS_REFUSALS`); False for any other error, or none."""
+    return (
+        isinstance(error, dict)
+        and type(error.get("code")) is int
+        and error["code"] in BLOCK_RECEIPTS_REFUSALS
+    )
+
+
+def _in_blocks(answers: list[dict[str, Any]], ours: list[set[str]]) -> dict[bytes, Receipt]:
+    """Of the answers to a batch of ``eth_getBlockReceipts``, the receipts of ``ours[i]`` in
+    the ``i``-th block, by transaction hash.
+
+    Raises:
+        ChainUnavailable: an answer is an error, or malformed (:func:`_ours`).
+    """
+    if any("error" in answer for answer in answers):
+        raise ChainUnavailable(detail="eth_getBlockReceipts answered an error")
+    found = [r for answer, txs in zip(answers, ours, strict=True) for r in _ours(answer.get("result"), txs)]
+    return {r.tx_hash: r for r in found}
+
+
+def _ours(receipts: Any, ours: Collection[str]) -> list[Receipt]:
+    """Of a block's receipts (``eth_getBlockReceipts``'s JSON result; None for a block the
+    node does not hold), those of transactions ``ours`` ("0x…" hashes), parsed; the others
+    are left as the JSON decoded them (only their ``transactionHash`` is looked at).
+
+    Raises:
+        ChainUnavailable: not a list of receipt objects, or one of ours is malformed.
+    """
+    if receipts is None:
+        return []
+    if not isinstance(receipts, list) or not all(isinstance(r, dict) for r in receipts):
+        raise ChainUnavailable(detail="malformed answer: eth_getBlockReceipts not a list of receipts")
+    return [_parsed(_receipt, r) for r in receipts if _hash_in(r.get("transactionHash"), ours)]
+
+
+def _hash_in(tx_hash: object, ours: Collection[str]) -> bool:
+    return isinstance(tx_hash, str) and tx_hash in ours
 
 
 def _receipt(r: Any) -> Receipt:

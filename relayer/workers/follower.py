@@ -3,8 +3,9 @@ parent hash is not the one it saw at that height) and undoes what the lost block
 to the common ancestor (the walk back it shares with the catalogue indexer,
 :class:`~relayer.workers.reorg.ReorgWatch`); (1) finds our in-flight transactions among the
 transaction hashes of the new blocks (the head's come with it; skipped blocks in one batch)
-and reads the receipts of those only (one batch), never anyone else's, moving the jobs they
-settle to mined or reverted; (2) finds what took each journaled nonce the chain passed without
+and reads the receipts of the blocks that list one of them (one ``eth_getBlockReceipts`` by
+block hash each, in one batch), parsing ours only, moving the jobs they settle to mined or
+reverted; (2) finds what took each journaled nonce the chain passed without
 its transaction (:class:`~relayer.workers.nonces.NonceAudit`); (3) confirms jobs under the
 confirmation policy (seconds of blocks, or the node's safe/finalized head:
 :class:`~relayer.workers.reorg.Confirmed`); and (4) indexes RetirementSettled events of
@@ -243,10 +244,13 @@ class ChainFollower:
         """Record our transactions mined in the blocks after the last scanned, up to ``head``
         (at most :data:`MAX_RECEIPT_BLOCKS`), when something is in flight: our hashes are
         looked up among each block's transaction hashes (the head's come with it, the blocks
-        between in one batch), and only their receipts are read (one batch). False, nothing
-        recorded, when the blocks read are not one chain with ``head`` and the memory, or a
-        receipt is not in the block that listed it (the chain moved since ``head`` was read:
-        the next step sees the reorg from its head)."""
+        between in one batch), and the receipts of the blocks that list one are read (one
+        batch), only ours parsed. False, nothing recorded, when the blocks read are not one
+        chain with ``head`` and the memory, or a receipt is missing or not in the block that
+        listed it (the chain moved since ``head`` was read: the next step sees the reorg from
+        its head). Receipts are read by block hash: a block reorged away meanwhile that the
+        node still holds by its hash gives its receipts, recorded in that block, and the next
+        step's reorg rewinds them like any other."""
         assert self._scanned is not None
         pending = await self.lane.pending()
         last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
@@ -275,15 +279,21 @@ class ChainFollower:
     async def _receipts(self, headers: list[BlockHeader], pending: dict[bytes, PendingTx]) -> bool:
         """Mark our transactions listed in ``headers`` mined: a job's (any of its same-nonce
         replacements) moves it to mined or reverted; a no-op that stood in for a job drops
-        it; every no-op's cost is counted. The receipts of the blocks' transactions are read
-        in one batch and written with their jobs in one database transaction (a crash never
-        leaves a transaction, or a no-op, recorded mined with its job still waiting). False,
-        nothing recorded, when a receipt is missing or not in the block that listed it."""
+        it; every no-op's cost is counted. The receipts are those of the blocks that list one
+        of ours, one ``eth_getBlockReceipts`` by block hash each in one batch (only ours
+        parsed; one ``eth_getTransactionReceipt`` each on a node that refuses it:
+        :meth:`~relayer.chain.blocks.BlockReader.receipts_in`), written with their jobs in one
+        database transaction (a crash never leaves a transaction, or a no-op, recorded mined
+        with its job still waiting). False, nothing recorded, when a receipt is missing or not
+        in the block (number and hash) that listed it."""
         ours = {"0x" + tx_hash.hex(): tx_hash for tx_hash in pending}
         where = {ours[t]: h for h in headers for t in h.transactions & ours.keys()}
         if not where:
             return True
-        receipts = await self.chain.receipts(list(where))
+        listed: dict[bytes, list[bytes]] = {}
+        for tx_hash, header in where.items():
+            listed.setdefault(header.hash, []).append(tx_hash)
+        receipts = await self.chain.receipts_in(listed)
         for tx_hash, header in where.items():
             receipt = receipts.get(tx_hash)
             if receipt is None or (receipt.block_number, receipt.block_hash) != (header.number, header.hash):

@@ -298,14 +298,17 @@ async def test_the_watch_judges_from_the_newest_head_it_saw() -> None:
 
 class FakeBlocks:
     """The follower's chain reads: heads (each listing one transaction, ``TX``), headers,
-    block hashes and receipts by hash, from ``chain`` (number -> (hash, parent hash)), which a
-    test swaps mid-step."""
+    block hashes and receipts by block hash and by transaction hash, from ``chain`` (number
+    -> (hash, parent hash)), which a test swaps mid-step. A block no longer on ``chain`` is
+    unknown by its hash, unless ``keeps_side_blocks`` (as geth keeps a reorged block)."""
 
-    def __init__(self, chain: dict[int, tuple[bytes, bytes]]) -> None:
+    def __init__(self, chain: dict[int, tuple[bytes, bytes]], keeps_side_blocks: bool = False) -> None:
         self.chain = chain
         self.node = type("Node", (), {"chain_id": 8453})()
         self.on_receipts: Callable[[], None] = lambda: None
         self.read: list[str] = []
+        self.keeps_side_blocks = keeps_side_blocks
+        self.ever = {block: number for number, (block, _parent) in chain.items()}
 
     def _header(self, number: int) -> BlockHeader:
         return BlockHeader(number, *self.chain[number], frozenset({"0x" + bytes([number]).hex() * 32}))
@@ -325,6 +328,20 @@ class FakeBlocks:
 
     async def tagged(self, tag: str) -> int | None:
         return None
+
+    async def receipts_in(self, listed: dict[bytes, list[bytes]]) -> dict[bytes, Receipt]:
+        self.read.append(f"receipts of {sum(map(len, listed.values()))} in {len(listed)} block(s)")
+        self.on_receipts()  # the chain moves while the step reads
+        self.ever |= {block: number for number, (block, _parent) in self.chain.items()}
+        held = {block: number for number, (block, _parent) in self.chain.items()}
+        if self.keeps_side_blocks:
+            held = {**self.ever, **held}
+        return {
+            t: Receipt(t, held[block], block, 1, 21_000, 1, 0)
+            for block, txs in listed.items()
+            for t in txs
+            if block in held and t[0] == held[block]
+        }
 
     async def receipts(self, tx_hashes: list[bytes]) -> dict[bytes, Receipt]:
         self.read.append(f"receipts of {len(tx_hashes)}")
@@ -380,7 +397,7 @@ async def test_the_follower_reads_only_the_receipts_of_its_own_transactions() ->
     head = await blocks.head_block()
     assert follower.watch.saw(head)
     assert await follower._scan(head)
-    assert blocks.read == ["headers [101, 102]", "receipts of 1"]
+    assert blocks.read == ["headers [101, 102]", "receipts of 1 in 1 block(s)"]
     assert [[m[0] for m in mined] for mined in lane.recorded] == [[ours]]
     assert follower._scanned == 103
     assert [follower.watch.memory.get(n) for n in (101, 102, 103)] == [h(101), h(102), h(103)]
@@ -417,6 +434,36 @@ async def test_a_reorg_while_the_follower_reads_receipts_leaves_its_memory_on_on
     assert ancestor.number == 99  # the real common ancestor: the reorg is 2 blocks deep
     why = follower.watch.judge(ancestor, 1, None)
     assert why is not None and "a reorg of 2 blocks" in why
+
+
+async def test_receipts_of_a_block_reorged_away_while_read_are_recorded_in_it_and_rewound_next_step() -> None:
+    # As above, but the node still answers the receipts of the reorged block 101 by its hash
+    # (geth keeps side blocks): ours is recorded mined in the block the follower listed it in,
+    # the memory holds that block's chain, and the next head (101 of chain 1) is a reorg of 2
+    # blocks whose rewind undoes it.
+    old = {**_fork(range(90, 102), 0, 0)}
+    blocks = FakeBlocks({n: v for n, v in old.items() if n <= 101}, keeps_side_blocks=True)
+    ours = bytes([101]) * 32
+    lane = FakeLane({ours: type("Tx", (), {"kind": "noop", "job_id": None})()})
+    follower = _follower(blocks, lane)
+    follower._indexed = follower._scanned = 100
+    for number in range(90, 101):
+        assert follower.watch.memory.remember(number, old[number][0])
+    follower.watch.seen_head = 100
+    new = {**{n: old[n] for n in range(90, 100)}, **_fork(range(100, 102), 1, 0)}
+
+    def reorg() -> None:
+        blocks.chain = new
+
+    blocks.on_receipts = reorg
+    head = await blocks.head_block()
+    assert follower.watch.saw(head)
+    assert await follower._scan(head)
+    assert [[(m[0], m[1]) for m in mined] for mined in lane.recorded] == [[(ours, 101)]]
+    assert follower.watch.memory.get(101) == h(101, 0), "the block it was recorded in"
+    head = await blocks.head_block()
+    assert await follower.watch.reorged(head)
+    assert (await follower.watch.ancestor(head.number)).number == 99
 
 
 async def test_the_watch_remembers_a_head_only_on_the_chain_it_holds() -> None:
