@@ -510,6 +510,9 @@ async def main(args: argparse.Namespace) -> None:
         }
         if args.confirmations:
             env["RELAYER_CONFIRMATIONS"] = str(args.confirmations)
+        for setting in args.daemon_setting:  # e.g. RELAYER_DB_POOL_MAX=30
+            name, _, value = setting.partition("=")
+            env[name] = value
         commands = ["serve", "work"] if args.split else ["all"]
         procs = [
             start_daemon(c, env, log, Path(f"{args.profile}.{c}") if args.profile else None) for c in commands
@@ -639,6 +642,13 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--split", action="store_true", help="relayer serve + relayer work instead of relayer all"
+    )
+    parser.add_argument(
+        "--daemon-setting",
+        action="append",
+        default=[],
+        metavar="RELAYER_NAME=VALUE",
+        help="a setting of the daemon's environment (repeatable), e.g. RELAYER_DB_POOL_MAX=30",
     )
     parser.add_argument(
         "--profile", help="run the daemon under cProfile, writing PROFILE.<command> when it stops"
