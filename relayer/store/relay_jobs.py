@@ -122,6 +122,13 @@ WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_i
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $5))
 """
+# LOCK_PAYER then RESERVED_BY_PAYER in one round trip (migration 0019): the sum's snapshot is
+# taken after the lock is granted.
+PAYER_RESERVED: Final = "SELECT relay_payer_reserved($1::integer, $2, $3, $4, $5)"
+# LOCK_SUPPLY then RESERVED_SUPPLY in one round trip (migration 0019), likewise.
+SUPPLY_RESERVED: Final = (
+    "SELECT relay_supply_reserved($1::integer, $2::integer, $3::numeric, $4::numeric, $5, $6)"
+)
 # For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
 # read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,
 # the jobs signed or sent and not yet mined, and the older ones not yet signed (they are
@@ -540,21 +547,23 @@ class RelayJobs:
             async with self.db.transaction() as conn:
                 if balance is not None:
                     await self._check_balance(conn, new, balance)
-                if supply is not None and new.supply is not None:
-                    await self._check_supply(conn, new, new.supply, supply)
                 row = await conn.fetchrow(INSERT_JOB, *_job_args(new))
                 if row is not None:
                     if await conn.fetchval(INSERT_SALT, new.chain_id, new.salt, row["id"]) is None:
                         other = await conn.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
                         assert other is not None
                         raise SaltReused(Job.from_row(other))
-                    return Job.from_row(await self._reserve_gas(conn, row, gas)), True
-                existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
-                assert existing is not None
-                reopened = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash, new.request_id)
-                if reopened is None:
-                    return Job.from_row(existing), False
-                return Job.from_row(await self._reserve_gas(conn, reopened, gas)), True
+                else:
+                    existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
+                    assert existing is not None
+                    row = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash, new.request_id)
+                    if row is None:
+                        return Job.from_row(existing), False
+                # last, so that the supply's lock is held for the fewest round trips: the job's
+                # own row, written above, is left out of what the supply's other jobs take
+                if supply is not None and new.supply is not None:
+                    await self._check_supply(conn, new, new.supply, supply)
+                return Job.from_row(await self._reserve_gas(conn, row, gas)), True
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name == "relay_jobs_live_permit":
                 raise PermitInUse() from None
@@ -577,10 +586,9 @@ class RelayJobs:
 
     @staticmethod
     async def _check_balance(conn: Any, new: NewJob, balance: PayerBalance) -> None:
-        await conn.execute(LOCK_PAYER, new.chain_id, new.payer, new.input_token)
         reserved = int(
             await conn.fetchval(
-                RESERVED_BY_PAYER,
+                PAYER_RESERVED,
                 new.chain_id,
                 new.payer,
                 new.input_token,
@@ -594,10 +602,8 @@ class RelayJobs:
     @staticmethod
     async def _check_supply(conn: Any, new: NewJob, take: SupplyTake, supply: SupplyCheck) -> None:
         key = (take.source, take.source_id, take.token_id)
-        await conn.execute(LOCK_SUPPLY, new.chain_id, *key)
-        reserved = await conn.fetchval(
-            RESERVED_SUPPLY, new.chain_id, *key, supply.block_number, new.bound_nonce
-        )
+        block = supply.block_number
+        reserved = await conn.fetchval(SUPPLY_RESERVED, new.chain_id, *key, block, new.bound_nonce)
         supply.check(int(reserved))
 
     async def in_flight(self, chain_id: int, payer: str, token: str, except_bound_nonce: bytes) -> int:

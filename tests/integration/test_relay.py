@@ -588,7 +588,7 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     from relayer.store.pool import Database
     from relayer.store.relay_jobs import Job, NewJob
 
-    chain_id, executor = 98, "0xbatchexecutor"  # a chain no broadcaster serves
+    chain_id, executor = 96, "0xbatchexecutor"  # a chain no broadcaster or other test uses
     db = await Database.connect(database_url, min_size=1, max_size=1)
     statements: list[str] = []
     try:

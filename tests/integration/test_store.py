@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from typing import Any
 
 import asyncpg
@@ -222,3 +223,53 @@ async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Dae
             await asyncio.wait_for(answered.wait(), 0.5)
         await rt.jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
         await asyncio.wait_for(answered.wait(), 10)  # the trigger names the state
+
+
+@pytest.mark.parametrize("which", ["payer", "supply"])
+async def test_a_reservation_lock_and_sum_wait_for_the_last_release_s_lock_and_see_what_it_committed(
+    database_url: str, which: str
+) -> None:
+    """One round trip takes a reservation's lock and sums (migration 0019): it queues on the
+    lock the last release's statement takes (same key: a rolling upgrade still serialises),
+    and its sum, taken after the lock is granted, counts the reservation committed while it
+    waited."""
+    from relayer.store import relay_jobs as store
+    from relayer.store.relay_jobs import NewJob, SupplyTake
+
+    chain_id, payer, token = 97, "0x" + which.encode().hex().ljust(40, "0"), "0xusdc"
+    take = SupplyTake(source=1, source_id=7 if which == "payer" else 8, token_id=11, units=1_500)
+
+    def new(tag: bytes) -> NewJob:
+        salt = tag * 32
+        return NewJob(
+            chain_id=chain_id, bound_nonce=b"lock" + which.encode() + salt, permit_key=None, salt=salt,
+            scheme="eip3009", payer=payer, input_token=token, auth_value=2_500_000,
+            auth_expires_at=int(time.time()) + 3_600, gas_allowance=0, request_hash=salt,
+            settlement="0xsettlement", call_data=b"", summary={}, quote_total=0, supply=take,
+        )  # fmt: skip
+
+    if which == "payer":
+        lock_args: tuple[Any, ...] = (store.LOCK_PAYER, chain_id, payer, token)
+        other = new(b"\x02").bound_nonce
+        sum_args: tuple[Any, ...] = (store.PAYER_RESERVED, chain_id, payer, token, 0, other)
+        committed = 2_500_000
+    else:
+        key = (take.source, take.source_id, take.token_id)
+        lock_args = (store.LOCK_SUPPLY, chain_id, *key)
+        sum_args = (store.SUPPLY_RESERVED, chain_id, *key, 0, new(b"\x02").bound_nonce)
+        committed = take.units
+    first, second = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+    try:
+        holding = first.transaction()
+        await holding.start()
+        await first.execute(*lock_args)  # the last release's lock statement
+        await first.fetchrow(store.INSERT_JOB, *store._job_args(new(b"\x01")))
+        async with second.transaction():
+            summing = asyncio.ensure_future(second.fetchval(*sum_args))
+            await asyncio.sleep(0.3)
+            assert not summing.done(), "the lock and sum did not wait for the same key's lock"
+            await holding.commit()
+            assert int(await asyncio.wait_for(summing, 10)) == committed
+    finally:
+        await first.close()
+        await second.close()
