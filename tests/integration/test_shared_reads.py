@@ -15,6 +15,7 @@ from eth_account import Account
 
 from relayer.chain import codec
 from relayer.chain.multicall import MULTICALL3
+from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
 from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import Anvil, daemon_settings, private_chain, serving
@@ -191,8 +192,6 @@ async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_ca
     assert state.classes == classes
 
 
-ETH_BALANCE_MAX_AGE_S = 2.0
-"""Longest the executor's balance may be reused (the daemon's constant comes with its change)."""
 BLOCK_S = 0.2
 """The block time of the tests of reads per block (Base's 200 ms blocks)."""
 CADENCE_S = BLOCK_S / 2
