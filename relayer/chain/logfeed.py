@@ -2,13 +2,16 @@
 follower's ``RetirementSettled``, the catalogue indexer's listing, credit and transfer
 events): each reader says which (contract address, event topic) pairs it reads
 (:meth:`LogFeed.want`); a range is read with one ``eth_getLogs`` over the union of every
-reader's pairs, and the answer is kept for :data:`KEEP_S` seconds under the range and the hash
-of its last block, so the other readers of the same range on the same chain take it from there
-and pick their own entries out (:func:`pick`). A reader that does not give that hash reads on
-its own."""
+reader's pairs, and the answer is kept for :data:`KEEP_S` seconds (at most :data:`KEEP_RANGES`
+ranges) under the range and the hash of its last block, so the other readers of the same range
+on the same chain take it from there and pick their own entries out (:func:`pick`). A reader
+that does not give that hash reads on its own."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -16,8 +19,10 @@ if TYPE_CHECKING:
     from relayer.chain.node import ChainNode
 
 KEEP_S: Final = 2.0
-"""How long a range's logs stay for the other readers, seconds (the node keeps at most
-:data:`~relayer.chain.node.RECENT_KEYS` reads of every kind)."""
+"""How long a range's logs stay for the other readers, seconds."""
+KEEP_RANGES: Final = 4
+"""Most ranges whose logs are kept at once (the oldest dropped first): the readers of one chain
+read the same newest range, and a catching-up range may hold many logs."""
 
 Pairs = frozenset[tuple[str, str]]
 """(lower-case contract address, ``0x`` topic 0) pairs a reader reads."""
@@ -42,6 +47,9 @@ class LogFeed:
     def __init__(self, node: ChainNode) -> None:
         self.node = node
         self._wanted: dict[str, set[str]] = {}  # address -> topics, every reader's
+        # (from, to, to_hash) -> when the read started, and the read: what it was read for, entries
+        self._kept: OrderedDict[tuple[int, int, bytes], tuple[float, asyncio.Future[tuple[Pairs, list[Any]]]]]
+        self._kept = OrderedDict()
 
     def want(self, addresses: Iterable[str], topics: Iterable[bytes]) -> Pairs:
         """Add what a reader reads (every pair of ``addresses`` and ``topics``) to what each
@@ -61,17 +69,32 @@ class LogFeed:
         Raises:
             ChainUnavailable: the node failed.
         """
-        wanted = self._pairs()
         if to_hash is None:
-            return (await self._load(wanted, from_block, to_block))[1]
-        key = f"logs:{from_block}:{to_block}:{to_hash.hex()}"
-        read_for, entries = await self.node.recent(
-            key, lambda: self._load(wanted, from_block, to_block), KEEP_S
-        )
+            return (await self._load(self._pairs(), from_block, to_block))[1]
+        read_for, entries = await self._shared((from_block, to_block, to_hash))
         if pairs <= read_for:
             return entries
         # read before this reader said what it reads: once, on its own
         return (await self._load(self._pairs(), from_block, to_block))[1]
+
+    async def _shared(self, key: tuple[int, int, bytes]) -> tuple[Pairs, list[Any]]:
+        """The read of range ``key`` kept (single-flight; a failed read is not kept)."""
+        now = time.monotonic()
+        for old in [k for k, (started, _) in self._kept.items() if now - started >= KEEP_S]:
+            del self._kept[old]
+        hit = self._kept.get(key)
+        if hit is not None:
+            return await asyncio.shield(hit[1])
+        read = asyncio.ensure_future(self._load(self._pairs(), key[0], key[1]))
+        self._kept[key] = (now, read)
+        while len(self._kept) > KEEP_RANGES:
+            self._kept.popitem(last=False)
+        try:
+            return await asyncio.shield(read)
+        except BaseException:
+            if key in self._kept and self._kept[key][1] is read:
+                del self._kept[key]
+            raise
 
     def _pairs(self) -> Pairs:
         return frozenset((a, t) for a, topics in self._wanted.items() for t in topics)
