@@ -220,7 +220,8 @@ class ChainNode:
         """Single-flight read kept by time, whatever the head: callers within ``max_age_s``
         of the start of the last load of ``key`` (or while it is under way) share it; a
         failed load is not kept. For reads whose meaning allows that age (the head within the
-        poll cadence, the executor's balance floor). At most :data:`RECENT_KEYS` keys are kept, the oldest dropped first."""
+        poll cadence, the executor's balance floor). At most :data:`RECENT_KEYS` keys are
+        kept, the oldest dropped first."""
         now = time.monotonic()
         hit = self._recent.get(key)
         if hit is not None:
