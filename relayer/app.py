@@ -169,7 +169,10 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     extras = extra_chains(settings)
     signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
-        node = ChainNode(settings.rpc_url, settings.chain_id, contracts)
+        # one head read per poll cadence serves the whole process (see ChainNode.recent)
+        node = ChainNode(
+            settings.rpc_url, settings.chain_id, contracts, head_every_s=settings.poll_interval_s()
+        )
         stack.push_async_callback(node.close)
         genesis = await node.check()
         db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
@@ -182,7 +185,12 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, extras)
         if workers:  # only the workers read the other chains
             for extra in extras:
-                extra_node = ChainNode(extra.config.rpc_url, extra.config.chain_id, extra.contracts)
+                extra_node = ChainNode(
+                    extra.config.rpc_url,
+                    extra.config.chain_id,
+                    extra.contracts,
+                    head_every_s=extra.config.confirmation_policy().poll_interval_s(),
+                )
                 stack.push_async_callback(extra_node.close)
                 await _check_identity(db, extra.config.chain_id, await extra_node.check())
                 rt.extra_nodes.append(extra_node)

@@ -2,9 +2,14 @@
 batch), the node's ``safe``/``finalized`` heads, block hashes, receipts by block (one
 ``eth_getBlockReceipts`` by block hash per block, one batch; one ``eth_getTransactionReceipt``
 each on a node that refuses that method) and by transaction hash (one batch), an account's
-nonce at a block, ``RetirementSettled`` logs (one ``eth_getLogs`` per range, decoded with the
-ABI codec into domain types) and block timestamps, for the chain follower and the catalogue
-indexer. A new head clears the node's read cache."""
+nonce at a block, ``RetirementSettled`` logs (one ``eth_getLogs`` per range, shared with the
+catalogue indexer's through the node's :class:`~relayer.chain.logfeed.LogFeed`, decoded with
+the ABI codec into domain types) and block timestamps, for the chain follower and the
+catalogue indexer. A new head clears the node's read cache.
+
+The head is read once per ``node.head_every_s`` (the poll cadence) for every reader of the
+node (:meth:`BlockReader.head_block`); the hash of that head and of its parent come with it,
+and the tagged heads are read once per head."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from eth_abi.exceptions import DecodingError
 
 from relayer.chain import calls, codec
 from relayer.chain.errors import ChainUnavailable
+from relayer.chain.logfeed import pick
 from relayer.chain.node import ChainNode
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
 from relayer.domain.confirmation import measured_block_time_ms
@@ -57,15 +63,19 @@ class BlockReader:
         from then on :meth:`receipts_in` reads one receipt per transaction."""
 
     async def head(self) -> int:
-        """Latest block number; a change drops the node's cached reads."""
-        number = _parsed(_int, await self.node.request("eth_blockNumber", []))
-        self.node.observe_head(number)
-        return number
+        """Latest block number: :meth:`head_block`'s (shared); a change drops the node's
+        cached reads."""
+        return (await self.head_block()).number
 
     async def head_block(self) -> BlockHeader:
         """The latest block's number, hash, parent hash and transaction hashes (one
-        ``eth_getBlockByNumber``, without transaction bodies); a new head drops the node's
-        cached reads."""
+        ``eth_getBlockByNumber``, without transaction bodies), read at most once per
+        ``node.head_every_s`` for every reader of the node (the follower, the indexers, the
+        gauges: one read within the poll cadence serves them all); a new head drops the
+        node's cached reads."""
+        return await self.node.recent(_HEAD, self._read_head, self.node.head_every_s)
+
+    async def _read_head(self) -> BlockHeader:
         header = _parsed(_header, await self._block("latest"))
         self.node.observe_head(header.number)
         return header
@@ -100,22 +110,43 @@ class BlockReader:
 
     async def tagged(self, tag: str) -> int | None:
         """The number of the node's ``tag`` block (``safe``, ``finalized``); None when the node
-        keeps no such tag (it answers an error or null). Raises ``ChainUnavailable`` when the
-        node fails."""
-        answer = (await self.node.batch([("eth_getBlockByNumber", [tag, False])]))[0]
-        block = answer.get("result")
-        if "error" in answer or block is None:
-            return None
-        return _parsed(lambda b: _int(b["number"]), block)
+        keeps no such tag (it answers an error or null). Read once per head for every reader
+        of the node (the node's per-head cache). Raises ``ChainUnavailable`` when the node
+        fails."""
+
+        async def load() -> int | None:
+            answer = (await self.node.batch([("eth_getBlockByNumber", [tag, False])]))[0]
+            block = answer.get("result")
+            if "error" in answer or block is None:
+                return None
+            return _parsed(lambda b: _int(b["number"]), block)
+
+        return await self.node.cached(f"tag:{tag}", load)
 
     async def block_hash(self, number: int) -> bytes:
-        """The hash of block ``number`` on the node's chain now (32 bytes)."""
+        """The hash of block ``number`` on the node's chain now (32 bytes): from the head read
+        within the poll cadence (:meth:`head_block`) when ``number`` is that head or its
+        parent, at no cost; else one ``eth_getBlockByNumber``."""
+        head = self.node.recent_result(_HEAD, self.node.head_every_s)
+        if isinstance(head, BlockHeader):
+            if number == head.number:
+                return head.hash
+            if number == head.number - 1:
+                return head.parent_hash
         return _parsed(lambda b: _bytes(b["hash"], 32), await self._block(hex(number)))
 
     async def block_timestamps(self, numbers: set[int]) -> dict[int, int]:
         """Unix timestamps of the given blocks (one ``eth_getBlockByNumber`` each, concurrently)."""
         blocks = await asyncio.gather(*(self._block(hex(n)) for n in sorted(numbers)))
         return _parsed(lambda bs: {_int(b["number"]): _int(b["timestamp"]) for b in bs}, blocks)
+
+    async def stamps_of(self, logs: Sequence[SettledLog]) -> dict[int, int]:
+        """Unix timestamps of the blocks holding ``logs``: the one each log carries (a node
+        that writes ``blockTimestamp`` in its logs), else read (:meth:`block_timestamps`, for
+        the blocks whose logs carry none)."""
+        stamps = {e.block_number: e.block_timestamp for e in logs if e.block_timestamp is not None}
+        missing = {e.block_number for e in logs} - stamps.keys()
+        return stamps | (await self.block_timestamps(missing) if missing else {})
 
     async def _block(self, tag: str) -> Any:
         return await self.node.request("eth_getBlockByNumber", [tag, False])
@@ -173,26 +204,28 @@ class BlockReader:
         found = [_parsed(_receipt, a["result"]) for a in answers if a.get("result") is not None]
         return {r.tx_hash: r for r in found}
 
-    async def settled_logs(self, from_block: int, to_block: int) -> list[SettledLog]:
-        """``RetirementSettled`` events of the settlement in a block range (one ``eth_getLogs``)."""
-        query = {
-            "address": self.node.contracts.settlement,
-            "fromBlock": hex(from_block),
-            "toBlock": hex(to_block),
-            "topics": ["0x" + _SETTLED.topic.hex()],
-        }
-        entries = await self.node.request("eth_getLogs", [query])
-        return _parsed(lambda es: [_settled(e) for e in es], entries)
+    async def settled_logs(
+        self, from_block: int, to_block: int, to_hash: bytes | None = None
+    ) -> list[SettledLog]:
+        """``RetirementSettled`` events of the settlement in a block range (one ``eth_getLogs``,
+        shared with the catalogue indexer's read of the same range when ``to_hash``, the hash
+        of ``to_block`` on the chain the caller follows, is given: the node's
+        :class:`~relayer.chain.logfeed.LogFeed`)."""
+        pairs = self.node.logs.want([self.node.contracts.settlement], [_SETTLED.topic])
+        entries = await self.node.logs.read(pairs, from_block, to_block, to_hash)
+        return _parsed(lambda es: [_settled(e) for e in pick(es, pairs)], entries)
 
 
 T = TypeVar("T")
+_HEAD: Final = "head_block"
+"""The node's :meth:`~relayer.chain.node.ChainNode.recent` key of the shared head read."""
 
 
 def _parsed(parse: Callable[[Any], T], value: Any) -> T:
     """``parse(value)``, a malformed answer being the node's failure."""
     try:
         return parse(value)
-    except (KeyError, TypeError, ValueError, IndexError, DecodingError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, DecodingError) as exc:
         raise ChainUnavailable(detail=f"malformed answer: {type(exc).__name__}") from None
 
 
@@ -295,6 +328,7 @@ def _settled(entry: Any) -> SettledLog:
         refunded=int(refunded),
         bound_nonce=bytes(nonce),
         retirement=calls.retirement_from_tuple(retirement),
+        block_timestamp=None if entry.get("blockTimestamp") is None else _int(entry["blockTimestamp"]),
     )
 
 

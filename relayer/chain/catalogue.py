@@ -1,7 +1,9 @@
 """The catalogue indexer's side of a chain: every event it indexes in a block range, from one
 ``eth_getLogs`` over the marketplace, the credit token and (on chains this daemon does not
 relay on) the settlement contract, decoded into domain types: listing events, credit
-registrations, ERC-1155 transfers of credits, and ``RetirementSettled`` logs."""
+registrations, ERC-1155 transfers of credits, and ``RetirementSettled`` logs. The read is the
+node's :class:`~relayer.chain.logfeed.LogFeed`'s: on the chain this daemon relays on, the
+chain follower's ``RetirementSettled`` of the same range come in the same ``eth_getLogs``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any, Final, Literal
 
 from relayer.chain import codec
 from relayer.chain.blocks import BlockReader, _bytes, _int, _parsed, _settled
+from relayer.chain.logfeed import pick
 from relayer.chain.node import ChainNode
 from relayer.chain.types import SettledLog
 from relayer.domain.marketplace import CreditRegistration, ListingEvent, Transfer
@@ -48,28 +51,36 @@ class CatalogueChain:
         self.node = node
         self.blocks = BlockReader(node)
         self.with_settlement = settlement
-
-    async def logs(self, from_block: int, to_block: int) -> CatalogueLogs:
-        """Events of the range (one ``eth_getLogs``, plus one ``eth_getBlockByNumber`` per block
-        holding a listing event or a transfer, for its timestamp)."""
-        contracts = self.node.contracts
-        addresses = [contracts.marketplace, contracts.carbon_credits]
+        contracts = node.contracts
         topics = [_CREATED, _UPDATED, _FILLED, _CANCELLED, _REGISTERED, _SINGLE, _BATCH]
-        if self.with_settlement:
-            addresses.append(contracts.settlement)
-            topics.append(_SETTLED)
-        query = {
-            "address": addresses,
-            "fromBlock": hex(from_block),
-            "toBlock": hex(to_block),
-            "topics": [["0x" + t.topic.hex() for t in topics]],
-        }
-        entries = await self.node.request("eth_getLogs", [query])
+        self._pairs = node.logs.want([contracts.marketplace], [t.topic for t in topics[:4]])
+        self._pairs |= node.logs.want([contracts.carbon_credits], [t.topic for t in topics[4:]])
+        if settlement:
+            self._pairs |= node.logs.want([contracts.settlement], [_SETTLED.topic])
+
+    async def logs(self, from_block: int, to_block: int, to_hash: bytes | None = None) -> CatalogueLogs:
+        """Events of the range (one ``eth_getLogs``, shared with the chain follower's read of
+        the same range when ``to_hash``, the hash of ``to_block`` on the chain the caller
+        follows, is given; plus one ``eth_getBlockByNumber`` per block holding a listing event
+        or a transfer whose logs carry no ``blockTimestamp``, for its timestamp)."""
+        contracts = self.node.contracts
+        entries = _parsed(
+            lambda es: pick(es, self._pairs),
+            await self.node.logs.read(self._pairs, from_block, to_block, to_hash),
+        )
         raw = _parsed(
             lambda es: [_decode(e, contracts.marketplace, contracts.carbon_credits) for e in es], entries
         )
-        stamps_needed = {r[1] for r in raw if r[0] != "settled"}
-        stamps = await self.blocks.block_timestamps(stamps_needed) if stamps_needed else {}
+        carried = _parsed(
+            lambda es: {
+                _int(e["blockNumber"]): _int(e["blockTimestamp"])
+                for e in es
+                if e.get("blockTimestamp") is not None
+            },
+            entries,
+        )
+        stamps_needed = {r[1] for r in raw if r[0] != "settled"} - carried.keys()
+        stamps = carried | (await self.blocks.block_timestamps(stamps_needed) if stamps_needed else {})
         out = CatalogueLogs(
             block_hashes=_parsed(
                 lambda es: {_int(e["blockNumber"]): _bytes(e["blockHash"], 32) for e in es}, entries

@@ -4,6 +4,12 @@ clears. The catalogue, executor and follower views share one node.
 
 Policy: mutable reads are cached per head (and for at most ``read_ttl_s`` seconds);
 constant facts are read once; every failure is translated by :mod:`relayer.chain.errors`.
+The head itself is read at most once per ``head_every_s`` (the poll cadence) for the whole
+process (:meth:`ChainNode.recent`, shared by every reader of this node: the follower, the
+indexers, the gauges, the accept path's cached head); reads whose meaning allows a few
+seconds' age across heads (the executor's balance floor) are kept by time, and the indexers'
+logs of a block range are read once for all of them (:class:`~relayer.chain.logfeed.LogFeed`).
+Every cache is bounded.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
@@ -21,6 +28,7 @@ from web3.types import RPCEndpoint
 
 from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
+from relayer.chain.logfeed import LogFeed
 from relayer.chain.multicall import Views
 from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
@@ -30,6 +38,8 @@ T = TypeVar("T")
 _REVERT_DATA: Final = re.compile(r"0x(?:[0-9a-fA-F]{2})+")
 BATCH_MAX: Final = 64
 """Most calls in one JSON-RPC batch (providers cap batches; a bounded body either way)."""
+RECENT_KEYS: Final = 64
+"""Most reads :meth:`ChainNode.recent` keeps (the oldest goes first)."""
 
 
 def address(value: str) -> ChecksumAddress:
@@ -46,6 +56,9 @@ class ChainNode:
         contracts: the deployment's contract addresses.
         timeout_s: limit per JSON-RPC request, seconds.
         read_ttl_s: longest a cached read of mutable state is reused, seconds.
+        head_every_s: how long one read of the head serves every reader of this node
+            (the process's poll cadence, seconds; 0: only readers asking while it is under
+            way share it).
     """
 
     def __init__(
@@ -55,6 +68,7 @@ class ChainNode:
         contracts: Contracts,
         timeout_s: float = 10.0,
         read_ttl_s: float = 1.0,
+        head_every_s: float = 0.0,
     ) -> None:
         self.chain_id = chain_id
         self.contracts = contracts
@@ -62,9 +76,13 @@ class ChainNode:
         # and the chain id is checked once in check() instead.
         self.w3 = AsyncWeb3(KeepAliveHTTPProvider(rpc_url, timeout_s), middleware=[])
         self.read_ttl_s = read_ttl_s
+        self.head_every_s = head_every_s
         self._head: int | None = None
+        self._head_at = float("-inf")  # monotonic time a head read last answered
         self._reads: dict[str, tuple[int | None, float, asyncio.Future[Any]]] = {}
+        self._recent: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self.views = Views(self)
+        self.logs = LogFeed(self)
 
     async def check(self) -> bytes:
         """Verify the node answers and serves the configured chain id; returns the chain's
@@ -164,23 +182,76 @@ class ChainNode:
         return answers
 
     async def head(self) -> int:
-        """The latest block number (``eth_blockNumber``; cached per head and TTL, so within
-        ``read_ttl_s`` of the chain's).
+        """The latest block number within ``read_ttl_s`` of the chain's: the head a read of
+        this process last observed (the follower's, an indexer's) when that was within
+        ``read_ttl_s``, at no cost; else one ``eth_blockNumber`` (single-flight), observed.
 
         Raises:
             ChainUnavailable: the node failed.
         """
+        if self.head_fresh():
+            assert self._head is not None
+            return self._head
 
         async def load() -> int:
-            return int(str(await self.answer("eth_blockNumber", [])), 16)
+            asked = time.monotonic()
+            number = int(str(await self.answer("eth_blockNumber", [])), 16)
+            if self._head_at < asked:  # no newer read answered meanwhile
+                self.observe_head(number)
+            return number
 
         return await self.cached("head", load)
 
+    def head_fresh(self) -> bool:
+        """Whether :meth:`head` answers now without a round trip."""
+        return (self._head is not None and time.monotonic() - self._head_at < self.read_ttl_s) or self.fresh(
+            "head"
+        )
+
     def observe_head(self, number: int) -> None:
-        """A new head was seen: drop every cached read of mutable state."""
+        """A head read answered ``number``: a new head drops every cached read of mutable
+        state."""
+        self._head_at = time.monotonic()
         if number != self._head:
             self._head = number
             self._reads.clear()
+
+    async def recent(self, key: str, load: Callable[[], Awaitable[T]], max_age_s: float) -> T:
+        """Single-flight read kept by time, whatever the head: callers within ``max_age_s``
+        of the start of the last load of ``key`` (or while it is under way) share it; a
+        failed load is not kept. For reads whose meaning allows that age (the head within the
+        poll cadence, the executor's balance floor). At most :data:`RECENT_KEYS` keys are
+        kept, the oldest dropped first."""
+        now = time.monotonic()
+        hit = self._recent.get(key)
+        if hit is not None:
+            shared: asyncio.Future[T] = hit[1]
+            if not shared.done():
+                return await asyncio.shield(shared)
+            if now - hit[0] < max_age_s and not shared.cancelled() and shared.exception() is None:
+                return shared.result()
+        task: asyncio.Future[T] = asyncio.ensure_future(load())
+        self._recent[key] = (now, task)
+        self._recent.move_to_end(key)
+        while len(self._recent) > RECENT_KEYS:
+            self._recent.popitem(last=False)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if key in self._recent and self._recent[key][1] is task:
+                del self._recent[key]
+            raise
+
+    def recent_result(self, key: str, max_age_s: float) -> Any | None:
+        """What :meth:`recent` holds under ``key``, when loaded within ``max_age_s`` and not a
+        failure; else None (no round trip either way)."""
+        hit = self._recent.get(key)
+        if hit is None or time.monotonic() - hit[0] >= max_age_s:
+            return None
+        future = hit[1]
+        if not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
 
     def fresh(self, *keys: str) -> bool:
         """Whether every read cached under ``keys`` is loaded and current: awaiting them

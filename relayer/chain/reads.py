@@ -1,6 +1,7 @@
 """Catalogue and token reads: carbon classes, listings, credits, pool reserves, the fee
 schedule, permit nonces and EIP-3009 authorization state. Mutable state is cached per head
-(see :meth:`ChainNode.cached`); credit metadata never changes and is cached for good."""
+(see :meth:`ChainNode.cached`), the executors' ETH balances for :data:`ETH_BALANCE_MAX_AGE_S`;
+credit metadata never changes and is cached for good."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
 
 LISTING_PAGE: Final = 200
+ETH_BALANCE_MAX_AGE_S: Final = 2.0
+"""Longest an executor's ETH balance is reused, seconds, across heads: the floor it is checked
+against (``min_executor_balance_wei``) is a margin of many transactions' gas, and a lane spends
+little of it in this time."""
 
 _FEES: Final = codec.function("RetirementSettlement", "fees")
 _RESERVES: Final = codec.function("UsdcKvcmPool", "getReserves")
@@ -249,7 +254,7 @@ class ChainReads:
     async def cached_balance(self, token: str, owner: str) -> TokenBalance | None:
         """``owner``'s balance of ``token`` as :meth:`balance` already read it at the cached
         head, or None when it has not: no round trip either way."""
-        if not self.node.fresh("head"):
+        if not self.node.head_fresh():
             return None
         block = await self.node.head()
         if not self.node.fresh(_balance_key(token, owner, block)):
@@ -278,7 +283,9 @@ class ChainReads:
         return int(amount)
 
     async def eth_balance(self, account: str) -> int:
-        """``account``'s ETH balance in wei at the latest block (cached per head).
+        """``account``'s ETH balance in wei at the latest block, read at most once every
+        :data:`ETH_BALANCE_MAX_AGE_S` for the process (the accept path's and each lane's
+        floor check and the gauges share it; a new head does not drop it).
 
         Raises:
             ChainUnavailable: the node failed.
@@ -287,7 +294,7 @@ class ChainReads:
         async def load() -> int:
             return int(str(await self.node.answer("eth_getBalance", [account, "latest"])), 16)
 
-        return await self.node.cached(f"eth:{account}", load)
+        return await self.node.recent(f"eth:{account}", load, ETH_BALANCE_MAX_AGE_S)
 
     async def authorization_used(self, authorizer: str, nonce: bytes) -> bool:
         """USDC's EIP-3009 ``authorizationState``: the chain's own single-use guard."""

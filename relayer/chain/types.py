@@ -159,3 +159,4 @@ class SettledLog:
     refunded: int
     bound_nonce: bytes
     retirement: Retirement
+    block_timestamp: int | None = None  # the block's, when the node writes it in its logs

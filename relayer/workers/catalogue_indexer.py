@@ -100,7 +100,9 @@ class CatalogueIndexer:
         if safe < done + 1:
             return False
         to_block = min(safe, done + MAX_RANGE)
-        logs = await self.chain.logs(done + 1, to_block)
+        # the hash first: it keys the range's logs, which the chain follower's read shares
+        to_hash = await self.chain.blocks.block_hash(to_block)
+        logs = await self.chain.logs(done + 1, to_block, to_hash)
         rows = await self._retirements(logs) if self.retirements else []
         contracts = self.chain.node.contracts
         batch = IndexBatch(
@@ -112,7 +114,6 @@ class CatalogueIndexer:
             logs.transfers,
             rows,
         )
-        to_hash = await self.chain.blocks.block_hash(to_block)
         await self.store.save(batch, CURSOR, to_block, to_hash)
         for number, block_hash in sorted(logs.block_hashes.items()):
             self.watch.memory.remember(number, block_hash)
@@ -165,7 +166,7 @@ class CatalogueIndexer:
     async def _retirements(self, logs: CatalogueLogs) -> list[IndexedRetirement]:
         if not logs.settled:
             return []
-        stamps = await self.chain.blocks.block_timestamps({s.block_number for s in logs.settled})
+        stamps = await self.chain.blocks.stamps_of(logs.settled)
         return [await self._row(s, stamps[s.block_number]) for s in logs.settled]
 
     async def _row(self, entry: SettledLog, timestamp: int) -> IndexedRetirement:

@@ -346,12 +346,16 @@ class ChainFollower:
                 log.info(target.value, extra=job_fields(job, block=job.block_number))
 
     async def _index(self, from_block: int, to_block: int) -> None:
-        logs = await self.chain.settled_logs(from_block, to_block)
-        stamps = await self.chain.block_timestamps({entry.block_number for entry in logs}) if logs else {}
+        """Index the ``RetirementSettled`` logs of blocks ``from_block`` through ``to_block``
+        (one ``eth_getLogs``, shared with the catalogue indexer's read of the same range at
+        the same hash of ``to_block``; their blocks' timestamps from the logs, or read) and
+        move the cursor to ``to_block``; nothing when the chain moved since the head was read."""
+        to_hash = self.watch.memory.get(to_block) or await self.chain.block_hash(to_block)
+        logs = await self.chain.settled_logs(from_block, to_block, to_hash)
+        stamps = await self.chain.stamps_of(logs) if logs else {}
         rows = [await self._row(entry, stamps[entry.block_number]) for entry in logs]
         if any(self.watch.memory.agrees(e.block_number, e.block_hash) is False for e in logs):
             return  # the chain moved since the head was read: the next step sees the reorg
-        to_hash = self.watch.memory.get(to_block) or await self.chain.block_hash(to_block)
         if self.watch.memory.agrees(to_block, to_hash) is False:
             return  # the chain moved since the head was read: the next step sees the reorg
         if rows or time.monotonic() - self._cursor_written >= CURSOR_EVERY_S:

@@ -93,9 +93,9 @@ class Gauges:
             self.metrics.nonce_lag.labels(str(index)).set(lag)
 
     async def _indexers(self) -> None:
-        heads = {self.node.chain_id: await self.blocks.head()}
+        heads = {self.node.chain_id: await self.blocks.head()}  # the indexers' head reads, shared
         for extra in self.extra_nodes:
-            heads[extra.chain_id] = int(await extra.request("eth_blockNumber", []), 16)
+            heads[extra.chain_id] = await BlockReader(extra).head()
         for cursor in await StatusQueries(self.db).cursors():
             if cursor.chain_id in heads:
                 lag = max(0, heads[cursor.chain_id] - cursor.block_number)

@@ -24,6 +24,7 @@ from eth_account import Account
 
 from relayer.admin import create_api_key
 from relayer.app import Runtime, open_runtime, web_runner
+from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
 from relayer.service.market.orders import ORDER_GRACE_S, order_salt
 from relayer.store.pool import Database
 from relayer_dev.deploy import UPDATED_LISTING_ID
@@ -302,7 +303,9 @@ async def test_sigkill_between_order_and_job_then_a_restart_completes_each_order
                 await asyncio.sleep(0.2)
             assert status == 201, quote
             proxy.hold(hold)
-            await asyncio.sleep(1.5)  # past the read cache's TTL: the next read of it is held
+            # past the read caches' ages (a head's reads 1 s, the executor's balance
+            # ETH_BALANCE_MAX_AGE_S): the next read of it is held
+            await asyncio.sleep(max(1.5, ETH_BALANCE_MAX_AGE_S + 0.5))
             answer = asyncio.create_task(
                 post("/orders", {"quote_uuid": quote["uuid"], "beneficiary_name": "K"})
             )

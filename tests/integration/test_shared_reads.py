@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,22 +16,26 @@ from eth_account import Account
 from relayer.chain import codec
 from relayer.chain.multicall import MULTICALL3
 from relayer.chain.prober import runtime_code
+from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
 from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
-from tests.private import daemon_settings, private_chain, serving
+from tests.private import Anvil, daemon_settings, private_chain, serving
 from tests.processes import RpcProxy
 
 
 @asynccontextmanager
 async def _behind_proxy(
-    tmp_path: Path, admin_database_url: str, workers: bool
+    tmp_path: Path, admin_database_url: str, workers: bool, **overrides: Any
 ) -> AsyncIterator[tuple[dict[str, Any], RpcProxy, Daemon]]:
     """A private chain, a JSON-RPC proxy counting the calls to it, and a daemon in this
-    process reading the chain through the proxy (its workers only when ``workers``)."""
+    process reading the chain through the proxy (its workers only when ``workers``; its
+    settings with ``overrides``)."""
     async with (
         private_chain(tmp_path, admin_database_url) as (info, dsn),
         RpcProxy(info["rpcUrl"]) as proxy,
-        serving(daemon_settings(info, dsn, free_port(), rpc_url=proxy.url), info, workers=workers) as d,
+        serving(
+            daemon_settings(info, dsn, free_port(), rpc_url=proxy.url, **overrides), info, workers=workers
+        ) as d,
     ):
         yield info, proxy, d
 
@@ -190,3 +195,121 @@ async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_ca
     assert [state.balances[(usdc, o)] for o in owners] == singly and any(singly)
     assert state.listings == {listing.listing_id: listing, 10**9: None}
     assert state.classes == classes
+
+
+BLOCK_S = 0.2
+"""The block time of the tests of reads per block (Base's 200 ms blocks)."""
+CADENCE_S = BLOCK_S / 2
+"""The daemon's poll cadence at that block time (half a block)."""
+AT_BLOCK_TIME = {"block_time_ms": int(BLOCK_S * 1000), "block_poll_interval_s": None}
+
+
+@asynccontextmanager
+async def _mining(info: dict[str, Any]) -> AsyncIterator[list[int]]:
+    """The private chain mines a block every :data:`BLOCK_S` (the test's clock, not anvil's
+    automine) while inside; yields a one-element list: the blocks mined so far."""
+    anvil = Anvil(info["rpcUrl"])
+    await asyncio.to_thread(anvil.automine, False)
+    mined = [0]
+    stop = asyncio.Event()
+
+    async def mine() -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            await asyncio.to_thread(anvil.mine)
+            mined[0] += 1
+            next_at += BLOCK_S
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+    task = asyncio.create_task(mine())
+    try:
+        yield mined
+    finally:
+        stop.set()
+        await task
+        await asyncio.to_thread(anvil.automine, True)
+
+
+def _head_reads(calls: list[tuple[str, str]]) -> int:
+    """The reads of the chain's head among ``calls``: ``eth_blockNumber`` and the latest block."""
+    return sum(
+        m == "eth_blockNumber" or (m == "eth_getBlockByNumber" and json.loads(p)[0] == "latest")
+        for m, p in calls
+    )
+
+
+def _count(calls: list[tuple[str, str]], method: str) -> int:
+    return sum(m == method for m, _ in calls)
+
+
+def _print_reads(what: str, calls: list[tuple[str, str]], seconds: float, blocks: int) -> None:
+    """The calls per method over the window (pytest -s)."""
+    methods = sorted({m for m, _ in calls}, key=lambda m: -_count(calls, m))
+    print(
+        f"\n{what}: {blocks} blocks in {seconds:.2f} s, {_head_reads(calls)} head reads; "
+        + ", ".join(f"{m} {_count(calls, m)}" for m in methods)
+    )
+
+
+async def test_an_idle_daemon_reads_the_head_once_a_poll_for_the_whole_process(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """With 200 ms blocks and nothing to relay, the whole process (follower, catalogue
+    indexer, gauges, the node's cached head) reads the head at most once a poll cadence (half
+    a block); the indexers read each new confirmed block's logs once between them (one
+    ``eth_getLogs``) and the confirmed block's hash from that head, not again; the executor's
+    balance at most once every ``ETH_BALANCE_MAX_AGE_S``."""
+    async with (
+        _behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d),
+        _mining(info) as mined,
+    ):
+        await asyncio.sleep(1.0)  # the workers started and follow the mined blocks
+        proxy.calls.clear()
+        first, started = mined[0], time.monotonic()
+        await asyncio.sleep(4.0)
+        calls, seconds, blocks = list(proxy.calls), time.monotonic() - started, mined[0] - first
+        followed = d.runtime.metrics.indexed_block._value.get()
+        head = int(await asyncio.to_thread(Anvil(info["rpcUrl"]).rpc, "eth_blockNumber"), 16)
+    _print_reads("idle", calls, seconds, blocks)
+    assert followed >= head - 3  # the follower kept up meanwhile
+    assert blocks >= 10
+    assert _head_reads(calls) <= seconds / CADENCE_S + 2, calls
+    assert _count(calls, "eth_getLogs") <= blocks + 1, calls
+    by_number = [
+        p for m, p in calls if m == "eth_getBlockByNumber" and json.loads(p)[0] not in ("latest", "0x0")
+    ]
+    assert len(by_number) <= 2, by_number  # a block the head read missed, now and then
+    assert _count(calls, "eth_getBalance") <= seconds / ETH_BALANCE_MAX_AGE_S + 1, calls
+
+
+async def test_with_work_the_daemon_reads_the_head_once_a_poll_and_fees_once_a_head(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """With 200 ms blocks and retirements under way, the head is still read at most once a
+    poll cadence for the whole process (the accept path, the simulations and the workers
+    share it), the fee history at most once a head, the executor's balance (the accept
+    path's and the lanes' floor check) at most once every ``ETH_BALANCE_MAX_AGE_S``, and each
+    new confirmed block's logs once; every retirement settles."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d):
+        bodies = [
+            signed_request(
+                await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"),
+                payer["privateKey"],
+            )
+            for payer in info["payers"]
+            for _ in range(3)
+        ]
+        async with _mining(info) as mined:
+            await asyncio.sleep(1.0)
+            proxy.calls.clear()
+            first, started = mined[0], time.monotonic()
+            answers = await asyncio.gather(*(d.post(body) for body in bodies))
+            await asyncio.sleep(1.0)  # and the reads after the work
+            calls, seconds, blocks = list(proxy.calls), time.monotonic() - started, mined[0] - first
+    _print_reads(f"{len(bodies)} retirements", calls, seconds, blocks)
+    assert [(s, a.get("status")) for s, a in answers] == [(200, "settled")] * len(bodies), answers
+    assert blocks >= 5
+    assert _head_reads(calls) <= seconds / CADENCE_S + 2, calls
+    assert _count(calls, "eth_feeHistory") <= blocks + 1, calls
+    assert _count(calls, "eth_getBalance") <= seconds / ETH_BALANCE_MAX_AGE_S + 1, calls
+    assert _count(calls, "eth_getLogs") <= blocks + 1, calls
