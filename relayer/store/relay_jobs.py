@@ -122,6 +122,13 @@ WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_i
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $5))
 """
+# A reservation's commit does not wait for its WAL flush (the supply's lock is held through the
+# commit: every fill of that supply waited for each flush). Nothing outside the database acts on
+# a reservation before a later synchronous commit (the job's simulation moves it, the signing
+# transaction journals it) flushes the WAL through it; a server crash before that loses the job
+# and its salt as if the request had not come (nothing was signed or sent; the identical
+# request makes it again).
+ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO OFF"
 # LOCK_PAYER then RESERVED_BY_PAYER in one round trip (migration 0019): the sum's snapshot is
 # taken after the lock is granted.
 PAYER_RESERVED: Final = "SELECT relay_payer_reserved($1::integer, $2, $3, $4, $5)"
@@ -545,6 +552,7 @@ class RelayJobs:
         """
         try:
             async with self.db.transaction() as conn:
+                await conn.execute(ASYNC_COMMIT)
                 if balance is not None:
                     await self._check_balance(conn, new, balance)
                 row = await conn.fetchrow(INSERT_JOB, *_job_args(new))

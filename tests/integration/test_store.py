@@ -273,3 +273,38 @@ async def test_a_reservation_lock_and_sum_wait_for_the_last_release_s_lock_and_s
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_reservation_commits_without_waiting_for_its_flush_and_locks_after_saying_so(
+    database_url: str,
+) -> None:
+    """The supply's lock is never held through a WAL flush: the reserve transaction turns
+    synchronous commit off (see ``ASYNC_COMMIT``) before it takes a lock; a later synchronous
+    commit (the job's simulation, its signing) flushes the WAL through it."""
+    from relayer.store import relay_jobs as store
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import NewJob, RelayJobs, SupplyTake
+
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        salt = b"\x0c" * 32
+        new = NewJob(
+            chain_id=95, bound_nonce=b"async" + salt, permit_key=None, salt=salt, scheme="eip3009",
+            payer="0xasync", input_token="0xusdc", auth_value=1, auth_expires_at=int(time.time()) + 3_600,
+            gas_allowance=0, request_hash=salt, settlement="0xsettlement", call_data=b"", summary={},
+            quote_total=0, supply=SupplyTake(source=1, source_id=9, token_id=11, units=1),
+        )  # fmt: skip
+        balance = store.PayerBalance(amount=10, block_number=0)
+        supply = store.SupplyCheck(block_number=0, check=lambda reserved: None)
+        job, owned = await RelayJobs(db).reserve(new, balance, supply)
+        assert owned
+        first_lock = min(i for i, q in enumerate(statements) if "_reserved(" in q)
+        assert statements.index(store.ASYNC_COMMIT) < first_lock, statements
+        async with db.connection() as conn:
+            assert await conn.fetchval("SHOW synchronous_commit") == "on"  # for that transaction only
+            assert await conn.fetchval("SELECT state FROM relay_jobs WHERE id = $1", job.id) == "accepted"
+    finally:
+        await db.close()
