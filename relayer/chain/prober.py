@@ -103,6 +103,10 @@ def chunks(probes: Sequence[tuple[str, bytes, int]], most: int = PROBER_GAS_MAX)
     """The indexes of ``probes`` in runs, in order, each run as many as one ``eth_call`` of
     at most ``most`` gas (:func:`call_gas`) takes; a probe that needs more alone is a run of
     its own (its :func:`call_gas` is over ``most``)."""
+    if not probes:
+        return []
+    if len(probes) == 1 or call_gas(probes) <= most:  # one call takes them all (the usual case)
+        return [list(range(len(probes)))]
     runs: list[list[int]] = []
     run: list[int] = []
     for i in range(len(probes)):

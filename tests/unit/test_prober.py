@@ -44,3 +44,9 @@ def test_an_answer_without_the_outcomes_is_refused() -> None:
         prober.decode("0x", 1)  # the executor's own (empty) code ran: the override was ignored
     with pytest.raises(ValueError):
         prober.decode("0x" + "00" * 31 + "20" + "00" * 32, 1)  # no outcomes for one probe
+
+
+def test_no_probes_make_no_call_and_probes_within_the_gas_make_one() -> None:
+    probe = ("0x" + "11" * 20, b"\x01" * 100, 300_000)
+    assert prober.chunks([]) == []
+    assert prober.chunks([probe] * 32) == [list(range(32))]
