@@ -338,7 +338,7 @@ def _wire(
         jobs,
         signer.address,
         node.contracts.usdc,
-        notifications.any_change.set,
+        notifications.wake_broadcasters,
         reads,
         settings.chain_id,
     )

@@ -1,7 +1,8 @@
-"""LISTEN/NOTIFY on a dedicated connection: wakes waiters of one job and the workers when
-any job changes. The connection is watched and re-opened after the database drops it (a
-restart, a failover); meanwhile, and for any notification lost in between, waiters fall back
-to re-reading on their timeout, and everyone is woken once the connection is back."""
+"""LISTEN/NOTIFY on a dedicated connection: wakes waiters of one job when it changes, and the
+broadcasters when a job becomes simulated (new work). The connection is watched and re-opened
+after the database drops it (a restart, a failover); meanwhile, and for any notification lost
+in between, waiters fall back to re-reading on their timeout, and everyone is woken once the
+connection is back."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 RECONNECT_EVERY_S: Final = 1.0
 PING_EVERY_S: Final = 5.0
 PING: Final = "SELECT 1"
+NEW_WORK_STATE: Final = "simulated"
+"""The state whose notification wakes the broadcasters (a job they may sign)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -40,7 +43,9 @@ class JobNotifications:
         self._conn: asyncpg.Connection | None = None
         self._waiters: dict[int, set[_Watch]] = defaultdict(set)
         self._lost = asyncio.Event()
-        self.any_change = asyncio.Event()
+        # one event per broadcaster (each clears its own), set by a job that became simulated
+        # (new work) or a change of an unknown state: not by every step of every job
+        self._new_work: list[asyncio.Event] = []
         self.reconnects = 0
 
     async def start(self, dsn: str) -> None:
@@ -130,15 +135,29 @@ class JobNotifications:
         for watches in self._waiters.values():
             for watch in watches:
                 watch.event.set()
-        self.any_change.set()
+        self.wake_broadcasters()
 
     def notify_local(self, job_id: int, state: str | None = None) -> None:
         """Wake the waiters of ``job_id`` that wait for ``state`` (all of them when the
-        state is not known) and the workers (also used without a Postgres round trip)."""
+        state is not known), and the broadcasters (:meth:`new_work`) for a job now simulated
+        or a state not known (also used without a Postgres round trip)."""
         for watch in self._waiters.get(job_id, ()):
             if watch.states is None or state is None or state in watch.states:
                 watch.event.set()
-        self.any_change.set()
+        if state is None or state == NEW_WORK_STATE:
+            self.wake_broadcasters()
+
+    def new_work(self) -> asyncio.Event:
+        """An event of its own for one broadcaster (it clears it, others keep theirs), set
+        whenever a job becomes simulated here or in another process."""
+        event = asyncio.Event()
+        self._new_work.append(event)
+        return event
+
+    def wake_broadcasters(self) -> None:
+        """Set every broadcaster's :meth:`new_work` event (a job it may sign)."""
+        for event in self._new_work:
+            event.set()
 
     @contextlib.contextmanager
     def watch(self, job_id: int, states: Collection[str] | None = None) -> Iterator[asyncio.Event]:

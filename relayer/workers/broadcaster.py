@@ -120,6 +120,7 @@ class Broadcaster:
         self.signer = signer
         self.lease = lease
         self.notifications = notifications
+        self._new_work = notifications.new_work()  # set when a job becomes simulated
         self.metrics = metrics
         self.lost = LostNonces(chain, lane, metrics, signer.address, self._sign, SIGN_EXPIRY_MARGIN_S)
         self._sending: asyncio.Future[None] | None = None
@@ -336,7 +337,7 @@ class Broadcaster:
                 await sleep_or_stop(stop, IDLE_WAIT_S)
         outage = OutageLog("broadcaster")
         while not stop.is_set():
-            self.notifications.any_change.clear()
+            self._new_work.clear()
             try:
                 if not await self.lease.alive():
                     raise LeaseLost(message="the executor lease's session is gone")
@@ -357,7 +358,7 @@ class Broadcaster:
                 outage.failed(exc)
             except Exception:
                 log.exception("broadcaster step failed")
-            await _first(self.notifications.any_change, stop, IDLE_WAIT_S)
+            await _first(self._new_work, stop, IDLE_WAIT_S)
 
 
 async def _first(a: asyncio.Event, b: asyncio.Event, timeout_s: float) -> None:

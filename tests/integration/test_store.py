@@ -65,6 +65,26 @@ async def test_every_state_change_wakes_the_waiters_of_its_job(daemon: Daemon) -
     assert moved.timestamps["simulated_at"] is not None and moved.timestamps["signed_at"] is None
 
 
+async def test_the_broadcasters_wake_for_a_job_simulated_not_for_every_step(daemon: Daemon) -> None:
+    """A broadcaster step costs database round trips: it is woken by a job that became
+    simulated (through Postgres, so a ``work`` process sees what a ``serve`` process did),
+    not by the other steps of the jobs (rejected, mined, confirmed, indexed, ...)."""
+    jobs, notifications = daemon.runtime.jobs, daemon.runtime.notifications
+    first, _ = await jobs.reserve(_job(b"\x0d" * 32))
+    second, _ = await jobs.reserve(_job(b"\x0e" * 32))
+    new_work, other = notifications.new_work(), notifications.new_work()  # two broadcasters'
+    await asyncio.sleep(0.3)  # the reservations' notifications (accepted) are in
+    new_work.clear()
+    other.clear()
+    await jobs.move(first.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+    await asyncio.sleep(0.5)
+    assert not new_work.is_set(), "a rejection woke the broadcasters"
+    await jobs.move(second.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
+    await asyncio.wait_for(new_work.wait(), 10)
+    new_work.clear()  # one broadcaster took the wake-up: the other still has its own
+    assert other.is_set()
+
+
 async def test_a_rejection_is_stored_as_a_record_without_http(daemon: Daemon) -> None:
     jobs = daemon.runtime.jobs
     job, _ = await jobs.reserve(_job(b"\x06" * 32))
