@@ -73,6 +73,7 @@ class ChainReads:
         self.node = node
         self.contracts = node.contracts
         self._credits: dict[int, CreditInfo] = {}
+        self._reading_credits: dict[int, asyncio.Future[CreditInfo]] = {}  # at most one read a credit
         self._balances = Balances(node)
         self._classes_memo: tuple[tuple[Any, ...], list[ClassInfo]] | None = None
 
@@ -104,15 +105,28 @@ class ChainReads:
         return list(await asyncio.gather(*(self.credit(t) for t in token_ids)))
 
     async def credit(self, token_id: int) -> CreditInfo:
-        """Credit metadata (cached for good: it never changes)."""
+        """Credit metadata (cached for good: it never changes); concurrent readers of a
+        credit not yet known share one ``eth_call`` (a burst of requests at start-up read it
+        once, not once each)."""
         cached = self._credits.get(token_id)
-        if cached is None:
+        if cached is not None:
+            return cached
+        reading = self._reading_credits.get(token_id)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_credit(token_id))
+            self._reading_credits[token_id] = reading
+        return await asyncio.shield(reading)
+
+    async def _read_credit(self, token_id: int) -> CreditInfo:
+        try:
             project, vintage, registry, whole, meta = await self.node.call(
                 self.contracts.carbon_credits, _CREDIT_INFO, token_id
             )
-            cached = CreditInfo(token_id, str(project), int(vintage), str(registry), bool(whole), bool(meta))
-            self._credits[token_id] = cached
-        return cached
+            info = CreditInfo(token_id, str(project), int(vintage), str(registry), bool(whole), bool(meta))
+            self._credits[token_id] = info
+            return info
+        finally:
+            self._reading_credits.pop(token_id, None)
 
     async def classes(self, *, block: int | None = None) -> list[ClassInfo]:
         """All carbon classes with their credits' liquidity (cached per head and read with the

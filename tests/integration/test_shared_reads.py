@@ -66,6 +66,25 @@ async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were
     ), calls  # the gauges read the head meanwhile
 
 
+async def test_readers_of_a_credit_not_yet_known_share_one_eth_call(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """A burst of requests for a credit (its metadata, cached for good once read) reads it once,
+    not once each (45 ``creditInfo`` calls for the first 300 retirements of the benchmark)."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+        reads = d.runtime.services.supply.chain
+        token_id = info["credits"][2]["tokenId"]
+        proxy.calls.clear()
+        credits = await asyncio.gather(*(reads.credit(token_id) for _ in range(20)))
+        calls = list(proxy.calls)
+        again = await reads.credit(token_id)
+        after = len(proxy.calls)
+    assert {c.project_id for c in credits} == {info["credits"][2]["projectId"]} and again == credits[0]
+    selector = codec.function("CarbonCredits", "creditInfo").selector.hex()
+    assert len([p for m, p in calls if m == "eth_call" and selector in p]) == 1, calls
+    assert after == len(calls)  # known now: no call at all
+
+
 def _executions(calls: list[tuple[str, str]]) -> list[list[Any]]:
     """The params of the pre-signing executions (``eth_call`` s carrying a
     ``retireWithAuthorization``'s call data) among ``calls``."""
