@@ -15,7 +15,6 @@ from eth_abi.exceptions import DecodingError
 
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable
-from relayer.chain.multicall import Balances
 from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
@@ -74,7 +73,6 @@ class ChainReads:
         self.contracts = node.contracts
         self._credits: dict[int, CreditInfo] = {}
         self._reading_credits: dict[int, asyncio.Future[CreditInfo]] = {}  # at most one read a credit
-        self._balances = Balances(node)
         self._classes_memo: tuple[tuple[Any, ...], list[ClassInfo]] | None = None
 
     async def fee_schedule(self) -> FeeSchedule:
@@ -278,13 +276,17 @@ class ChainReads:
     async def balance_latest(self, token: str, owner: str) -> TokenBalance:
         """``owner``'s balance of ``token`` (atomic units) at the node's latest block now, past
         the cache, with that block's number: the balances asked together share one
-        ``eth_call`` (Multicall3, see :mod:`relayer.chain.multicall`).
+        ``eth_call`` with the block's other reads at the latest block (Multicall3, see
+        :class:`~relayer.chain.multicall.Views`).
 
         Raises:
             ChainUnavailable: the node failed.
         """
-        read = await self._balances.latest(token, owner)
-        return TokenBalance(read.amount, read.block_number)
+        try:
+            (amount,), block = await self.node.views.call_at(token, _BALANCE_OF, owner)
+        except ChainRevert:
+            raise ChainUnavailable(detail="balanceOf answered no balance") from None
+        return TokenBalance(int(amount), block)
 
     async def balance_now(self, token: str, owner: str) -> int:
         """``owner``'s balance of ``token`` (atomic units) at the node's latest block now, past

@@ -66,6 +66,24 @@ async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were
     ), calls  # the gauges read the head meanwhile
 
 
+async def test_a_payers_balance_at_accept_shares_the_blocks_eth_call_with_its_per_head_reads(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """At a new head, the balances read at accept and the block's per-head reads (here the
+    carbon classes) go in one Multicall3 ``eth_call`` at the latest block, not one each."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+        reads = d.runtime.services.supply.chain
+        usdc, payer = info["contracts"]["usdc"], info["payers"][0]["address"]
+        await asyncio.gather(reads.balance_latest(usdc, payer), reads.classes())  # warm
+        Anvil(info["rpcUrl"]).mine()
+        await reads.latest_block()  # the new head, seen
+        proxy.calls.clear()
+        balance, classes = await asyncio.gather(reads.balance_latest(usdc, payer), reads.classes())
+        calls = list(proxy.calls)
+    assert balance.amount > 0 and classes
+    assert [m for m, _ in calls if m == "eth_call"] == ["eth_call"], calls
+
+
 async def test_readers_of_a_credit_not_yet_known_share_one_eth_call(
     tmp_path: Path, admin_database_url: str
 ) -> None:
