@@ -105,6 +105,17 @@ def _methods(proxy: RpcProxy) -> list[tuple[str, list[Any]]]:
     return [(m, json.loads(p)) for m, p in proxy.calls]
 
 
+def _with_one_used(info: dict[str, Any]) -> tuple[str, str, list[str], list[str], bytes]:
+    """(USDC, the executor, the payers' keys and addresses, an authorization of the first payer
+    to the second already used on chain)."""
+    usdc, executor = info["contracts"]["usdc"], info["executor"]["address"]
+    keys = [p["privateKey"] for p in info["payers"]]
+    addresses = [p["address"] for p in info["payers"]]
+    used = _authorization(info, keys[0], addresses[1], 1)
+    _send(info, usdc, used)
+    return usdc, executor, keys, addresses, used
+
+
 async def test_a_batch_is_executed_in_one_eth_call_with_the_verdicts_of_one_eth_call_each(
     tmp_path: Path, admin_database_url: str
 ) -> None:
@@ -114,11 +125,7 @@ async def test_a_batch_is_executed_in_one_eth_call_with_the_verdicts_of_one_eth_
     the prober's code at the executor's address, the verdicts of one ``eth_call`` each as the
     executor."""
     async with _executor(tmp_path, admin_database_url) as (info, proxy, chain):
-        usdc, executor = info["contracts"]["usdc"], info["executor"]["address"]
-        keys = [p["privateKey"] for p in info["payers"]]
-        addresses = [p["address"] for p in info["payers"]]
-        used = _authorization(info, keys[0], addresses[1], 1)
-        _send(info, usdc, used)
+        usdc, executor, keys, addresses, used = _with_one_used(info)
         broke = Account.create()
         calls: list[Call] = [
             (usdc, _authorization(info, keys[0], addresses[1], 10), GAS, TRANSFER),
@@ -206,11 +213,7 @@ async def test_a_node_that_refuses_state_overrides_gets_one_eth_call_each_from_t
     only; a node that refuses the state override (an error that is no revert) is asked one
     ``eth_call`` each, with the same verdicts, that time and from then on."""
     async with _executor(tmp_path, admin_database_url) as (info, proxy, chain):
-        usdc, executor = info["contracts"]["usdc"], info["executor"]["address"]
-        keys = [p["privateKey"] for p in info["payers"]]
-        addresses = [p["address"] for p in info["payers"]]
-        used = _authorization(info, keys[0], addresses[1], 1)
-        _send(info, usdc, used)
+        usdc, executor, keys, addresses, used = _with_one_used(info)
         calls: list[Call] = [
             (usdc, _authorization(info, keys[0], addresses[1], 10), GAS, TRANSFER),
             (usdc, used, GAS, TRANSFER),
