@@ -194,9 +194,8 @@ async def baseline(info: dict[str, Any], datas: list[bytes]) -> dict[str, Any]:
     last = None
     while last is None:
         assert time.monotonic() < deadline, "baseline receipt not served"
-        if _mined(w3, raws[-1]):
-            last = w3.eth.get_transaction_receipt(keccak(hexstr=raws[-1]))
-        else:
+        last = _receipt(w3, raws[-1])
+        if last is None:
             await asyncio.sleep(0.02)
     return {
         "perSecond": len(datas) / elapsed,
@@ -409,13 +408,12 @@ async def stamp_medians(dsn: str) -> dict[str, float]:
     }
 
 
-def _mined(w3: Web3, raw: str) -> bool:
-    """Whether the node serves a receipt of the transaction ``raw`` (0x hex) yet."""
+def _receipt(w3: Web3, raw: str) -> Any:
+    """The receipt of the transaction ``raw`` (0x hex), or None while the node serves none."""
     try:
-        w3.eth.get_transaction_receipt(keccak(hexstr=raw))
+        return w3.eth.get_transaction_receipt(keccak(hexstr=raw))
     except TransactionNotFound:
-        return False
-    return True
+        return None
 
 
 def _p90(values: list[float]) -> float:

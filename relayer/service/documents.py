@@ -46,6 +46,7 @@ any number but one (:func:`tonne_unit`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import html
 import re
@@ -556,20 +557,10 @@ class _PdfFields:
         )
 
 
-_PDF_PLAIN_FIELDS: Final = (
-    "transaction_hash",
-    "beneficiary_name",
-    "beneficiary_address",
-    "retiring_name",
-    "retiring_address",
-    "message",
-    "amount_tonnes",
-    "project_key",
-    "project_name",
-    "vintage",
-    "registry",
-    "verify_url",
+_PDF_PLAIN_FIELDS: Final = tuple(
+    f.name for f in dataclasses.fields(_PdfFields) if f.name not in ("retirement_id", "chain")
 )
+"""The PDF's fields that are the view's field of the same name through :func:`pdf_text`."""
 
 
 def _new_document(texts: list[str], created: datetime) -> FPDF:
