@@ -19,9 +19,13 @@ contract BatchProber {
 
     /// @notice What one probe came to: `status` REVERTED (`data` the revert data),
     ///         SUCCEEDED (`data` the returned data) or NOT_RUN (not enough gas was left to
-    ///         give the call all of its gas; `data` empty).
+    ///         give the call all of its gas; `data` empty, `gasUsed` 0). `gasUsed`: the gas
+    ///         the CALL instruction consumed, the callee's execution and the CALL's own cost
+    ///         (its cold access to `target`, 2,600) together; a transaction calling `target`
+    ///         spends its execution less that CALL cost (its `to` is warm).
     struct Outcome {
         uint8 status;
+        uint256 gasUsed;
         bytes data;
     }
 
@@ -40,34 +44,40 @@ contract BatchProber {
             Probe calldata p = probes[i];
             (bool returned, bytes memory answer) =
                 address(this).call(abi.encodeCall(this.probe, (p.target, p.data, p.gas)));
-            if (returned || answer.length < 96) {
-                outcomes[i] = Outcome(NOT_RUN, "");
+            if (returned || answer.length < 128) {
+                outcomes[i] = Outcome(NOT_RUN, 0, "");
             } else {
-                (uint8 status, bytes memory data) = abi.decode(answer, (uint8, bytes));
-                outcomes[i] = Outcome(status, data);
+                (uint8 status, uint256 gasUsed, bytes memory data) =
+                    abi.decode(answer, (uint8, uint256, bytes));
+                outcomes[i] = Outcome(status, gasUsed, data);
             }
         }
     }
 
     /// @notice Run `data` on `target` with exactly `gasLimit`, then revert with the outcome
-    ///         ABI-encoded as (uint8 status, bytes data): the call's state changes are undone.
+    ///         ABI-encoded as (uint8 status, uint256 gasUsed, bytes data): the call's state
+    ///         changes (and, EIP-2929, its warm accounts and slots) are undone.
     function probe(address target, bytes calldata data, uint256 gasLimit) external {
         assembly {
             let ptr := mload(0x40)
             calldatacopy(ptr, data.offset, data.length)
             let status := NOT_RUN
+            let used := 0
             // The callee gets min(gasLimit, 63/64 of what is left): run it only when that is
             // all of gasLimit.
             if iszero(lt(gas(), add(add(gasLimit, div(gasLimit, 63)), CALL_RESERVE))) {
+                let before := gas()
                 status := call(gasLimit, target, 0, ptr, data.length, 0, 0)
+                used := sub(before, gas())
             }
             let size := returndatasize()
             mstore(ptr, status)
-            mstore(add(ptr, 0x20), 0x40)
-            mstore(add(ptr, 0x40), size)
-            returndatacopy(add(ptr, 0x60), 0, size)
-            mstore(add(add(ptr, 0x60), size), 0)
-            revert(ptr, add(0x60, and(add(size, 31), not(31))))
+            mstore(add(ptr, 0x20), used)
+            mstore(add(ptr, 0x40), 0x60)
+            mstore(add(ptr, 0x60), size)
+            returndatacopy(add(ptr, 0x80), 0, size)
+            mstore(add(add(ptr, 0x80), size), 0)
+            revert(ptr, add(0x80, and(add(size, 31), not(31))))
         }
     }
 

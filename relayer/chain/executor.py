@@ -1,6 +1,7 @@
-"""The executor's side of the chain: the fee market (``eth_feeHistory``), simulation by
-``eth_estimateGas``, the lane's nonces and broadcast of signed bytes. A node's refusal of a
-broadcast is an outcome (:class:`SendOutcome`) with its own handling, not an error."""
+"""The executor's side of the chain: the fee market (``eth_feeHistory``), simulation (many
+calls in one batch prober ``eth_call``, one call by ``eth_estimateGas``), the lane's nonces
+and broadcast of signed bytes. A node's refusal of a broadcast is an outcome
+(:class:`SendOutcome`) with its own handling, not an error."""
 
 from __future__ import annotations
 
@@ -98,45 +99,82 @@ class ExecutorChain:
             ChainUnavailable: the batch failed as a whole.
         """
         verdicts: list[bool | None] = [None] * len(calls)
-        refused: str | None = None
         if self._probing and calls:
-            verdicts, refused = await self._probed(calls, sender)
+            outcomes = await self._probed(sender, [(to, data, limit) for to, data, limit, _f in calls], None)
+            for i, outcome in enumerate(outcomes):
+                if outcome is prober.UNDER_INTRINSIC:
+                    verdicts[i] = False  # no transaction runs it
+                elif isinstance(outcome, prober.Outcome) and outcome.status is not prober.Status.NOT_RUN:
+                    succeeded = outcome.status is prober.Status.SUCCEEDED
+                    verdicts[i] = succeeded and _decodes(outcome.data, calls[i][3])
         rest = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if rest:
             answers = await self.node.batch([_eth_call(sender, *calls[i][:3]) for i in rest])
             for i, answer in zip(rest, answers, strict=True):
                 verdicts[i] = _returns(answer, calls[i][3])
-        if refused is not None and self._probing:
-            self._probing = False
-            log.warning(
-                "the node refuses eth_call state overrides: pre-signing checks take one eth_call each",
-                extra={"error": refused},
-            )
         return [bool(v) for v in verdicts]
 
-    async def _probed(
-        self, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]], sender: str
-    ) -> tuple[list[bool | None], str | None]:
-        """The verdicts of the batch prober on ``calls`` (None: not known, ask that call on
-        its own) and, when the node refused the state override, its error message.
+    async def simulate_many(
+        self, sender: str, calls: Sequence[tuple[str, bytes, codec.FunctionAbi]], gas_cap: int, block: int
+    ) -> list[int | None]:
+        """Each call (to, data, the function it calls) from ``sender`` simulated at ``block``
+        as a transaction of at most ``gas_cap`` gas would run it, all in one ``eth_call`` of
+        the batch prober (more in the same JSON-RPC batch past
+        :data:`~relayer.chain.prober.PROBER_GAS_MAX`), none seeing another's state changes:
+        for each, the gas limit it needs (:func:`~relayer.chain.prober.transaction_gas`
+        from the gas its execution consumed), or None when this cannot tell (it reverted,
+        ran out of gas within the cap, returned what the function does not return, was not
+        run; the node refuses state overrides, remembered for the process): the caller
+        asks :meth:`estimate_gas` for those, which names the revert.
 
         Raises:
             ChainUnavailable: the batch failed as a whole.
         """
-        verdicts: list[bool | None] = [None] * len(calls)
+        if not self._probing or not calls:
+            return [None] * len(calls)
+        outcomes = await self._probed(sender, [(to, data, gas_cap) for to, data, _f in calls], block)
+        gas: list[int | None] = []
+        for (_to, data, function), outcome in zip(calls, outcomes, strict=True):
+            if (
+                isinstance(outcome, prober.Outcome)
+                and outcome.status is prober.Status.SUCCEEDED
+                and _decodes(outcome.data, function)
+            ):
+                gas.append(prober.transaction_gas(data, outcome.gas_used))
+            else:
+                gas.append(None)
+        return gas
+
+    async def _probed(
+        self, sender: str, calls: Sequence[tuple[str, bytes, int]], block: int | None
+    ) -> list[prober.Outcome | prober.Unknown | None]:
+        """The batch prober's outcome of each call (to, data, gas limit) from ``sender`` at
+        ``block`` (None: the latest): :data:`~relayer.chain.prober.UNDER_INTRINSIC` for a
+        limit under the call's intrinsic gas (no transaction runs it), None when not known
+        (its ``eth_call`` failed or answered no outcomes, or a call past the prober's gas
+        bound on its own). A node that refuses the state override turns the batch prober
+        off for the process (``_probing``), with one warning.
+
+        Raises:
+            ChainUnavailable: the batch failed as a whole.
+        """
+        outcomes: list[prober.Outcome | prober.Unknown | None] = [None] * len(calls)
         probes: list[tuple[str, bytes, int]] = []
         probed: list[int] = []  # the index in calls of each probe
-        for i, (to, data, limit, _f) in enumerate(calls):
+        for i, (to, data, limit) in enumerate(calls):
             gas = prober.execution_gas(data, limit)
             if gas is None:
-                verdicts[i] = False  # under its intrinsic gas: no transaction runs it
+                outcomes[i] = prober.UNDER_INTRINSIC
             else:
                 probes.append((to, data, gas))
                 probed.append(i)
         runs = [(run, prober.call_gas([probes[j] for j in run])) for run in prober.chunks(probes)]
         runs = [(run, gas) for run, gas in runs if gas <= prober.PROBER_GAS_MAX]  # else: on its own
         answers = await self.node.batch(
-            [("eth_call", prober.call_params(sender, [probes[j] for j in run], gas)) for run, gas in runs]
+            [
+                ("eth_call", prober.call_params(sender, [probes[j] for j in run], gas, block))
+                for run, gas in runs
+            ]
         )
         refused: str | None = None
         for (run, _gas), answer in zip(runs, answers, strict=True):
@@ -147,17 +185,19 @@ class ExecutorChain:
                     refused = message[:200]
                 continue
             try:
-                outcomes = prober.decode(str(answer.get("result")), len(run))
+                decoded = prober.decode(str(answer.get("result")), len(run))
             except ValueError as exc:  # "0x": the node ignored the override
                 refused = str(exc)
                 continue
-            for j, outcome in zip(run, outcomes, strict=True):
-                i = probed[j]
-                if outcome.status is prober.Status.SUCCEEDED:
-                    verdicts[i] = _decodes(outcome.data, calls[i][3])
-                elif outcome.status is prober.Status.REVERTED:
-                    verdicts[i] = False
-        return verdicts, refused
+            for j, outcome in zip(run, decoded, strict=True):
+                outcomes[probed[j]] = outcome
+        if refused is not None and self._probing:
+            self._probing = False
+            log.warning(
+                "the node refuses eth_call state overrides: pre-signing checks take one eth_call each",
+                extra={"error": refused},
+            )
+        return outcomes
 
     async def is_executor(self, account: str) -> bool:
         """Whether the settlement accepts ``account`` as an executor (``isExecutor``).

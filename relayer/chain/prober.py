@@ -52,12 +52,32 @@ class Status(IntEnum):
     """Not enough gas was left to give the call all of its gas: nothing is known."""
 
 
+CALL_COST: Final = 2_600
+"""What a probe's CALL costs beside its callee's execution (its cold access to the target,
+EIP-2929), gas: counted in an outcome's ``gas_used``, not in a transaction to the target."""
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """One probe's outcome: its status and the data its call returned or reverted with."""
+    """One probe's outcome: its status, the gas its CALL consumed (the callee's execution and
+    the CALL's own cost: at most :data:`CALL_COST` and a few more over what a transaction's
+    execution of the call spends; 0 when NOT_RUN) and the data its call returned or
+    reverted with."""
 
     status: Status
+    gas_used: int
     data: bytes
+
+
+class Unknown(IntEnum):
+    """What a probe's outcome is when no probe ran."""
+
+    UNDER_INTRINSIC = 0
+    """The gas limit is under the call's intrinsic gas or EIP-7623's floor: no transaction
+    runs it (:func:`execution_gas` is None)."""
+
+
+UNDER_INTRINSIC: Final = Unknown.UNDER_INTRINSIC
 
 
 @cache
@@ -66,16 +86,37 @@ def runtime_code() -> str:
     return str(artifact("BatchProber")["deployedBytecode"])
 
 
+def intrinsic_gas(data: bytes) -> int:
+    """A transaction's gas before its call runs, with ``data`` its call data: 21,000 and 16 a
+    non-zero byte, 4 a zero byte (EIP-2028)."""
+    zeros = data.count(0)
+    return TX_GAS + 16 * (len(data) - zeros) + 4 * zeros
+
+
+def floor_gas(data: bytes) -> int:
+    """EIP-7623's least gas a transaction with call data ``data`` is charged: 21,000 and 10
+    a token (4 a non-zero byte, 1 a zero byte)."""
+    zeros = data.count(0)
+    return TX_GAS + 10 * (4 * (len(data) - zeros) + zeros)
+
+
+def transaction_gas(data: bytes, gas_used: int) -> int:
+    """A transaction's gas limit for its call to run as a probe whose CALL consumed
+    ``gas_used`` did: the intrinsic gas of ``data`` and the execution (``gas_used`` less the
+    CALL's own :data:`CALL_COST`), at least EIP-7623's floor. What ``eth_estimateGas`` would
+    answer, give or take the few gas of the CALL's stack work (counted here, so never
+    under) and the 1/64 a nested call withholds (the gas plan's margin covers it; the
+    re-check before signing executes the call at the plan's limit)."""
+    return max(intrinsic_gas(data) + max(0, gas_used - CALL_COST), floor_gas(data))
+
+
 def execution_gas(data: bytes, gas_limit: int) -> int | None:
     """The gas a transaction of ``gas_limit`` calling with ``data`` leaves its call (the limit
     less 21,000 and 16 a non-zero byte, 4 a zero byte of ``data``), or None when the limit is
     under that intrinsic gas or under EIP-7623's floor (21,000 and 10 a token of ``data``:
     4 a non-zero byte, 1 a zero byte)."""
-    zeros = data.count(0)
-    nonzero = len(data) - zeros
-    intrinsic = TX_GAS + 16 * nonzero + 4 * zeros
-    floor = TX_GAS + 10 * (4 * nonzero + zeros)
-    if gas_limit < max(intrinsic, floor):
+    intrinsic = intrinsic_gas(data)
+    if gas_limit < max(intrinsic, floor_gas(data)):
         return None
     return gas_limit - intrinsic
 
@@ -85,9 +126,7 @@ def call_gas(probes: Sequence[tuple[str, bytes, int]]) -> int:
     each): its intrinsic gas, then each probe's gas with the 1/64 the EVM withholds at each
     of its two calls, the frames' own work and the memory the calls and outcomes take."""
     data = _PROBE_ALL.encode([(t, d, g) for t, d, g in probes])
-    zeros = data.count(0)
-    intrinsic = TX_GAS + 16 * (len(data) - zeros) + 4 * zeros
-    floor = TX_GAS + 10 * (4 * (len(data) - zeros) + zeros)
+    intrinsic, floor = intrinsic_gas(data), floor_gas(data)
     execution = _BASE_GAS
     memory = 0
     for _target, call, gas in probes:
@@ -119,13 +158,15 @@ def chunks(probes: Sequence[tuple[str, bytes, int]], most: int = PROBER_GAS_MAX)
     return runs
 
 
-def call_params(executor: str, probes: Sequence[tuple[str, bytes, int]], gas: int) -> list[Any]:
-    """The ``eth_call`` params of ``probeAll(probes)`` at the latest block, with ``gas``, the
-    prober's code at ``executor`` by state override, and no ``from``."""
+def call_params(
+    executor: str, probes: Sequence[tuple[str, bytes, int]], gas: int, block: int | None = None
+) -> list[Any]:
+    """The ``eth_call`` params of ``probeAll(probes)`` at ``block`` (None: the latest), with
+    ``gas``, the prober's code at ``executor`` by state override, and no ``from``."""
     data = "0x" + _PROBE_ALL.encode([(t, d, g) for t, d, g in probes]).hex()
     return [
         {"to": executor, "data": data, "gas": hex(gas)},
-        "latest",
+        "latest" if block is None else hex(block),
         {executor: {"code": runtime_code()}},
     ]
 
@@ -139,7 +180,7 @@ def decode(result: str, count: int) -> list[Outcome]:
     """
     try:
         (outcomes,) = _PROBE_ALL.decode(bytes.fromhex(result.removeprefix("0x")))
-        decoded = [Outcome(Status(status), bytes(data)) for status, data in outcomes]
+        decoded = [Outcome(Status(status), used, bytes(data)) for status, used, data in outcomes]
     except (ValueError, DecodingError) as exc:  # not the ABI's shape, a status out of range
         raise ValueError(f"the prober answered no outcomes: {type(exc).__name__}") from None
     if len(decoded) != count:

@@ -1,13 +1,16 @@
-"""Simulation of an accepted relay job, from its row alone: ``eth_estimateGas`` as the
-executor, the gas cap, and fees the job's signed allowance covers; then the job is
-``simulated`` (the broadcaster signs it) or ``rejected`` with the refusal's code (nothing was
-signed: the identical request may be retried). Also resumes jobs whose owner died between
-reserving and simulating. Spec: actions/retire; contract_revert, gas_limit_exceeds_cap,
-gas_estimate_unavailable, insufficient_authorized_value."""
+"""Simulation of an accepted relay job, from its row alone: its call executed as the
+executor within the gas cap (with the jobs accepted meanwhile, in one batch prober
+``eth_call``; ``eth_estimateGas`` for a job that batch cannot tell about), the gas cap, and
+fees the job's signed allowance covers; then the job is ``simulated`` (the broadcaster signs
+it) or ``rejected`` with the refusal's code (nothing was signed: the identical request may be
+retried). Also resumes jobs whose owner died between reserving and simulating. Spec:
+actions/retire; contract_revert, gas_limit_exceeds_cap, gas_estimate_unavailable,
+insufficient_authorized_value."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import OrderedDict
@@ -40,9 +43,13 @@ SUPPLY_REASONS: Final = frozenset(
 """The fill rule's refusals a signing batch makes itself, with the listing's codes; a cancelled or
 expired listing is left to the batch's own execution (``contract_revert``)."""
 
+SIMULATION_BATCH_MAX: Final = 64
+"""Most jobs simulated in one batch (one JSON-RPC batch of prober ``eth_call`` s)."""
 SIMULATED_AT_KEPT: Final = 10_000
 """Most jobs whose simulation block this process remembers (the oldest are forgotten: those
 jobs are executed again before signing)."""
+_Simulated = asyncio.Future[tuple[int, int | None]]
+"""A waiting job's batch simulation: (head block, its gas limit or None: not told)."""
 SupplyKey = tuple[int, int, int]
 """(source, class or listing id, credit token id) of a job's supply."""
 
@@ -70,6 +77,8 @@ class Simulator:
         self.usdc = usdc
         self._wake_broadcaster = wake_broadcaster
         self._simulated_at: OrderedDict[int, int] = OrderedDict()
+        self._waiting: list[tuple[Job, _Simulated]] = []
+        self._simulating: asyncio.Task[None] | None = None
 
     async def sponsored_cost(self, new: NewJob) -> tuple[int, int]:
         """(gas estimate, fee ceiling in wei) of a sponsored transfer not yet recorded: its
@@ -124,17 +133,24 @@ class Simulator:
             self._wake_broadcaster()
 
     async def _estimate_at_head(self, job: Job) -> int:
-        """The job's simulation as the executor (``eth_estimateGas``) at the head block the
-        node's cache holds, remembered as the block the job was simulated at (see
-        :meth:`recheck`); a revert there is confirmed at the latest block before it refuses
-        the job (that head may predate what the payer did since).
+        """The job's simulation as the executor at the head block the node's cache holds,
+        remembered as the block the job was simulated at (see :meth:`recheck`): its call
+        executed within the gas cap together with the jobs that came meanwhile
+        (:meth:`_batched`), and its gas limit from the gas it consumed; a job that batch
+        cannot tell about (a revert, out of gas within the cap, a node without state
+        overrides) is simulated on its own (``eth_estimateGas``), and a revert there is
+        confirmed at the latest block before it refuses the job (that head may predate what
+        the payer did since).
 
         Raises:
             ChainRevert: the simulation reverted at the latest block.
             Unavailable: the chain node failed.
         """
+        head, batched = await self._batched(job)
+        if batched is not None:
+            self._remember(job.id, head)
+            return batched
         function = _function(job)
-        head = await self.reads.node.head()
         try:
             estimate = await self.executor.estimate_gas(
                 self.executor_address, job.settlement, job.call_data, function, block=head
@@ -143,10 +159,63 @@ class Simulator:
             return await self.executor.estimate_gas(
                 self.executor_address, job.settlement, job.call_data, function
             )
-        self._simulated_at[job.id] = head
+        self._remember(job.id, head)
+        return estimate
+
+    def _remember(self, job_id: int, block: int) -> None:
+        self._simulated_at[job_id] = block
         while len(self._simulated_at) > SIMULATED_AT_KEPT:
             self._simulated_at.popitem(last=False)
-        return estimate
+
+    async def _batched(self, job: Job) -> tuple[int, int | None]:
+        """(head block, the job's gas limit or None) from the batch simulation the job joins:
+        the first job waiting starts a batch at once, and the jobs that come while it runs go
+        together in the next (at most :data:`SIMULATION_BATCH_MAX` a batch); no job waits
+        for a timer.
+
+        Raises:
+            Unavailable: the chain node failed (the whole batch).
+        """
+        future: _Simulated = asyncio.get_running_loop().create_future()
+        self._waiting.append((job, future))
+        if self._simulating is None or self._simulating.done():
+            # A context of its own: the batch's lines are no one request's.
+            self._simulating = asyncio.create_task(self._simulate_waiting(), context=contextvars.Context())
+        return await future
+
+    async def _simulate_waiting(self) -> None:
+        """Simulate the waiting jobs in batches until none waits, each at the head block then
+        (:meth:`ExecutorChain.simulate_many`), and answer each job's future; a failure of the
+        node fails that batch's futures, and a cancelled task cancels every waiting one's."""
+        batch: list[tuple[Job, _Simulated]] = []
+        try:
+            while self._waiting:
+                batch = self._waiting[:SIMULATION_BATCH_MAX]
+                del self._waiting[: len(batch)]
+                await self._simulate_batch(batch)
+        except asyncio.CancelledError:
+            for _job, future in [*batch, *self._waiting]:
+                future.cancel()
+            self._waiting.clear()
+            raise
+
+    async def _simulate_batch(self, batch: Sequence[tuple[Job, _Simulated]]) -> None:
+        try:
+            head = await self.reads.node.head()
+            gas = await self.executor.simulate_many(
+                self.executor_address,
+                [(j.settlement, j.call_data, relayed_function(j.kind, j.scheme)) for j, _f in batch],
+                self.gas.settings.gas_cap,
+                head,
+            )
+        except Exception as exc:  # the node failed: every job of the batch is told
+            for _job, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_job, future), limit in zip(batch, gas, strict=True):
+            if not future.done():  # its request may have gone
+                future.set_result((head, limit))
 
     async def recheck(self, batch: Sequence[Job], sender: str) -> list[int]:
         """Check a signing batch again, at the latest block, just before ``sender`` (the

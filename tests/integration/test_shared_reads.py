@@ -103,11 +103,13 @@ async def test_readers_of_a_credit_not_yet_known_share_one_eth_call(
     assert after == len(calls)  # known now: no call at all
 
 
-def _executions(calls: list[tuple[str, str]]) -> list[list[Any]]:
+def _executions(calls: list[tuple[str, str]], *, simulations: bool = False) -> list[list[Any]]:
     """The params of the pre-signing executions (``eth_call`` s carrying a
-    ``retireWithAuthorization``'s call data) among ``calls``."""
+    ``retireWithAuthorization``'s call data, at the latest block) among ``calls``; with
+    ``simulations``, those of the simulations (the same, at a block number)."""
     selector = codec.function("RetirementSettlement", "retireWithAuthorization").selector.hex()
-    return [json.loads(p) for m, p in calls if m == "eth_call" and selector in p]
+    executions = [json.loads(p) for m, p in calls if m == "eth_call" and selector in p]
+    return [e for e in executions if (e[1] != "latest") == simulations]
 
 
 async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_since_its_simulation(
@@ -128,6 +130,7 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
         status, answer = await d.post(first)
         assert (status, answer.get("status")) == (200, "settled"), answer
         same_block = _executions(list(proxy.calls))
+        simulated = _executions(list(proxy.calls), simulations=True)
 
         rt = d.runtime
         real_next = rt.lane.next_simulated
@@ -147,7 +150,7 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
             rt.lane.next_simulated = real_next  # type: ignore[method-assign]
         assert (status, answer.get("status")) == (200, "settled"), answer
         new_block = _executions(list(proxy.calls))
-    assert (len(same_block), len(new_block)) == (0, 1)
+    assert (len(same_block), len(new_block), len(simulated)) == (0, 1, 1)
     executor = info["executor"]["address"]
     assert new_block[0][2] == {executor: {"code": runtime_code()}} and new_block[0][0]["to"] == executor
 
