@@ -237,3 +237,44 @@ async def test_a_node_that_refuses_state_overrides_gets_one_eth_call_each_from_t
     overrides = [[len(params) == 3 for m, params in sent if m == "eth_call"] for _, sent in runs]
     assert overrides == [[True, False, False, False], [True, False, False, False], [False, False, False]]
     assert all(params[0]["from"] == executor for _, sent in runs for _, params in sent if len(params) == 2)
+
+
+async def test_a_batch_simulation_gives_each_call_the_gas_eth_estimate_gas_gives_in_one_eth_call(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The simulation of many jobs (``simulate_many``) executes them in one prober ``eth_call``
+    at the block asked, each within the gas cap: a call that succeeds gets the gas limit its
+    own ``eth_estimateGas`` answers (within 1 %; a transaction at it plus the plan's margin
+    succeeds), one that reverts or needs more than the cap gets None (its own
+    ``eth_estimateGas`` names why)."""
+    async with _executor(tmp_path, admin_database_url) as (info, proxy, chain):
+        usdc, executor, keys, addresses, used = _with_one_used(info)
+        broke = Account.create()
+        calls = [
+            (usdc, _authorization(info, keys[0], addresses[1], 10), TRANSFER),
+            (usdc, used, TRANSFER),
+            (usdc, _authorization(info, keys[1], executor, 30, receive=True), RECEIVE),
+            (usdc, _authorization(info, "0x" + bytes(broke.key).hex(), addresses[0], 1), TRANSFER),
+            (usdc, _authorization(info, keys[2], addresses[0], 40), TRANSFER),
+        ]
+        head = int(Anvil(info["rpcUrl"]).rpc("eth_blockNumber"), 16)
+        proxy.calls.clear()
+        got = await chain.simulate_many(executor, calls, 1_500_000, head)
+        sent = _methods(proxy)
+        good = (calls[0], calls[2], calls[4])
+        estimates = [await chain.estimate_gas(executor, to, data) for to, data, _f in good]
+        proxy.calls.clear()
+        over_cap = await chain.simulate_many(executor, [calls[0]], estimates[0] - 1, head)
+        margin = [
+            await _independent(info["rpcUrl"], executor, [(to, data, g * 12 // 10, f)])
+            for (to, data, f), g in zip(good, (got[0], got[2], got[4]), strict=True)
+        ]
+    assert [g is None for g in got] == [False, True, False, True, False]
+    for g, estimate in zip((got[0], got[2], got[4]), estimates, strict=True):
+        assert g is not None and abs(g - estimate) <= estimate // 100, (g, estimate)
+    assert margin == [[True]] * 3
+    assert over_cap == [None]
+    assert [m for m, _ in sent] == ["eth_call"], sent
+    tx, block, override = sent[0][1]
+    assert tx["to"] == executor and "from" not in tx and block == hex(head)
+    assert override == {executor: {"code": runtime_code()}}

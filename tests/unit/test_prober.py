@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from eth_abi.abi import encode
 
 from relayer.chain import prober
 
@@ -50,3 +51,22 @@ def test_no_probes_make_no_call_and_probes_within_the_gas_make_one() -> None:
     probe = ("0x" + "11" * 20, b"\x01" * 100, 300_000)
     assert prober.chunks([]) == []
     assert prober.chunks([probe] * 32) == [list(range(32))]
+
+
+def test_a_probes_gas_gives_the_transactions_limit_less_the_calls_own_cost() -> None:
+    data = b"\x00" * 10 + b"\x01" * 5  # intrinsic 21,120; floor 21,000 + 10 * (20 + 10) = 21,300
+    assert prober.transaction_gas(data, 50_000) == 21_120 + 50_000 - prober.CALL_COST
+    assert prober.transaction_gas(data, 1_000) == 21_300  # never under the floor
+    floor_bound = b"\x01" * 1_000  # intrinsic 37,000, floor 61,000
+    assert prober.transaction_gas(floor_bound, 20_000 + prober.CALL_COST) == 61_000
+    assert prober.transaction_gas(floor_bound, 30_000 + prober.CALL_COST) == 67_000
+
+
+def test_an_answer_carries_each_probes_status_gas_and_data() -> None:
+    outcomes = [(1, 51_234, b"\x00" * 31 + b"\x01"), (0, 1_500_000, b""), (2, 0, b"")]
+    result = "0x" + encode(["(uint8,uint256,bytes)[]"], [outcomes]).hex()  # probeAll's answer
+    assert prober.decode(result, 3) == [
+        prober.Outcome(prober.Status.SUCCEEDED, 51_234, b"\x00" * 31 + b"\x01"),
+        prober.Outcome(prober.Status.REVERTED, 1_500_000, b""),
+        prober.Outcome(prober.Status.NOT_RUN, 0, b""),
+    ]
