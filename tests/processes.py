@@ -119,9 +119,23 @@ class DaemonProcess:
             return self.proc.wait(timeout=10)
 
 
+def simulation_of_jobs(executor: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a JSON-RPC call is a simulation of relay jobs: a job's own ``eth_estimateGas``
+    or a batch prober ``eth_call`` (sent to ``executor``'s address, where its state override
+    places the prober's code; the pre-signing re-check is one too)."""
+
+    def simulates(call: dict[str, Any]) -> bool:
+        method, params = call.get("method"), call.get("params") or [{}]
+        sent_to = str(params[0].get("to", "")) if isinstance(params[0], dict) else ""
+        return method == "eth_estimateGas" or (method == "eth_call" and sent_to.lower() == executor.lower())
+
+    return simulates
+
+
 class RpcProxy:
-    """A JSON-RPC pass-through that holds the calls of the methods in ``held`` until they
-    are released (the caller may die meanwhile: that is the point), and records each call it
+    """A JSON-RPC pass-through that holds the calls of the methods in ``held``, and the calls
+    ``holds`` is true of, until they are released (the caller may die meanwhile: that is the
+    point), and records each call it
     forwards in ``calls`` as (method, its params as JSON text), the first ``MAX_RECORDED``,
     and the methods of each HTTP request (a batch's together) in ``requests``. A call for
     which ``refuse`` (given the call's JSON-RPC object) gives a JSON-RPC ``error``, or of a
@@ -137,6 +151,7 @@ class RpcProxy:
         self.requests: list[list[str]] = []
         self.refused: dict[str, dict[str, Any]] = {}
         self.held: set[str] = set()
+        self.holds: Callable[[dict[str, Any]], bool] = lambda _call: False
         self.refuse: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda _call: None
         self.waiting: dict[str, int] = {}
         self._released = asyncio.Event()
@@ -168,8 +183,15 @@ class RpcProxy:
         self.held.add(method)
         self._released.clear()
 
+    def hold_calls(self, holds: Callable[[dict[str, Any]], bool]) -> None:
+        """Hold the calls ``holds`` (given the call's JSON-RPC object) is true of, counted in
+        ``waiting`` under "calls"."""
+        self.holds = holds
+        self._released.clear()
+
     def release(self) -> None:
         self.held.clear()
+        self.holds = lambda _call: False
         self._released.set()
 
     async def _forward(self, request: web.Request) -> web.Response:
@@ -184,6 +206,9 @@ class RpcProxy:
         methods = {c["method"] for c in batch}
         for method in methods & self.held:
             self.waiting[method] = self.waiting.get(method, 0) + 1
+            await self._released.wait()
+        if any(self.holds(c) for c in batch):
+            self.waiting["calls"] = self.waiting.get("calls", 0) + 1
             await self._released.wait()
         refused = {i: e for i, c in enumerate(batch) if (e := self._refusal(c)) is not None}
         if not refused:

@@ -30,7 +30,7 @@ from relayer.store.pool import Database
 from relayer_dev.deploy import UPDATED_LISTING_ID
 from tests.conftest import free_port
 from tests.private import daemon_settings, private_chain
-from tests.processes import DaemonProcess, RpcProxy, daemon_env
+from tests.processes import DaemonProcess, RpcProxy, daemon_env, simulation_of_jobs
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -291,7 +291,7 @@ async def test_sigkill_between_order_and_job_then_a_restart_completes_each_order
         placed: list[uuid.UUID] = []
         for hold, reached in (
             ("eth_getBalance", "SELECT count(*) FROM orders WHERE quote_uuid = $1"),
-            ("eth_estimateGas", "SELECT count(*) FROM orders WHERE quote_uuid = $1"),
+            ("simulation", "SELECT count(*) FROM orders WHERE quote_uuid = $1"),
         ):
             deadline = time.monotonic() + 30
             while True:  # the restarted daemon's indexer shows the listing
@@ -302,7 +302,10 @@ async def test_sigkill_between_order_and_job_then_a_restart_completes_each_order
                     break
                 await asyncio.sleep(0.2)
             assert status == 201, quote
-            proxy.hold(hold)
+            if hold == "simulation":
+                proxy.hold_calls(simulation_of_jobs(info["executor"]["address"]))
+            else:
+                proxy.hold(hold)
             # past the read caches' ages (a head's reads 1 s, the executor's balance
             # ETH_BALANCE_MAX_AGE_S): the next read of it is held
             await asyncio.sleep(max(1.5, ETH_BALANCE_MAX_AGE_S + 0.5))
@@ -311,7 +314,7 @@ async def test_sigkill_between_order_and_job_then_a_restart_completes_each_order
             )
             quote_uuid = uuid.UUID(quote["uuid"])
             await _wait_for(db, reached, quote_uuid)
-            if hold == "eth_estimateGas":
+            if hold == "simulation":
                 order_id = await db.fetchval("SELECT id FROM orders WHERE quote_uuid = $1", quote_uuid)
                 await _wait_for(db, "SELECT count(*) FROM relay_jobs WHERE salt = $1", order_salt(order_id))
             daemon.kill()

@@ -16,7 +16,7 @@ import pytest
 from relayer.store.pool import Database
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import Anvil, private_chain
-from tests.processes import DaemonProcess, RpcProxy, daemon_env, log_lines
+from tests.processes import DaemonProcess, RpcProxy, daemon_env, log_lines, simulation_of_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 WAVES = 4
@@ -69,7 +69,9 @@ async def test_sigkill_at_each_stage_then_a_restart_settles_each_retirement_exac
             nonlocal daemon
             client = Client(session, daemon.base, info)
             body = bodies[stage] = await _signed(client, len(bodies) % 3)
-            if hold:
+            if hold == "simulation":
+                proxy.hold_calls(simulation_of_jobs(info["executor"]["address"]))
+            elif hold:
                 proxy.hold(hold)
             answer = asyncio.create_task(client.post(body))
             await _state(db, body, reached)
@@ -86,7 +88,7 @@ async def test_sigkill_at_each_stage_then_a_restart_settles_each_retirement_exac
 
         # 1. after reserve: the simulation never answers; the restart resumes the orphan.
         started = time.monotonic()
-        await crash_at("reserve", "eth_estimateGas", {"accepted"}, env)
+        await crash_at("reserve", "simulation", {"accepted"}, env)
         await settle("reserve", started)
         # 2. after sign: the broadcast never answers; the restart re-sends the journaled bytes.
         started = time.monotonic()
