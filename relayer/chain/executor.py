@@ -168,16 +168,12 @@ class ExecutorChain:
             else:
                 probes.append((to, data, gas))
                 probed.append(i)
-        runs = [(run, prober.call_gas([probes[j] for j in run])) for run in prober.chunks(probes)]
-        runs = [(run, gas) for run, gas in runs if gas <= prober.PROBER_GAS_MAX]  # else: on its own
+        runs = prober.prober_calls(probes)  # a probe too big for one eth_call: not run here
         answers = await self.node.batch(
-            [
-                ("eth_call", prober.call_params(sender, [probes[j] for j in run], gas, block))
-                for run, gas in runs
-            ]
+            [("eth_call", prober.call_params(sender, run, block)) for run in runs]
         )
         refused: str | None = None
-        for (run, _gas), answer in zip(runs, answers, strict=True):
+        for run, answer in zip(runs, answers, strict=True):
             error = answer.get("error")
             if error is not None:
                 message = str(error.get("message", "") if isinstance(error, dict) else error)
@@ -185,11 +181,11 @@ class ExecutorChain:
                     refused = message[:200]
                 continue
             try:
-                decoded = prober.decode(str(answer.get("result")), len(run))
+                decoded = prober.decode(str(answer.get("result")), len(run.indexes))
             except ValueError as exc:  # "0x": the node ignored the override
                 refused = str(exc)
                 continue
-            for j, outcome in zip(run, decoded, strict=True):
+            for j, outcome in zip(run.indexes, decoded, strict=True):
                 outcomes[probed[j]] = outcome
         if refused is not None and self._probing:
             self._probing = False

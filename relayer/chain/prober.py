@@ -125,7 +125,11 @@ def call_gas(probes: Sequence[tuple[str, bytes, int]]) -> int:
     """Gas enough for one ``eth_call`` of ``probeAll(probes)`` ((target, call data, gas)
     each): its intrinsic gas, then each probe's gas with the 1/64 the EVM withholds at each
     of its two calls, the frames' own work and the memory the calls and outcomes take."""
-    data = _PROBE_ALL.encode([(t, d, g) for t, d, g in probes])
+    return _call_gas(_PROBE_ALL.encode(list(probes)), probes)
+
+
+def _call_gas(data: bytes, probes: Sequence[tuple[str, bytes, int]]) -> int:
+    """:func:`call_gas` of ``probes`` whose ``probeAll`` call data is ``data``."""
     intrinsic, floor = intrinsic_gas(data), floor_gas(data)
     execution = _BASE_GAS
     memory = 0
@@ -158,14 +162,41 @@ def chunks(probes: Sequence[tuple[str, bytes, int]], most: int = PROBER_GAS_MAX)
     return runs
 
 
-def call_params(
-    executor: str, probes: Sequence[tuple[str, bytes, int]], gas: int, block: int | None = None
-) -> list[Any]:
-    """The ``eth_call`` params of ``probeAll(probes)`` at ``block`` (None: the latest), with
-    ``gas``, the prober's code at ``executor`` by state override, and no ``from``."""
-    data = "0x" + _PROBE_ALL.encode([(t, d, g) for t, d, g in probes]).hex()
+@dataclass(frozen=True, slots=True)
+class ProberCall:
+    """One ``eth_call`` of ``probeAll``: the indexes of its probes (in the list given to
+    :func:`prober_calls`), its call data and its gas (:func:`call_gas`)."""
+
+    indexes: list[int]
+    data: bytes
+    gas: int
+
+
+def prober_calls(probes: Sequence[tuple[str, bytes, int]], most: int = PROBER_GAS_MAX) -> list[ProberCall]:
+    """The ``eth_call`` s that run ``probes`` in :func:`chunks`' runs, each run's call data
+    encoded once (all of them in one call, the usual case: one encoding in all); a run whose
+    gas passes ``most`` (a probe too big alone) is left out: its probes are not run."""
+    if not probes:
+        return []
+    data = _PROBE_ALL.encode(list(probes))
+    gas = _call_gas(data, probes)
+    if gas <= most:
+        return [ProberCall(list(range(len(probes))), data, gas)]
+    calls: list[ProberCall] = []
+    for run in chunks(probes, most):
+        selected = [probes[j] for j in run]
+        data = _PROBE_ALL.encode(selected)
+        gas = _call_gas(data, selected)
+        if gas <= most:
+            calls.append(ProberCall(run, data, gas))
+    return calls
+
+
+def call_params(executor: str, call: ProberCall, block: int | None = None) -> list[Any]:
+    """The ``eth_call`` params of ``call`` at ``block`` (None: the latest), with its gas, the
+    prober's code at ``executor`` by state override, and no ``from``."""
     return [
-        {"to": executor, "data": data, "gas": hex(gas)},
+        {"to": executor, "data": "0x" + call.data.hex(), "gas": hex(call.gas)},
         "latest" if block is None else hex(block),
         {executor: {"code": runtime_code()}},
     ]

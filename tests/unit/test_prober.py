@@ -70,3 +70,19 @@ def test_an_answer_carries_each_probes_status_gas_and_data() -> None:
         prober.Outcome(prober.Status.REVERTED, 1_500_000, b""),
         prober.Outcome(prober.Status.NOT_RUN, 0, b""),
     ]
+
+
+@pytest.mark.parametrize("gas", [300_000, 3_000_000, 30_000_000])
+def test_the_calls_run_the_probes_in_the_runs_of_chunks_each_with_its_data_and_gas(gas: int) -> None:
+    probes = [(TOKEN, bytes([i % 7]) * (200 + i), gas) for i in range(40)]
+    calls = prober.prober_calls(probes)
+    runs = [
+        run
+        for run in prober.chunks(probes)
+        if prober.call_gas([probes[i] for i in run]) <= prober.PROBER_GAS_MAX
+    ]
+    assert [c.indexes for c in calls] == runs
+    for call in calls:
+        selected = [probes[i] for i in call.indexes]
+        assert call.gas == prober.call_gas(selected)
+        assert call.data == prober._PROBE_ALL.encode(selected)
