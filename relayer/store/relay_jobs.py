@@ -57,6 +57,16 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15,
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
+# INSERT_JOB and, for a job created now, INSERT_SALT in one round trip: the job's row with
+# ``salt_spent`` (false: another job spent the salt first; the caller rolls back), or no row
+# when a job of the same authorization key exists.
+INSERT_JOB_AND_SALT: Final = f"""
+WITH job AS ({INSERT_JOB.strip()}),
+     salt AS (INSERT INTO spent_salts (chain_id, salt, job_id) SELECT chain_id, salt, id FROM job
+              ON CONFLICT (chain_id, salt) DO NOTHING
+              RETURNING job_id)
+SELECT job.*, EXISTS (SELECT 1 FROM salt) AS salt_spent FROM job
+"""
 # Spend a salt for a job; nothing (NULL) when another job spent it first.
 INSERT_SALT: Final = """
 INSERT INTO spent_salts (chain_id, salt, job_id) VALUES ($1, $2, $3)
@@ -129,9 +139,13 @@ WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_i
 # and its salt as if the request had not come (nothing was signed or sent; the identical
 # request makes it again).
 ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO OFF"
-# LOCK_PAYER then RESERVED_BY_PAYER in one round trip (migration 0019): the sum's snapshot is
-# taken after the lock is granted.
-PAYER_RESERVED: Final = "SELECT relay_payer_reserved($1::integer, $2, $3, $4, $5)"
+# ASYNC_COMMIT (set_config's local form: its FROM runs before the select list), then
+# LOCK_PAYER and RESERVED_BY_PAYER (migration 0019: the sum's snapshot is taken after the lock
+# is granted), in one round trip.
+ASYNC_COMMIT_PAYER_RESERVED: Final = (
+    "SELECT relay_payer_reserved($1::integer, $2, $3, $4, $5)"
+    " FROM set_config('synchronous_commit', 'off', true)"
+)
 # LOCK_SUPPLY then RESERVED_SUPPLY in one round trip (migration 0019), likewise.
 SUPPLY_RESERVED: Final = (
     "SELECT relay_supply_reserved($1::integer, $2::integer, $3::numeric, $4::numeric, $5, $6)"
@@ -552,12 +566,13 @@ class RelayJobs:
         """
         try:
             async with self.db.transaction() as conn:
-                await conn.execute(ASYNC_COMMIT)
-                if balance is not None:
+                if balance is not None:  # with the asynchronous commit, in one round trip
                     await self._check_balance(conn, new, balance)
-                row = await conn.fetchrow(INSERT_JOB, *_job_args(new))
+                else:
+                    await conn.execute(ASYNC_COMMIT)
+                row = await conn.fetchrow(INSERT_JOB_AND_SALT, *_job_args(new))
                 if row is not None:
-                    if await conn.fetchval(INSERT_SALT, new.chain_id, new.salt, row["id"]) is None:
+                    if not row["salt_spent"]:
                         other = await conn.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
                         assert other is not None
                         raise SaltReused(Job.from_row(other))
@@ -594,9 +609,15 @@ class RelayJobs:
 
     @staticmethod
     async def _check_balance(conn: Any, new: NewJob, balance: PayerBalance) -> None:
+        """Lock the payer's reservations, sum what its other jobs take, and make the
+        transaction's commit asynchronous (see :data:`ASYNC_COMMIT`), in one round trip.
+
+        Raises:
+            PayerOverdrawn: ``balance`` does not cover the job beside them.
+        """
         reserved = int(
             await conn.fetchval(
-                PAYER_RESERVED,
+                ASYNC_COMMIT_PAYER_RESERVED,
                 new.chain_id,
                 new.payer,
                 new.input_token,

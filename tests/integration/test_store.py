@@ -271,7 +271,7 @@ async def test_a_reservation_lock_and_sum_wait_for_the_last_release_s_lock_and_s
     if which == "payer":
         lock_args: tuple[Any, ...] = (store.LOCK_PAYER, chain_id, payer, token)
         other = new(b"\x02").bound_nonce
-        sum_args: tuple[Any, ...] = (store.PAYER_RESERVED, chain_id, payer, token, 0, other)
+        sum_args: tuple[Any, ...] = (store.ASYNC_COMMIT_PAYER_RESERVED, chain_id, payer, token, 0, other)
         committed = 2_500_000
     else:
         key = (take.source, take.source_id, take.token_id)
@@ -322,7 +322,10 @@ async def test_a_reservation_commits_without_waiting_for_its_flush_and_locks_aft
         job, owned = await RelayJobs(db).reserve(new, balance, supply)
         assert owned
         first_lock = min(i for i, q in enumerate(statements) if "_reserved(" in q)
-        assert statements.index(store.ASYNC_COMMIT) < first_lock, statements
+        assert statements[first_lock] == store.ASYNC_COMMIT_PAYER_RESERVED, statements  # the setting first
+        # one round trip each: BEGIN, the setting with the payer's lock and sum, the job with its
+        # salt, the supply's lock and sum, COMMIT (7 before the two pairs were joined)
+        assert len(statements) == 5, statements
         async with db.connection() as conn:
             assert await conn.fetchval("SHOW synchronous_commit") == "on"  # for that transaction only
             assert await conn.fetchval("SELECT state FROM relay_jobs WHERE id = $1", job.id) == "accepted"
