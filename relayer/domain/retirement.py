@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from eth_abi.abi import encode
 from eth_utils.crypto import keccak
+
+from relayer.domain.abi_words import address_word, bytes32_word, uint_word
 
 SOURCE_CARBON_CLASS: Final = 0
 SOURCE_LISTING: Final = 1
@@ -82,15 +83,20 @@ class RetirementDetails:
         return dict(zip(DETAIL_KEYS, self.as_tuple(), strict=True))
 
     def struct_hash(self) -> bytes:
+        """The details' EIP-712 struct hash (32 bytes): the type hash, the two addresses, then
+        the keccak of each string, one word each.
+
+        Raises:
+            ValueError: an address is not 0x and 40 hex digits.
+        """
         return keccak(
-            encode(
-                ["bytes32", "address", "address"] + ["bytes32"] * 7,
+            b"".join(
                 [
                     DETAILS_TYPEHASH,
-                    self.retiring_address,
-                    self.beneficiary_address,
-                    *(keccak(text=s) for s in self.as_tuple()[2:]),
-                ],
+                    address_word(self.retiring_address),
+                    address_word(self.beneficiary_address),
+                    *(keccak(s.encode()) for s in self.as_tuple()[2:]),
+                ]
             )
         )
 
@@ -126,31 +132,26 @@ class Retirement:
         )
 
     def struct_hash(self) -> bytes:
-        """hashRetirement(r) of RetirementSettlement.sol (32 bytes)."""
+        """hashRetirement(r) of RetirementSettlement.sol (32 bytes): keccak256 of
+        ``abi.encode`` of the type hash and the fields (all static: one word each).
+
+        Raises:
+            ValueError: a field does not fit its type (``source`` a uint8, the amounts
+                uint256, the addresses 0x and 40 hex digits).
+        """
         return keccak(
-            encode(
-                [
-                    "bytes32",
-                    "uint8",
-                    "uint256",
-                    "address",
-                    "uint256",
-                    "uint256",
-                    "address",
-                    "uint256",
-                    "bytes32",
-                ],
+            b"".join(
                 [
                     RETIREMENT_TYPEHASH,
-                    self.source,
-                    self.source_id,
-                    self.credit_token,
-                    self.token_id,
-                    self.amount,
-                    self.input_token,
-                    self.gas_allowance,
+                    uint_word(self.source, 8),
+                    uint_word(self.source_id),
+                    address_word(self.credit_token),
+                    uint_word(self.token_id),
+                    uint_word(self.amount),
+                    address_word(self.input_token),
+                    uint_word(self.gas_allowance),
                     self.details.struct_hash(),
-                ],
+                ]
             )
         )
 
@@ -162,7 +163,7 @@ def bind_nonce(retirement: Retirement, salt: bytes) -> bytes:
         retirement: the retirement as it will be submitted.
         salt: 32 random bytes chosen by prepare-auth, posted back unchanged.
     """
-    return keccak(encode(["bytes32", "bytes32"], [retirement.struct_hash(), salt]))
+    return keccak(retirement.struct_hash() + bytes32_word(salt))
 
 
 EXPIRY_BITS: Final = 64
