@@ -52,12 +52,18 @@ def _migrate(settings: Settings) -> list[str]:
         _fail(exc)
 
 
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run until SIGTERM/SIGINT; a failure to start (an upstream down, an unusable
-    deployment) is one line on stderr, not a traceback."""
+def _run(coro: Coroutine[Any, Any, None], event_loop: str = "asyncio") -> None:
+    """Run until SIGTERM/SIGINT on ``event_loop`` ("uvloop" or "asyncio", the daemon's
+    ``RELAYER_EVENT_LOOP``); a failure to start (an upstream down, an unusable deployment)
+    is one line on stderr, not a traceback."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if event_loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(coro)
+        with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(coro)
     except RelayerError as exc:
         _fail(exc)
 
@@ -79,7 +85,7 @@ def _daemon(workers: bool, http: bool) -> None:
 
     settings = _settings(*DAEMON_SETTINGS)
     _migrate(settings)
-    _run(serve(settings, workers=workers, http=http))
+    _run(serve(settings, workers=workers, http=http), settings.event_loop)
 
 
 @main.command("serve")

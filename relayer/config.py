@@ -16,7 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Final, Self
+from typing import Final, Literal, Self
 
 import limits
 from pydantic import (
@@ -393,6 +393,13 @@ class Settings(BaseSettings):
     security_contact: str = Field(
         default="mailto:security@example.invalid",
         description="The security.txt Contact (RFC 9116): set it to the operator's address",
+    )
+
+    # --- process -----------------------------------------------------------------------
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="The daemon's event loop: uvloop (libuv; about a third less CPU a retirement "
+        "than the standard loop, see docs/benchmarks.md) or asyncio (the standard library's).",
     )
 
     # --- logging -----------------------------------------------------------------------

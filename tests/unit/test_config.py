@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pytest
 from eth_account import Account
 from eth_typing import HexStr
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from relayer.config import ConfigError, Settings, decrypt_keystore, setting_origins
 from relayer.ops import configuration, redact_url, shown_value
@@ -201,3 +201,26 @@ def test_config_check_shows_no_secret(tmp_path: Path) -> None:
 )
 def test_rpc_urls_are_shown_without_what_may_be_a_credential(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_the_daemon_runs_on_the_event_loop_its_setting_names(event_loop: str) -> None:
+    import asyncio
+
+    import uvloop
+
+    from relayer.__main__ import _run
+
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    async def daemon() -> None:
+        seen.append(asyncio.get_running_loop())
+
+    _run(daemon(), event_loop)
+    assert isinstance(seen[0], uvloop.Loop) == (event_loop == "uvloop")
+
+
+def test_the_event_loop_is_uvloop_unless_told() -> None:
+    assert Settings().event_loop == "uvloop"
+    with pytest.raises(ValidationError):
+        Settings(event_loop="trio")  # type: ignore[arg-type]
