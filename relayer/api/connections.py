@@ -16,7 +16,7 @@ import resource
 import socket
 import time
 import traceback
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -191,8 +191,8 @@ class Refused(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's TCPTransport is one without subclassing asyncio's)
+        self._transport = cast(asyncio.Transport, transport)
         if self.wait_s <= 0:
             self._answer("x402")
             return
