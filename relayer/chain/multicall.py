@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from eth_abi.exceptions import DecodingError
 from eth_utils.crypto import keccak
 
 from relayer.chain import codec
+from relayer.chain.abi_reader import AbiReader
 from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.multicall3_code import RUNTIME_HEX
+from relayer.domain.abi_words import bool_word, tuple_array, uint_word
 
 if TYPE_CHECKING:
     from relayer.chain.node import ChainNode
@@ -44,6 +47,36 @@ _BALANCE_OF: Final = codec.function("UsdcEip3009", "balanceOf")
 
 
 _TRY_AGGREGATE_AT: Final = _TRY_BLOCK_AND_AGGREGATE
+
+
+def encode_try_block_and_aggregate(require_success: bool, calls: Sequence[tuple[str, bytes]]) -> bytes:
+    """The call data of ``tryBlockAndAggregate(require_success, calls)`` ((target, call data)
+    each): what eth_abi encodes, word by word (:mod:`relayer.domain.abi_words`).
+
+    Raises:
+        ValueError: a target is not an address.
+    """
+    head = bool_word(require_success) + uint_word(64)
+    return _TRY_AGGREGATE_AT.selector + head + tuple_array(calls, ("address", "bytes"))
+
+
+def decode_try_block_and_aggregate(answer: bytes) -> tuple[int, bytes, list[tuple[bool, bytes]]]:
+    """(block number, block hash, (success, returned data) of each call) of
+    ``tryBlockAndAggregate``'s ``answer``: what eth_abi decodes, read word by word
+    (:class:`~relayer.chain.abi_reader.AbiReader`).
+
+    Raises:
+        DecodingError: the answer is not that.
+    """
+    r = AbiReader(answer)
+    count, heads = r.array(r.offset(0, 64, 96))
+    results: list[tuple[bool, bytes]] = []
+    for i in range(count):
+        at = r.offset(heads, heads + 32 * i, 32 * count)
+        results.append((r.boolean(at), r.dynamic_bytes(r.offset(at, at + 32, 64))))
+    return r.uint(0), r.word(32), results
+
+
 WORKING_SET_MAX: Final = 64
 """Most per-head reads a new head's first call reads ahead (see :class:`Views`)."""
 WORKING_SET_KEEP_S: Final = 5.0
@@ -192,7 +225,7 @@ class Views:
             ChainUnavailable: the call failed or its answer does not decode.
         """
         encoded = [(to, function.encode(*args)) for to, function, args in calls]
-        data = "0x" + _TRY_AGGREGATE_AT.encode(False, encoded).hex()
+        data = "0x" + encode_try_block_and_aggregate(False, encoded).hex()
         params: list[Any] = [{"to": MULTICALL3, "data": data}, "latest" if block is None else hex(block)]
         override = await self.code_override()
         if override is not None:
@@ -200,7 +233,7 @@ class Views:
         self.calls += 1
         raw = await self.node.request("eth_call", params)
         try:
-            number, _hash, results = _TRY_AGGREGATE_AT.decode(bytes.fromhex(str(raw)[2:]))
+            number, _hash, results = decode_try_block_and_aggregate(bytes.fromhex(str(raw)[2:]))
         except (ValueError, DecodingError):
             raise ChainUnavailable(detail="Multicall3 answered no results") from None
         out: list[tuple[tuple[Any, ...], int] | BaseException] = []
