@@ -211,7 +211,8 @@ async def test_a_node_that_refuses_state_overrides_gets_one_eth_call_each_from_t
 ) -> None:
     """A prober call answered with a revert is checked with one ``eth_call`` each that time
     only; a node that refuses the state override (an error that is no revert) is asked one
-    ``eth_call`` each, with the same verdicts, that time and from then on."""
+    ``eth_call`` each, with the same verdicts, that time and from then on, and a batch
+    simulation asks it nothing (each job is simulated with its own ``eth_estimateGas``)."""
     async with _executor(tmp_path, admin_database_url) as (info, proxy, chain):
         usdc, executor, keys, addresses, used = _with_one_used(info)
         calls: list[Call] = [
@@ -231,6 +232,10 @@ async def test_a_node_that_refuses_state_overrides_gets_one_eth_call_each_from_t
             answer = refusal or answer
             proxy.calls.clear()
             runs.append((await chain.calls_succeed(executor, calls), _methods(proxy)))
+        proxy.calls.clear()
+        simulated = await chain.simulate_many(executor, [c[:2] + c[3:] for c in calls], 1_500_000, 1)
+        simulation_calls = _methods(proxy)
+    assert simulated == [None] * 3 and simulation_calls == []  # each job: its own eth_estimateGas
     assert expected == [True, False, True]
     for got, _sent in runs:
         assert got == expected
