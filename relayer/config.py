@@ -166,8 +166,8 @@ class Settings(BaseSettings):
     gas_limit_margin_bps: int = Field(
         default=2_000,
         ge=0,
-        description="Headroom on eth_estimateGas: the gas limit is the estimate times (1 + margin), "
-        "capped at the gas cap.",
+        description="Headroom on the simulation's gas estimate (the batch prober's measure, or "
+        "eth_estimateGas): the gas limit is the estimate times (1 + margin), capped at the gas cap.",
     )
     priority_fee_wei: int = Field(
         default=1_000_000,
