@@ -212,10 +212,6 @@ def typed_data_digest(typed_data: dict[str, Any]) -> bytes:
     return keccak(b"\x19" + signable.version + signable.header + signable.body)
 
 
-class _NotFlat(Exception):
-    """Typed data :func:`_flat_digest` leaves to eth_account."""
-
-
 _DOMAIN_KEYS: Final = frozenset(field["name"] for field in DOMAIN_FIELDS)
 _DECIMAL: Final = frozenset("0123456789")
 
@@ -233,19 +229,22 @@ def _flat_digest(typed_data: dict[str, Any]) -> bytes | None:
         domain = typed_data["domain"]
         if set(domain) != _DOMAIN_KEYS:
             return None
-        separator = _domain_separator(
+        domain_words = [
             _word("string", domain["name"]),
             _word("string", domain["version"]),
             _word("uint256", domain["chainId"]),
             _word("address", domain["verifyingContract"]),
-        )
+        ]
         fields = types[primary]
         message = typed_data["message"]
-        words = [_type_hash(primary, tuple((f["type"], f["name"]) for f in fields))]
-        words += [_word(f["type"], message[f["name"]]) for f in fields]
-    except (_NotFlat, KeyError, TypeError, AttributeError, ValueError):
+        words = [_word(f["type"], message[f["name"]]) for f in fields]
+        type_hash = _type_hash(primary, tuple((f["type"], f["name"]) for f in fields))
+    except (KeyError, TypeError, AttributeError, ValueError):
         return None
-    return keccak(b"\x19\x01" + separator + keccak(b"".join(words)))
+    if None in domain_words or None in words:
+        return None  # a type or a value form left to eth_account
+    separator = _domain_separator(*(w for w in domain_words if w is not None))
+    return keccak(b"\x19\x01" + separator + keccak(type_hash + b"".join(w for w in words if w is not None)))
 
 
 @lru_cache(maxsize=64)
@@ -260,11 +259,12 @@ def _type_hash(name: str, fields: tuple[tuple[str, str], ...]) -> bytes:
     return keccak(f"{name}({','.join(f'{t} {n}' for t, n in fields)})".encode())
 
 
-def _word(kind: str, value: Any) -> bytes:
-    """The EIP-712 encoding of ``value`` as ``kind`` (one word).
+def _word(kind: str, value: Any) -> bytes | None:
+    """The EIP-712 encoding of ``value`` as ``kind`` (one word); None for another type, or a
+    value in a form eth_account may read otherwise.
 
     Raises:
-        _NotFlat: another type, or a value in a form eth_account may read otherwise.
+        ValueError: an address that is not 0x and 40 hex digits.
     """
     if kind == "address" and isinstance(value, str):
         return address_word(value)
@@ -282,7 +282,7 @@ def _word(kind: str, value: Any) -> bytes:
         return bytes32_word(bytes.fromhex(value[2:]))
     if kind == "string" and isinstance(value, str):
         return keccak(value.encode())
-    raise _NotFlat(kind)
+    return None
 
 
 _DOMAIN_TYPE_HASH: Final = _type_hash("EIP712Domain", tuple((f["type"], f["name"]) for f in DOMAIN_FIELDS))
