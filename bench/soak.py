@@ -305,6 +305,9 @@ async def soak(args: argparse.Namespace, state: Path, dsn: str) -> dict[str, Any
         base_url = f"http://127.0.0.1:{http_port}"
         env = daemon_env(dsn, info, state / "devnet.json", http_port)
         env["RELAYER_CONFIRMATIONS"] = str(args.confirmations)
+        for setting in args.daemon_setting:  # e.g. RELAYER_EVENT_LOOP=asyncio
+            name, _, value = setting.partition("=")
+            env[name] = value
         log = state / "daemon.log"
         procs.append(start_daemon("all", env, log))
         daemon = procs[0]
@@ -433,6 +436,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--confirmations", type=int, default=1, help="RELAYER_CONFIRMATIONS, blocks >= 1 (default 1)")
     add("--sample-interval", type=float, default=0.5, help="seconds between lag and RSS samples")
     add("--warmup-seconds", type=float, help="load before rssStartBytes (default 10 %% of the run, <= 60 s)")
+    add(
+        "--daemon-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable of the daemon's environment (repeatable), e.g. RELAYER_EVENT_LOOP=asyncio",
+    )
     args = parser.parse_args(argv)
     if args.confirmations < 1:
         parser.error("--confirmations must be at least 1")
