@@ -198,8 +198,8 @@ def typed_data_digest(typed_data: dict[str, Any]) -> bytes:
 
     The typed data this module builds (the domain of :data:`DOMAIN_FIELDS`, a primary type
     of ``address``, ``uint256``, ``bytes32`` and ``string`` fields, uint256 values as ints
-    or decimal strings) is hashed here word by word, its domain separator cached (about 30
-    µs, against 430 µs through eth_account); anything else goes to eth_account's
+    or decimal strings) is hashed here word by word, its domain separator cached (about 60
+    µs, against 350 µs through eth_account); anything else goes to eth_account's
     ``encode_typed_data`` unchanged (its leniencies and its errors).
 
     Raises:
