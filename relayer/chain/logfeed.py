@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from relayer.chain.single_flight import shared as shared_read
+
 if TYPE_CHECKING:
     from relayer.chain.node import ChainNode
 
@@ -89,12 +91,7 @@ class LogFeed:
         self._kept[key] = (now, read)
         while len(self._kept) > KEEP_RANGES:
             self._kept.popitem(last=False)
-        try:
-            return await asyncio.shield(read)
-        except BaseException:
-            if key in self._kept and self._kept[key][1] is read:
-                del self._kept[key]
-            raise
+        return await shared_read(self._kept, key, read, 1)
 
     def _pairs(self) -> Pairs:
         return frozenset((a, t) for a, topics in self._wanted.items() for t in topics)

@@ -30,6 +30,7 @@ from relayer.chain.codec import FunctionAbi
 from relayer.chain.errors import ChainRevert, ChainUnavailable, rpc
 from relayer.chain.logfeed import LogFeed
 from relayer.chain.multicall import Views
+from relayer.chain.single_flight import shared as shared_read
 from relayer.chain.transport import BatchRefused, KeepAliveHTTPProvider
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError
@@ -235,12 +236,7 @@ class ChainNode:
         self._recent.move_to_end(key)
         while len(self._recent) > RECENT_KEYS:
             self._recent.popitem(last=False)
-        try:
-            return await asyncio.shield(task)
-        except BaseException:
-            if key in self._recent and self._recent[key][1] is task:
-                del self._recent[key]
-            raise
+        return await shared_read(self._recent, key, task, 1)
 
     def recent_result(self, key: str, max_age_s: float) -> Any | None:
         """What :meth:`recent` holds under ``key``, when loaded within ``max_age_s`` and not a
@@ -311,12 +307,7 @@ class ChainNode:
                 return shared.result()
         task: asyncio.Future[T] = asyncio.ensure_future(load())
         self._reads[key] = (self._head, now, task)
-        try:
-            return await asyncio.shield(task)
-        except BaseException:
-            if key in self._reads and self._reads[key][2] is task:
-                del self._reads[key]
-            raise
+        return await shared_read(self._reads, key, task, 2)
 
 
 def _error(error: Any, method: str, function: str | None) -> ChainRevert | ChainUnavailable:

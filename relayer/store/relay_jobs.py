@@ -57,21 +57,15 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15,
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
-# INSERT_JOB and, for a job created now, INSERT_SALT in one round trip: the job's row with
-# ``salt_spent`` (false: another job spent the salt first; the caller rolls back), or no row
-# when a job of the same authorization key exists.
+# INSERT_JOB and, for a job created now, its salt spent (spent_salts) in one round trip: the
+# job's row with ``salt_spent`` (false: another job spent the salt first; the caller rolls
+# back), or no row when a job of the same authorization key exists.
 INSERT_JOB_AND_SALT: Final = f"""
 WITH job AS ({INSERT_JOB.strip()}),
      salt AS (INSERT INTO spent_salts (chain_id, salt, job_id) SELECT chain_id, salt, id FROM job
               ON CONFLICT (chain_id, salt) DO NOTHING
               RETURNING job_id)
 SELECT job.*, EXISTS (SELECT 1 FROM salt) AS salt_spent FROM job
-"""
-# Spend a salt for a job; nothing (NULL) when another job spent it first.
-INSERT_SALT: Final = """
-INSERT INTO spent_salts (chain_id, salt, job_id) VALUES ($1, $2, $3)
-ON CONFLICT (chain_id, salt) DO NOTHING
-RETURNING job_id
 """
 # The job that spent a salt.
 JOB_BY_SALT: Final = """
