@@ -97,3 +97,43 @@ def _first_failure(
     if whole_tonnes_only and units % UNITS_PER_TONNE:
         return Unfillable.NOT_WHOLE_TONNES
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class SupplyRule:
+    """The fill rule as figures a database can apply beside what is reserved (the one-statement
+    reservation: migration 0020's ``relay_supply_admits``, which this mirrors): a fill of
+    ``units`` fits ``left`` credit units beside ``reserved`` units taken first when it does not
+    exceed what is left (``max(0, left - reserved)``) and reaches ``min_fill`` unless it takes
+    all that is left; ``possible`` False refuses it whatever is reserved. Built by
+    :func:`fill_rule` and :func:`liquidity_rule`, whose answers it gives for every
+    ``reserved`` (tests/unit/test_fill_rule.py)."""
+
+    left: int
+    units: int
+    min_fill: int
+    possible: bool
+
+    def admits(self, reserved: int) -> bool:
+        """Whether the fill fits beside ``reserved`` credit units."""
+        rest = max(0, self.left - reserved)
+        return self.possible and self.units <= rest and (self.units >= self.min_fill or self.units == rest)
+
+
+def fill_rule(listing: Fillable, units: int, now: int, *, whole_tonnes_only: bool) -> SupplyRule:
+    """:func:`check_fill` as a :class:`SupplyRule`: it admits a ``reserved`` exactly when
+    ``check_fill(..., reserved=reserved)`` returns None. The checks that do not depend on
+    what is reserved (cancelled, expired, sold out, whole tonnes) make ``possible``."""
+    possible = (
+        listing.active
+        and listing.expiration > now
+        and listing.left_to_sell > 0
+        and not (whole_tonnes_only and units % UNITS_PER_TONNE)
+    )
+    return SupplyRule(listing.left_to_sell, units, listing.min_fill, possible)
+
+
+def liquidity_rule(available: int, units: int) -> SupplyRule:
+    """:func:`check_liquidity` as a :class:`SupplyRule` (no minimum): it admits a
+    ``reserved`` exactly when ``check_liquidity(..., reserved=reserved)`` returns None."""
+    return SupplyRule(available, units, 0, True)

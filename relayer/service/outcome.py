@@ -132,9 +132,14 @@ class Outcomes:
         for changed in self._waiting:
             changed.set()
 
-    async def wait(self, job_id: int, wait_s: float | None = None) -> RetireOutcome:
+    async def wait(
+        self, job_id: int, wait_s: float | None = None, *, fresh: Job | None = None
+    ) -> RetireOutcome:
         """Wait (at most ``wait_s``, default ``settle_wait_s``, or not at all once
-        :meth:`drain` is called) until the job settles or fails, then answer.
+        :meth:`drain` is called) until the job settles or fails, then answer. ``fresh``: the
+        job as the caller just made it, in a state that does not answer yet, with nothing
+        awaited since (so nothing it missed could have moved it to one that does): the first
+        read is skipped (one database round trip a retirement).
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -147,9 +152,18 @@ class Outcomes:
         with self._watch(job_id, ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
+                if fresh is not None and fresh.state.value not in ANSWERING_STATES and not self._draining:
+                    await self._changed_or_late(changed, deadline)
                 return await self._wait(job_id, deadline, changed, self._answer)
             finally:
                 self._waiting.discard(changed)
+
+    @staticmethod
+    async def _changed_or_late(changed: asyncio.Event, deadline: float) -> None:
+        """Wait until ``changed`` is set, :data:`POLL_FALLBACK_S` passed, or ``deadline``."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
 
     async def _wait(
         self,
@@ -179,8 +193,7 @@ class Outcomes:
                 continue
             if found is not None:
                 return found
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), max(0.0, min(remaining, POLL_FALLBACK_S)))
+            await self._changed_or_late(changed, deadline)
 
     async def wait_transfer(self, job_id: int, wait_s: float) -> TransferOutcome:
         """Wait (at most ``wait_s`` seconds, or not at all once :meth:`drain` is called) for a

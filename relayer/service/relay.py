@@ -17,7 +17,7 @@ from relayer.chain.errors import ChainRevert
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.budget import seconds_to_utc_midnight, utc_day
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
-from relayer.domain.fill import check_fill, check_liquidity
+from relayer.domain.fill import check_fill, check_liquidity, fill_rule, liquidity_rule
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
@@ -79,8 +79,10 @@ class Relay:
         Raises:
             Rejection, Unavailable: as :meth:`accept`.
         """
-        job = await self.accept(request, now)
-        return await self.outcomes.wait(job.id)
+        job, fresh = await self._accept(request, now)
+        # a job made now is not answering yet: its first read is skipped (its watch is set
+        # before anything could move it further than simulated)
+        return await self.outcomes.wait(job.id, fresh=job if fresh else None)
 
     async def accept(self, request: ActionRequest, now: int) -> Job:
         """Take a signed retirement into the pipeline and return its job without waiting: the
@@ -100,6 +102,10 @@ class Relay:
                 ``min_executor_balance_wei``.
             Unavailable: the chain node or the database failed (nothing was signed).
         """
+        return (await self._accept(request, now))[0]
+
+    async def _accept(self, request: ActionRequest, now: int) -> tuple[Job, bool]:
+        """:meth:`accept`'s job, and whether this call made it (or re-opened it) and simulated it."""
         try:
             token = self.supply.token(request.inputToken)
         except Rejection:
@@ -112,7 +118,7 @@ class Relay:
         key = request_hash(request)
         existing = await self._identical(shaped.salt, key, request.authPayload.nonce)
         if existing is not None:
-            return existing
+            return existing, False
         await self._executor_funded()
         resolved = await resolve(self.supply, request, now)
         return await self._take(resolved, shaped, key, now)
@@ -141,7 +147,7 @@ class Relay:
         if existing is not None:
             return existing
         await self._executor_funded()
-        return await self._take(resolved, authorization, request_key, now, refuse)
+        return (await self._take(resolved, authorization, request_key, now, refuse))[0]
 
     async def accept_transfer(
         self,
@@ -231,10 +237,11 @@ class Relay:
         request_key: bytes,
         now: int,
         refuse: FillRefuser | None = None,
-    ) -> Job:
+    ) -> tuple[Job, bool]:
         """Verify ``authorization`` against the terms of ``resolved``, check the payer can pay,
         reserve the salt, the payer's funds and the supply, and simulate: the job (the
-        broadcaster signs and sends it)."""
+        broadcaster signs and sends it), and whether this call owns it (made or re-opened it
+        now, and simulated it)."""
         terms = resolved.terms(self.chain_id, self.settlement, authorization.gas_allowance)
         verified = verify_signed(authorization, terms, now, request_key)
         if isinstance(verified, Rejection):
@@ -245,7 +252,7 @@ class Relay:
         log.info("accepted", extra={"job_id": job.id, "kind": job.kind, "new": owned})
         if owned:
             await self.simulator.simulate(job)
-        return job
+        return job, owned
 
     async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:
         """The live job of the identical request, answered from its job whatever live
@@ -348,7 +355,7 @@ class Relay:
                 if refusal is not None:
                     raise refuse(refusal, route.source_id, route.credit)
 
-            return SupplyCheck(block, fill)
+            return SupplyCheck(block, fill_rule(listing, route.units, now, whole_tonnes_only=whole), fill)
         classes, block = await self.supply.chain.classes_at()  # shared per head, with its block
         held = [
             available
@@ -365,7 +372,7 @@ class Relay:
             if left is not None:
                 raise Rejection("insufficient_liquidity", available=format_tonnes(left))
 
-        return SupplyCheck(block, redeem)
+        return SupplyCheck(block, liquidity_rule(held[0], route.units), redeem)
 
     async def _reserve(
         self,

@@ -10,7 +10,6 @@ insufficient_authorized_value."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from relayer.chain.errors import ChainRevert
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads, StateNow
 from relayer.chain.types import ListingInfo, TokenBalance
+from relayer.coalesce import Coalescer
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.budget import transfer_gas_ceiling
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
@@ -30,7 +30,7 @@ from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPlan, GasPricer
 from relayer.service.supply import x402_fill_refusal
-from relayer.store.relay_jobs import Job, NewJob, RelayJobs, SupplyAhead, SupplyTake
+from relayer.store.relay_jobs import Job, NewJob, RelayJobs, SimulatedPlan, SupplyAhead, SupplyTake
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ SIMULATION_BATCH_MAX: Final = 64
 SIMULATED_AT_KEPT: Final = 10_000
 """Most jobs whose simulation block this process remembers (the oldest are forgotten: those
 jobs are executed again before signing)."""
-_Simulated = asyncio.Future[tuple[int, int | None]]
-"""A waiting job's batch simulation: (head block, its gas limit or None: not told)."""
+MOVE_BATCH_MAX: Final = 256
+"""Most jobs moved to simulated in one statement."""
 SupplyKey = tuple[int, int, int]
 """(source, class or listing id, credit token id) of a job's supply."""
 
@@ -77,8 +77,10 @@ class Simulator:
         self.usdc = usdc
         self._wake_broadcaster = wake_broadcaster
         self._simulated_at: OrderedDict[int, int] = OrderedDict()
-        self._waiting: list[tuple[Job, _Simulated]] = []
-        self._simulating: asyncio.Task[None] | None = None
+        # (head block, gas limit or None: not told) of each job, one prober call a batch
+        self._simulations = Coalescer(self._simulate_batch, SIMULATION_BATCH_MAX)
+        # whether each (job id, plan) moved to simulated, one statement a batch
+        self._moves = Coalescer(self._move_simulated, MOVE_BATCH_MAX)
 
     async def sponsored_cost(self, new: NewJob) -> tuple[int, int]:
         """(gas estimate, fee ceiling in wei) of a sponsored transfer not yet recorded: its
@@ -121,15 +123,16 @@ class Simulator:
         except RelayerError as refusal:
             await self.jobs.move(job.id, JobState.REJECTED, error=refusal)
             raise
-        moved = await self.jobs.move(
-            job.id,
-            JobState.SIMULATED,
-            gas_limit=plan.gas_limit,
-            max_fee_per_gas=plan.max_fee_per_gas,
-            max_priority_fee_per_gas=plan.max_priority_fee_per_gas,
-            allowance_wei=plan.allowance_wei,
+        moved = await self._moves(
+            SimulatedPlan(
+                job.id,
+                plan.gas_limit,
+                plan.max_fee_per_gas,
+                plan.max_priority_fee_per_gas,
+                plan.allowance_wei,
+            )
         )
-        if moved is not None:
+        if moved:
             self._wake_broadcaster()
 
     async def _estimate_at_head(self, job: Job) -> int:
@@ -162,6 +165,9 @@ class Simulator:
         self._remember(job.id, head)
         return estimate
 
+    async def _move_simulated(self, plans: Sequence[SimulatedPlan]) -> list[bool]:
+        return await self.jobs.move_simulated(plans)
+
     def _remember(self, job_id: int, block: int) -> None:
         self._simulated_at[job_id] = block
         while len(self._simulated_at) > SIMULATED_AT_KEPT:
@@ -176,46 +182,22 @@ class Simulator:
         Raises:
             Unavailable: the chain node failed (the whole batch).
         """
-        future: _Simulated = asyncio.get_running_loop().create_future()
-        self._waiting.append((job, future))
-        if self._simulating is None or self._simulating.done():
-            # A context of its own: the batch's lines are no one request's.
-            self._simulating = asyncio.create_task(self._simulate_waiting(), context=contextvars.Context())
-        return await future
+        return await self._simulations(job)
 
-    async def _simulate_waiting(self) -> None:
-        """Simulate the waiting jobs in batches until none waits, each at the head block then
-        (:meth:`ExecutorChain.simulate_many`), and answer each job's future; a failure of the
-        node fails that batch's futures, and a cancelled task cancels every waiting one's."""
-        batch: list[tuple[Job, _Simulated]] = []
-        try:
-            while self._waiting:
-                batch = self._waiting[:SIMULATION_BATCH_MAX]
-                del self._waiting[: len(batch)]
-                await self._simulate_batch(batch)
-        except asyncio.CancelledError:
-            for _job, future in [*batch, *self._waiting]:
-                future.cancel()
-            self._waiting.clear()
-            raise
+    async def _simulate_batch(self, batch: Sequence[Job]) -> list[tuple[int, int | None]]:
+        """Each job's (head block, gas limit or None) from one prober ``eth_call`` at the head.
 
-    async def _simulate_batch(self, batch: Sequence[tuple[Job, _Simulated]]) -> None:
-        try:
-            head = await self.reads.node.head()
-            gas = await self.executor.simulate_many(
-                self.executor_address,
-                [(j.settlement, j.call_data, relayed_function(j.kind, j.scheme)) for j, _f in batch],
-                self.gas.settings.gas_cap,
-                head,
-            )
-        except Exception as exc:  # the node failed: every job of the batch is told
-            for _job, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_job, future), limit in zip(batch, gas, strict=True):
-            if not future.done():  # its request may have gone
-                future.set_result((head, limit))
+        Raises:
+            Unavailable: the chain node failed (the whole batch).
+        """
+        head = await self.reads.node.head()
+        gas = await self.executor.simulate_many(
+            self.executor_address,
+            [(j.settlement, j.call_data, relayed_function(j.kind, j.scheme)) for j in batch],
+            self.gas.settings.gas_cap,
+            head,
+        )
+        return [(head, limit) for limit in gas]
 
     async def recheck(self, batch: Sequence[Job], sender: str) -> list[int]:
         """Check a signing batch again, at the latest block, just before ``sender`` (the

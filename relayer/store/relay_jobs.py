@@ -18,6 +18,7 @@ from typing import Any, Final
 import asyncpg
 
 from relayer.domain.errors import RelayerError
+from relayer.domain.fill import SupplyRule
 from relayer.domain.states import JobKind, JobState, sources_of
 from relayer.logs import CURRENT_REQUEST_ID
 from relayer.store.pool import Database
@@ -29,7 +30,8 @@ NOTIFY_CHANNEL: Final = "relay_job_states"  # "<job id>:<state>" (migration 0008
 # allowed by the domain's transition table (tests/unit/test_states.py checks it).
 # Everything else goes through RelayJobs.move().
 FIXED_TRANSITIONS: Final = (
-    (JobState.REJECTED, JobState.ACCEPTED),  # REOPEN_JOB
+    (JobState.REJECTED, JobState.ACCEPTED),  # RESERVE (migration 0020: a re-opened job)
+    (JobState.ACCEPTED, JobState.SIMULATED),  # MOVE_SIMULATED
     (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.REJECT_EXPIRING
     (JobState.SIMULATED, JobState.SIGNED),  # executor_lane.MARK_SIGNED
     (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
@@ -57,22 +59,26 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15,
 ON CONFLICT (chain_id, bound_nonce) DO NOTHING
 RETURNING *
 """
-# INSERT_JOB and, for a job created now, its salt spent (spent_salts) in one round trip: the
-# job's row with ``salt_spent`` (false: another job spent the salt first; the caller rolls
-# back), or no row when a job of the same authorization key exists.
-INSERT_JOB_AND_SALT: Final = f"""
-WITH job AS ({INSERT_JOB.strip()}),
-     salt AS (INSERT INTO spent_salts (chain_id, salt, job_id) SELECT chain_id, salt, id FROM job
-              ON CONFLICT (chain_id, salt) DO NOTHING
-              RETURNING job_id)
-SELECT job.*, EXISTS (SELECT 1 FROM salt) AS salt_spent FROM job
+# A reservation in one statement (migration 0020's relay_reserve: INSERT_JOB's columns $1 to
+# $22; the payer's balance $23 read at block $24, NULL: unchecked; the supply rule's block $25,
+# NULL: unchecked, and its left $26, minimum fill $27 and possibility $28, see
+# relayer.domain.fill.SupplyRule): the asynchronous commit (see ASYNC_COMMIT), the payer's lock
+# and RESERVED_BY_PAYER, the job and its salt, or the job of the same authorization key
+# (re-opened when it was rejected before signing, for the identical request only), then the
+# supply's lock and RESERVED_SUPPLY. The job's row with ``owned``; a refusal is raised (RAISE
+# 'payer_overdrawn' | 'salt_reused' | 'supply_short', DETAIL the sum) and rolls the whole
+# reservation back.
+RESERVE: Final = """
+SELECT (r.job).*, r.owned FROM relay_reserve(
+    $1::integer, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17, $18,
+    $19, $20, $21, $22, $23, $24, $25, $26, $27, $28) AS r
 """
 # The job that spent a salt.
 JOB_BY_SALT: Final = """
 SELECT j.* FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id WHERE s.chain_id = $1 AND s.salt = $2
 """
-# The job of an authorization key.
-JOB_BY_BOUND_NONCE: Final = "SELECT * FROM relay_jobs WHERE chain_id = $1 AND bound_nonce = $2"
+# The reservation's locks and sums as statements (RESERVE runs them inside migration 0019's
+# functions, with the same lock keys, so a daemon of an earlier release serialises with it).
 # Serialise the reservations of one payer's token until the transaction ends ($1 chain id,
 # $2 payer, $3 token).
 LOCK_PAYER: Final = """
@@ -132,18 +138,7 @@ WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_i
 # transaction journals it) flushes the WAL through it; a server crash before that loses the job
 # and its salt as if the request had not come (nothing was signed or sent; the identical
 # request makes it again).
-ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO OFF"
-# ASYNC_COMMIT (set_config's local form: its FROM runs before the select list), then
-# LOCK_PAYER and RESERVED_BY_PAYER (migration 0019: the sum's snapshot is taken after the lock
-# is granted), in one round trip.
-ASYNC_COMMIT_PAYER_RESERVED: Final = (
-    "SELECT relay_payer_reserved($1::integer, $2, $3, $4, $5)"
-    " FROM set_config('synchronous_commit', 'off', true)"
-)
-# LOCK_SUPPLY then RESERVED_SUPPLY in one round trip (migration 0019), likewise.
-SUPPLY_RESERVED: Final = (
-    "SELECT relay_supply_reserved($1::integer, $2::integer, $3::numeric, $4::numeric, $5, $6)"
-)
+ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO OFF"  # RESERVE's own: set_config(..., true)
 # For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
 # read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,
 # the jobs signed or sent and not yet mined, and the older ones not yet signed (they are
@@ -187,12 +182,16 @@ UPDATE relay_jobs SET gas_reserved_wei = $2, gas_reserved_on = $3 WHERE id = $1 
 """
 # One job by id.
 JOB_BY_ID: Final = "SELECT * FROM relay_jobs WHERE id = $1"
-# Take up a job rejected before anything was signed, for the identical request only.
-REOPEN_JOB: Final = """
-UPDATE relay_jobs SET state = 'accepted', error = NULL, attempts = attempts + 1,
-       accepted_at = now(), updated_at = now(), request_id = coalesce($3, request_id)
-WHERE id = $1 AND state = 'rejected' AND tx_hash IS NULL AND request_hash = $2
-RETURNING *
+# Move the accepted jobs $1 to simulated, each with its plan: gas limit $2, max fee and
+# priority fee per gas $3 and $4 (wei), allowance $5 (wei); the ids moved.
+MOVE_SIMULATED: Final = """
+UPDATE relay_jobs AS j SET state = 'simulated', simulated_at = now(), updated_at = now(),
+       gas_limit = u.gas_limit, max_fee_per_gas = u.max_fee, max_priority_fee_per_gas = u.priority_fee,
+       allowance_wei = u.allowance
+FROM unnest($1::bigint[], $2::bigint[], $3::numeric[], $4::numeric[], $5::numeric[])
+     AS u(id, gas_limit, max_fee, priority_fee, allowance)
+WHERE j.id = u.id AND j.state = 'accepted'
+RETURNING j.id
 """
 # Move a job to $2 if it is in one of the states $3; stamp the target's column; set the
 # given columns ($4-$11) and keep the others.
@@ -315,12 +314,26 @@ class SupplyTake:
 @dataclass(frozen=True, slots=True)
 class SupplyCheck:
     """How a new job's supply is checked when it is reserved: the supply figure was read at
-    ``block_number``; ``check`` is given what the other jobs of that supply may still take
-    from it (credit units, see :data:`RESERVED_SUPPLY`) and raises the refusal when the job
-    does not fit beside them."""
+    ``block_number``; ``rule`` (applied in the reservation's statement) admits what the other
+    jobs of that supply may still take from it (credit units, see :data:`RESERVED_SUPPLY`)
+    exactly when ``check``, given that figure, does not raise; ``check`` raises the refusal of
+    a job that does not fit beside them."""
 
     block_number: int
+    rule: SupplyRule
     check: Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedPlan:
+    """How a job simulated now will be sent: its gas limit, max fee and priority fee per gas
+    (wei per gas) and what its signed allowance is worth (wei)."""
+
+    job_id: int
+    gas_limit: int
+    max_fee_per_gas: int
+    max_priority_fee_per_gas: int
+    allowance_wei: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,11 +554,12 @@ class RelayJobs:
         (see :data:`RESERVED_BY_PAYER`), covers its value: concurrent authorizations of one
         payer never promise the executor more than the payer holds. With ``supply`` (and
         ``new.supply``), the reservations of that listing or class credit are serialised too
-        (after the payer's) and ``supply.check`` is given what the other jobs of that supply
-        may still take (see :data:`RESERVED_SUPPLY`): concurrent fills never promise more
-        than the supply holds. With ``gas``, a job created or re-opened now reserves
-        ``gas.ceiling_wei`` of its API key's daily budget in the same transaction (see
-        :data:`RESERVE_GAS`; given back when the job ends, migration 0015).
+        (after the payer's) and ``supply.rule`` must admit what the other jobs of that supply
+        may still take (see :data:`RESERVED_SUPPLY`; ``supply.check`` makes the refusal):
+        concurrent fills never promise more than the supply holds. All of it is one statement
+        in one round trip (:data:`RESERVE`). With ``gas``, a job created or re-opened now
+        reserves ``gas.ceiling_wei`` of its API key's daily budget in the same transaction
+        (see :data:`RESERVE_GAS`; given back when the job ends, migration 0015).
 
         Returns:
             (job, owned): ``owned`` is True when this caller must drive the job (it was
@@ -558,33 +572,43 @@ class RelayJobs:
             RelayerError: what ``supply.check`` raised (nothing was recorded).
             GasBudgetExhausted: the key's budget cannot take ``gas`` (nothing was recorded).
         """
+        args = (*_job_args(new), *_balance_args(balance), *_supply_args(new, supply))
         try:
+            if gas is None:  # one statement, its own transaction: one round trip
+                row = await self.db.fetchrow(RESERVE, *args)
+                assert row is not None
+                return Job.from_row(row), bool(row["owned"])
             async with self.db.transaction() as conn:
-                if balance is not None:  # with the asynchronous commit, in one round trip
-                    await self._check_balance(conn, new, balance)
-                else:
-                    await conn.execute(ASYNC_COMMIT)
-                row = await conn.fetchrow(INSERT_JOB_AND_SALT, *_job_args(new))
-                if row is not None:
-                    if not row["salt_spent"]:
-                        other = await conn.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
-                        assert other is not None
-                        raise SaltReused(Job.from_row(other))
-                else:
-                    existing = await conn.fetchrow(JOB_BY_BOUND_NONCE, new.chain_id, new.bound_nonce)
-                    assert existing is not None
-                    row = await conn.fetchrow(REOPEN_JOB, existing["id"], new.request_hash, new.request_id)
-                    if row is None:
-                        return Job.from_row(existing), False
-                # last, so that the supply's lock is held for the fewest round trips: the job's
-                # own row, written above, is left out of what the supply's other jobs take
-                if supply is not None and new.supply is not None:
-                    await self._check_supply(conn, new, new.supply, supply)
+                row = await conn.fetchrow(RESERVE, *args)
+                assert row is not None
+                if not row["owned"]:
+                    return Job.from_row(row), False
                 return Job.from_row(await self._reserve_gas(conn, row, gas)), True
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name == "relay_jobs_live_permit":
                 raise PermitInUse() from None
             raise
+        except asyncpg.RaiseError as exc:
+            raise await self._refusal(exc, new, balance, supply) from None
+
+    async def _refusal(
+        self, exc: asyncpg.RaiseError, new: NewJob, balance: PayerBalance | None, supply: SupplyCheck | None
+    ) -> RelayerError:
+        """The refusal :data:`RESERVE` raised (nothing was recorded), as the caller's error."""
+        reason, detail = exc.message, exc.detail or "0"
+        if reason == "payer_overdrawn" and balance is not None:
+            return PayerOverdrawn(balance.amount, int(detail))
+        if reason == "salt_reused":
+            other = await self.db.fetchrow(JOB_BY_SALT, new.chain_id, new.salt)
+            if other is not None:
+                return SaltReused(Job.from_row(other))
+        if reason == "supply_short" and supply is not None:
+            try:
+                supply.check(int(detail))
+            except RelayerError as refusal:
+                return refusal
+            raise AssertionError(f"the supply rule refused what its check admits: {supply.rule}") from exc
+        raise exc
 
     @staticmethod
     async def _reserve_gas(conn: Any, row: asyncpg.Record, gas: GasReservation | None) -> asyncpg.Record:
@@ -600,34 +624,6 @@ class RelayJobs:
             raise GasBudgetExhausted(gas)
         reserved: asyncpg.Record = await conn.fetchrow(SET_GAS_RESERVED, row["id"], gas.ceiling_wei, gas.day)
         return reserved
-
-    @staticmethod
-    async def _check_balance(conn: Any, new: NewJob, balance: PayerBalance) -> None:
-        """Lock the payer's reservations, sum what its other jobs take, and make the
-        transaction's commit asynchronous (see :data:`ASYNC_COMMIT`), in one round trip.
-
-        Raises:
-            PayerOverdrawn: ``balance`` does not cover the job beside them.
-        """
-        reserved = int(
-            await conn.fetchval(
-                ASYNC_COMMIT_PAYER_RESERVED,
-                new.chain_id,
-                new.payer,
-                new.input_token,
-                balance.block_number,
-                new.bound_nonce,
-            )
-        )
-        if reserved + new.auth_value > balance.amount:
-            raise PayerOverdrawn(balance.amount, reserved)
-
-    @staticmethod
-    async def _check_supply(conn: Any, new: NewJob, take: SupplyTake, supply: SupplyCheck) -> None:
-        key = (take.source, take.source_id, take.token_id)
-        block = supply.block_number
-        reserved = await conn.fetchval(SUPPLY_RESERVED, new.chain_id, *key, block, new.bound_nonce)
-        supply.check(int(reserved))
 
     async def in_flight(self, chain_id: int, payer: str, token: str, except_bound_nonce: bytes) -> int:
         """What ``payer``'s jobs not yet mined may still take of its ``token`` balance (atomic
@@ -689,6 +685,24 @@ class RelayJobs:
             allowance_wei,
         )
         return None if row is None else Job.from_row(row)
+
+    async def move_simulated(self, plans: Sequence[SimulatedPlan]) -> list[bool]:
+        """Move the accepted jobs of ``plans`` to simulated with their plans, in one statement
+        (:data:`MOVE_SIMULATED`); whether each moved (False: it was no longer accepted).
+
+        Raises:
+            StoreUnavailable: the database failed (none moved).
+        """
+        rows = await self.db.fetch(
+            MOVE_SIMULATED,
+            [p.job_id for p in plans],
+            [p.gas_limit for p in plans],
+            [p.max_fee_per_gas for p in plans],
+            [p.max_priority_fee_per_gas for p in plans],
+            [p.allowance_wei for p in plans],
+        )
+        moved = {int(r["id"]) for r in rows}
+        return [p.job_id in moved for p in plans]
 
     async def claim_orphan(self, job_id: int, older_than_s: float) -> Job | None:
         """Take over the job if it has sat in ``accepted`` for ``older_than_s`` seconds (its
@@ -790,6 +804,20 @@ def _job_args(new: NewJob) -> tuple[Any, ...]:
         new.api_key_id,
         new.request_id,
     )
+
+
+def _balance_args(balance: PayerBalance | None) -> tuple[Any, ...]:
+    """RESERVE's payer check: the balance and its block (NULLs: unchecked)."""
+    return (None, None) if balance is None else (balance.amount, balance.block_number)
+
+
+def _supply_args(new: NewJob, supply: SupplyCheck | None) -> tuple[Any, ...]:
+    """RESERVE's supply check: the rule's block, left, minimum fill and possibility (NULLs:
+    unchecked, as for a job that takes no supply)."""
+    if supply is None or new.supply is None:
+        return (None, None, None, None)
+    rule = supply.rule
+    return (supply.block_number, rule.left, rule.min_fill, rule.possible)
 
 
 def _supply_of(row: asyncpg.Record) -> SupplyTake | None:

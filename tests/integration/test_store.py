@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from typing import Any
@@ -208,6 +209,42 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
     assert asyncio.get_running_loop().time() - started < 2.0
 
 
+async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: Daemon) -> None:
+    """The request that made a job (``fresh``) skips the first read of it: the job is read
+    once, when the change that answers it wakes the wait (twice when the waiter only knows
+    the id); a wait that runs out reads it once to say where it is."""
+    rt = daemon.runtime
+    outcomes = rt.services.relay.outcomes
+    real_get = outcomes.jobs.get
+    reads = 0
+
+    async def counted(job_id: int) -> Any:
+        nonlocal reads
+        reads += 1
+        return await real_get(job_id)
+
+    outcomes.jobs.get = counted  # type: ignore[method-assign]
+    try:
+        for salt, fresh, expected in ((b"\x31", True, 1), (b"\x32", False, 2)):
+            reads = 0
+            job, _ = await rt.jobs.reserve(_job(salt * 32))
+            waiting = asyncio.ensure_future(outcomes.wait(job.id, 10, fresh=job if fresh else None))
+            await asyncio.sleep(0.3)
+            await rt.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
+            await asyncio.sleep(0.3)  # not an answering state: no read
+            await rt.jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+            with pytest.raises(RelayerError) as refused:
+                await asyncio.wait_for(waiting, 10)
+            assert refused.value.code == "gas_limit_exceeds_cap"
+            assert reads == expected, (fresh, reads)
+        reads = 0
+        job, _ = await rt.jobs.reserve(_job(b"\x33" * 32))
+        answer = await outcomes.wait(job.id, 0.3, fresh=job)
+        assert (answer.status, reads) == ("accepted", 1)
+    finally:
+        outcomes.jobs.get = real_get  # type: ignore[method-assign]
+
+
 async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
     """Notifications name the new state: a request waiting for its answer is woken by
     indexed, rejected, dropped or reverted, not by each step in between; a payload without
@@ -245,62 +282,81 @@ async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Dae
         await asyncio.wait_for(answered.wait(), 10)  # the trigger names the state
 
 
+def _reserving(tag: bytes, which: str, payer: str, take: Any, value: int = 2_500_000) -> NewJob:
+    salt = tag * 32
+    return NewJob(
+        chain_id=97, bound_nonce=b"lock" + which.encode() + salt, permit_key=None, salt=salt,
+        scheme="eip3009", payer=payer, input_token="0xusdc", auth_value=value,
+        auth_expires_at=int(time.time()) + 3_600, gas_allowance=0, request_hash=salt,
+        settlement="0xsettlement", call_data=b"", summary={}, quote_total=0, supply=take,
+    )  # fmt: skip
+
+
+def _short(reserved: int) -> None:
+    raise Rejection("insufficient_liquidity", available=str(reserved))
+
+
 @pytest.mark.parametrize("which", ["payer", "supply"])
-async def test_a_reservation_lock_and_sum_wait_for_the_last_release_s_lock_and_see_what_it_committed(
+async def test_a_reservation_waits_for_the_last_release_s_lock_and_counts_what_it_committed(
     database_url: str, which: str
 ) -> None:
-    """One round trip takes a reservation's lock and sums (migration 0019): it queues on the
-    lock the last release's statement takes (same key: a rolling upgrade still serialises),
-    and its sum, taken after the lock is granted, counts the reservation committed while it
-    waited."""
+    """The one-statement reservation (migration 0020) queues on the lock the last release's
+    statements take (same key: a rolling upgrade still serialises), and its sum, taken after
+    the lock is granted, counts the reservation committed while it waited: here that one
+    leaves no room, so it is refused with that sum, and records nothing."""
+    from relayer.domain.fill import liquidity_rule
     from relayer.store import relay_jobs as store
-    from relayer.store.relay_jobs import NewJob, SupplyTake
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import PayerOverdrawn, RelayJobs, SupplyTake
 
-    chain_id, payer, token = 97, "0x" + which.encode().hex().ljust(40, "0"), "0xusdc"
+    payer = "0x" + which.encode().hex().ljust(40, "0")
     take = SupplyTake(source=1, source_id=7 if which == "payer" else 8, token_id=11, units=1_500)
-
-    def new(tag: bytes) -> NewJob:
-        salt = tag * 32
-        return NewJob(
-            chain_id=chain_id, bound_nonce=b"lock" + which.encode() + salt, permit_key=None, salt=salt,
-            scheme="eip3009", payer=payer, input_token=token, auth_value=2_500_000,
-            auth_expires_at=int(time.time()) + 3_600, gas_allowance=0, request_hash=salt,
-            settlement="0xsettlement", call_data=b"", summary={}, quote_total=0, supply=take,
-        )  # fmt: skip
-
     if which == "payer":
-        lock_args: tuple[Any, ...] = (store.LOCK_PAYER, chain_id, payer, token)
-        other = new(b"\x02").bound_nonce
-        sum_args: tuple[Any, ...] = (store.ASYNC_COMMIT_PAYER_RESERVED, chain_id, payer, token, 0, other)
-        committed = 2_500_000
+        lock_args: tuple[Any, ...] = (store.LOCK_PAYER, 97, payer, "0xusdc")
+        balance, supply = store.PayerBalance(amount=4_000_000, block_number=0), None
     else:
-        key = (take.source, take.source_id, take.token_id)
-        lock_args = (store.LOCK_SUPPLY, chain_id, *key)
-        sum_args = (store.SUPPLY_RESERVED, chain_id, *key, 0, new(b"\x02").bound_nonce)
-        committed = take.units
-    first, second = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+        lock_args = (store.LOCK_SUPPLY, 97, take.source, take.source_id, take.token_id)
+        balance = None
+        supply = store.SupplyCheck(0, liquidity_rule(2_000, take.units), _short)
+    first = await asyncpg.connect(database_url)
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    second = _reserving(b"\x02", which, payer, take)
     try:
         holding = first.transaction()
         await holding.start()
         await first.execute(*lock_args)  # the last release's lock statement
-        await first.fetchrow(store.INSERT_JOB, *store._job_args(new(b"\x01")))
-        async with second.transaction():
-            summing = asyncio.ensure_future(second.fetchval(*sum_args))
-            await asyncio.sleep(0.3)
-            assert not summing.done(), "the lock and sum did not wait for the same key's lock"
-            await holding.commit()
-            assert int(await asyncio.wait_for(summing, 10)) == committed
+        await first.fetchrow(store.INSERT_JOB, *store._job_args(_reserving(b"\x01", which, payer, take)))
+        reserving = asyncio.ensure_future(RelayJobs(db).reserve(second, balance, supply))
+        await asyncio.sleep(0.3)
+        assert not reserving.done(), "the reservation did not wait for the same key's lock"
+        await holding.commit()
+        if which == "payer":
+            with pytest.raises(PayerOverdrawn) as overdrawn:
+                await asyncio.wait_for(reserving, 10)
+            assert (overdrawn.value.balance, overdrawn.value.reserved) == (4_000_000, 2_500_000)
+        else:
+            with pytest.raises(Rejection) as short:
+                await asyncio.wait_for(reserving, 10)
+            assert short.value.code == "insufficient_liquidity"
+            assert short.value.context["available"] == str(take.units)  # the committed fill
+        assert (
+            await first.fetchval("SELECT count(*) FROM relay_jobs WHERE bound_nonce = $1", second.bound_nonce)
+            == 0
+        )
+        assert await first.fetchval("SELECT count(*) FROM spent_salts WHERE salt = $1", second.salt) == 0
     finally:
         await first.close()
-        await second.close()
+        await db.close()
 
 
-async def test_a_reservation_commits_without_waiting_for_its_flush_and_locks_after_saying_so(
+async def test_a_reservation_is_one_statement_that_commits_without_waiting_for_its_flush(
     database_url: str,
 ) -> None:
-    """The supply's lock is never held through a WAL flush: the reserve transaction turns
-    synchronous commit off (see ``ASYNC_COMMIT``) before it takes a lock; a later synchronous
-    commit (the job's simulation, its signing) flushes the WAL through it."""
+    """A reservation with the payer's and the supply's checks is one round trip, its own
+    transaction (migration 0020); it turns synchronous commit off for that transaction
+    only (see ``ASYNC_COMMIT``): the supply's lock is never held through a WAL flush; a later
+    synchronous commit (the job's simulation, its signing) flushes the WAL through it."""
+    from relayer.domain.fill import liquidity_rule
     from relayer.store import relay_jobs as store
     from relayer.store.pool import Database
     from relayer.store.relay_jobs import NewJob, RelayJobs, SupplyTake
@@ -318,16 +374,98 @@ async def test_a_reservation_commits_without_waiting_for_its_flush_and_locks_aft
             quote_total=0, supply=SupplyTake(source=1, source_id=9, token_id=11, units=1),
         )  # fmt: skip
         balance = store.PayerBalance(amount=10, block_number=0)
-        supply = store.SupplyCheck(block_number=0, check=lambda reserved: None)
+        supply = store.SupplyCheck(0, liquidity_rule(5, 1), _short)
         job, owned = await RelayJobs(db).reserve(new, balance, supply)
-        assert owned
-        first_lock = min(i for i, q in enumerate(statements) if "_reserved(" in q)
-        assert statements[first_lock] == store.ASYNC_COMMIT_PAYER_RESERVED, statements  # the setting first
-        # one round trip each: BEGIN, the setting with the payer's lock and sum, the job with its
-        # salt, the supply's lock and sum, COMMIT (7 before the two pairs were joined)
-        assert len(statements) == 5, statements
+        assert owned and job.state is JobState.ACCEPTED
+        assert statements == [store.RESERVE], statements  # 5 round trips before migration 0020
+        again, owned = await RelayJobs(db).reserve(new, balance, supply)  # the identical request
+        assert (again.id, owned) == (job.id, False)
         async with db.connection() as conn:
             assert await conn.fetchval("SHOW synchronous_commit") == "on"  # for that transaction only
-            assert await conn.fetchval("SELECT state FROM relay_jobs WHERE id = $1", job.id) == "accepted"
+            async with conn.transaction():
+                other = dataclasses.replace(new, bound_nonce=b"async2", salt=b"\x0d" * 32)
+                await conn.fetchrow(
+                    store.RESERVE, *store._job_args(other), None, None, None, None, None, None
+                )
+                assert await conn.fetchval("SHOW synchronous_commit") == "off"
+            assert await conn.fetchval("SHOW synchronous_commit") == "on"
     finally:
         await db.close()
+
+
+async def test_a_refused_reservation_records_nothing_and_says_why(database_url: str) -> None:
+    """Each refusal the one statement raises rolls the whole reservation back and comes out
+    as the caller's error: the payer overdrawn (with what its other jobs take), the salt of
+    another authorization (with that job), the supply short (the check's own refusal, given
+    what the other jobs of the supply take)."""
+    from relayer.domain.fill import liquidity_rule
+    from relayer.store import relay_jobs as store
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import PayerOverdrawn, RelayJobs, SaltReused, SupplyTake
+
+    db = await Database.connect(database_url, min_size=1, max_size=2)
+    jobs = RelayJobs(db)
+    payer = "0x" + b"refusal".hex().ljust(40, "0")
+    take = SupplyTake(source=0, source_id=3, token_id=12, units=400)
+    try:
+        first, _ = await jobs.reserve(_reserving(b"\x21", "refused", payer, take, value=600))
+        with pytest.raises(PayerOverdrawn) as overdrawn:
+            await jobs.reserve(
+                _reserving(b"\x22", "refused", payer, take, value=500), store.PayerBalance(1_000, 0)
+            )
+        assert overdrawn.value.reserved == 600
+        stolen = _reserving(b"\x23", "refused", payer, take)
+        stolen = dataclasses.replace(stolen, salt=first.salt)
+        with pytest.raises(SaltReused) as reused:
+            await jobs.reserve(stolen)
+        assert reused.value.job.id == first.id
+        with pytest.raises(Rejection) as short:
+            await jobs.reserve(
+                _reserving(b"\x24", "refused", payer, take),
+                supply=store.SupplyCheck(0, liquidity_rule(700, 400), _short),
+            )
+        assert (short.value.code, short.value.context["available"]) == ("insufficient_liquidity", "400")
+        fits, owned = await jobs.reserve(
+            _reserving(b"\x25", "refused", payer, take),
+            supply=store.SupplyCheck(0, liquidity_rule(800, 400), _short),
+        )
+        assert owned
+        async with db.connection() as conn:
+            kept = await conn.fetch("SELECT bound_nonce FROM relay_jobs WHERE payer = $1 ORDER BY id", payer)
+            assert [bytes(r["bound_nonce"]) for r in kept] == [first.bound_nonce, fits.bound_nonce]
+            salts = await conn.fetchval(
+                "SELECT count(*) FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id WHERE j.payer = $1",
+                payer,
+            )
+            assert salts == 2
+    finally:
+        await db.close()
+
+
+async def test_the_database_s_supply_rule_is_the_fill_rule_s_mirror(database_url: str) -> None:
+    """Migration 0020's relay_supply_admits gives SupplyRule.admits's answer (which gives the
+    fill rule's and the liquidity rule's: tests/unit/test_fill_rule.py) on every case of a
+    grid of supplies, fills, minimums and reservations, the edges included."""
+    import itertools
+
+    from relayer.domain.fill import SupplyRule
+
+    values = (0, 1, 999, 1_000, 1_001, 2_000, 10**30)
+    cases = [
+        (SupplyRule(left, units, min_fill, possible), reserved)
+        for left, units, min_fill, reserved in itertools.product(values, values, (0, 1, 1_000, 2_000), values)
+        for possible in (True, False)
+    ]
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT relay_supply_admits(l, u, m, p, r) AS ok FROM unnest($1::numeric[], $2::numeric[],"
+            " $3::numeric[], $4::boolean[], $5::numeric[]) WITH ORDINALITY AS c(l, u, m, p, r, i) ORDER BY i",
+            [rule.left for rule, _ in cases], [rule.units for rule, _ in cases],
+            [rule.min_fill for rule, _ in cases], [rule.possible for rule, _ in cases], [r for _, r in cases],
+        )  # fmt: skip
+    finally:
+        await conn.close()
+    assert len(rows) == len(cases)
+    wrong = [(rule, r) for (rule, r), row in zip(cases, rows, strict=True) if row["ok"] is not rule.admits(r)]
+    assert not wrong, wrong[:5]
