@@ -15,6 +15,7 @@ from eth_abi.grammar import ABIType, BasicType, TupleType, parse
 from eth_utils.crypto import keccak
 
 from relayer.chain.abi import abi, canonical_type
+from relayer.domain.abi_words import ENCODED_KINDS, Kind, encode_tuple
 from relayer.domain.addresses import checksum_address
 
 
@@ -47,13 +48,23 @@ class FunctionAbi:
     selector: bytes
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    kinds: tuple[Kind, ...] | None = None  # the inputs as abi_words encodes them, if it can
 
     def encode(self, *args: Any) -> bytes:
         """Call data: selector + ABI-encoded ``args`` (tuples for structs, bytes for bytesN).
+        Inputs of the kinds :func:`~relayer.domain.abi_words.encode_tuple` takes are encoded
+        by it (the settlement's calls: about four times faster); whatever it does not take
+        as given goes to eth_abi, which encodes it or refuses it, so the answer is always
+        eth_abi's (tests/unit/test_abi_words.py).
 
         Raises:
             eth_abi.exceptions.EncodingError: an argument does not fit its type.
         """
+        if self.kinds is not None:
+            try:
+                return self.selector + encode_tuple(self.kinds, args)
+            except ValueError:
+                pass  # eth_abi's answer: its encoding of a form it takes, or its refusal
         return self.selector + encode(list(self.inputs), list(args))
 
     def decode(self, data: bytes) -> tuple[Any, ...]:
@@ -107,7 +118,30 @@ def function(contract: str, name: str) -> FunctionAbi:
     inputs = tuple(canonical_type(p) for p in item["inputs"])
     outputs = tuple(canonical_type(p) for p in item.get("outputs", ()))
     selector = keccak(text=f"{name}({','.join(inputs)})")[:4]
-    return FunctionAbi(contract, name, selector, inputs, outputs)
+    return FunctionAbi(contract, name, selector, inputs, outputs, fast_kinds(inputs))
+
+
+def fast_kinds(types: Sequence[str]) -> tuple[Kind, ...] | None:
+    """``types`` (canonical ABI types) as :func:`~relayer.domain.abi_words.encode_tuple`'s
+    kinds, or None when one is a type it does not encode (an array, a fixed-size bytes other
+    than bytes32, an int, a uint other than uint8 and uint256)."""
+    try:
+        return tuple(_kind(parse(t)) for t in types)
+    except LookupError:
+        return None
+
+
+def _kind(kind: ABIType) -> Kind:
+    if kind.is_array:
+        raise LookupError("arrays are left to eth_abi")
+    if isinstance(kind, TupleType):
+        return tuple(_kind(c) for c in kind.components)
+    if not isinstance(kind, BasicType) or isinstance(kind.sub, tuple):
+        raise LookupError("left to eth_abi")
+    name = str(kind.base) + ("" if kind.sub is None else str(kind.sub))
+    if name in ENCODED_KINDS:
+        return name
+    raise LookupError(f"{name} is left to eth_abi")
 
 
 @cache

@@ -7,7 +7,10 @@ ten words; tests/unit/test_abi_words.py holds each against eth_abi."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any, Final
+
+from relayer.domain.addresses import checksum_address
 
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
 
@@ -94,3 +97,98 @@ def tuple_array(rows: Sequence[Sequence[Any]], kinds: Sequence[str]) -> bytes:
         offsets.append(uint_word(position))
         position += len(encoded)
     return uint_word(len(tuples)) + b"".join(offsets) + b"".join(tuples)
+
+
+Kind = str | tuple["Kind", ...]
+"""An ABI type :func:`encode_tuple` encodes: "address", "bool", "bytes32", "uint8",
+"uint256", "string", "bytes", or a tuple of kinds (a struct)."""
+
+_UINT_BITS: Final = {"uint8": 8, "uint256": 256}
+ENCODED_KINDS: Final = frozenset({"address", "bool", "bytes32", "uint8", "uint256", "string", "bytes"})
+"""The ABI types :func:`encode_tuple` encodes (and structs of them)."""
+
+
+@cache
+def _dynamic(kind: Kind) -> bool:
+    if isinstance(kind, tuple):
+        return any(_dynamic(k) for k in kind)
+    return kind in ("string", "bytes")
+
+
+def encode_tuple(kinds: Sequence[Kind], values: Sequence[Any]) -> bytes:
+    """``abi.encode`` of ``values`` as a tuple of ``kinds`` (a function's arguments after its
+    selector): each static value in the head, each dynamic one (a string, bytes, or a struct
+    holding one) as an offset in the head and its encoding in the tail, as eth_abi does.
+    About ten times faster than eth_abi for the settlement's calls (tests/unit/test_abi_words.py
+    holds it against eth_abi).
+
+    Raises:
+        ValueError: a value does not fit its kind (see :func:`address_word`,
+            :func:`uint_word`, :func:`bytes32_word`; a string that is not text), the value
+            count is not the kind count, or a kind is none of these.
+    """
+    if len(kinds) != len(values):
+        raise ValueError(f"{len(values)} values for {len(kinds)} kinds")
+    head_size = sum(32 if _dynamic(k) else 32 * _static_words(k) for k in kinds)
+    head: list[bytes] = []
+    tail: list[bytes] = []
+    tail_size = 0
+    for kind, value in zip(kinds, values, strict=True):
+        if _dynamic(kind):
+            encoded = _encode_dynamic(kind, value)
+            head.append(uint_word(head_size + tail_size))
+            tail.append(encoded)
+            tail_size += len(encoded)
+        else:
+            head.append(_encode_static(kind, value))
+    return b"".join(head + tail)
+
+
+@cache
+def _static_words(kind: Kind) -> int:
+    return sum(_static_words(k) for k in kind) if isinstance(kind, tuple) else 1
+
+
+def _encode_static(kind: Kind, value: Any) -> bytes:
+    if isinstance(kind, tuple):
+        if not isinstance(value, tuple | list):
+            raise ValueError(f"not a tuple: {value!r}")
+        return encode_tuple(kind, value)
+    if kind == "address":
+        return _checked_address_word(value)
+    if kind in _UINT_BITS:
+        return uint_word(value, _UINT_BITS[kind])
+    if kind == "bytes32":
+        return bytes32_word(value)
+    if kind == "bool":
+        if type(value) is not bool:
+            raise ValueError(f"not a bool: {value!r}")
+        return bool_word(value)
+    raise ValueError(f"not a kind encode_tuple encodes: {kind!r}")
+
+
+def _checked_address_word(value: Any) -> bytes:
+    """:func:`address_word` of an address as eth_abi takes one: ``0x``, and in one case or
+    with a valid EIP-55 checksum."""
+    if not isinstance(value, str) or value[:2] != "0x":
+        raise ValueError(f"not an address: {value!r}")
+    digits = value[2:]
+    if digits != digits.lower() and digits != digits.upper() and checksum_address(value) != value:
+        raise ValueError(f"not a valid checksum: {value!r}")
+    return address_word(value)
+
+
+def _encode_dynamic(kind: Kind, value: Any) -> bytes:
+    if isinstance(kind, tuple):
+        if not isinstance(value, tuple | list):
+            raise ValueError(f"not a tuple: {value!r}")
+        return encode_tuple(kind, value)
+    if kind == "string":
+        if not isinstance(value, str):
+            raise ValueError(f"not a string: {value!r}")
+        raw = value.encode("utf-8")
+    elif isinstance(value, bytes | bytearray):
+        raw = bytes(value)
+    else:
+        raise ValueError(f"not bytes: {value!r}")
+    return uint_word(len(raw)) + raw + bytes(-len(raw) % 32)

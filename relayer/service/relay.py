@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from relayer.chain import calls
@@ -116,12 +116,13 @@ class Relay:
         if isinstance(shaped, Rejection):
             raise shaped
         key = request_hash(request)
-        existing = await self._identical(shaped.salt, key, request.authPayload.nonce)
-        if existing is not None:
-            return existing, False
-        await self._executor_funded()
-        resolved = await resolve(self.supply, request, now)
-        return await self._take(resolved, shaped, key, now)
+
+        async def reserved() -> tuple[Job, bool]:
+            await self._executor_funded()
+            resolved = await resolve(self.supply, request, now)
+            return await self._reserved(resolved, shaped, key, now)
+
+        return await self._take(reserved, shaped.salt, key, request.authPayload.nonce)
 
     async def accept_authorization(
         self,
@@ -142,12 +143,13 @@ class Relay:
         Raises:
             Rejection, ChainRevert, Unavailable: as :meth:`accept`.
         """
+
+        async def reserved() -> tuple[Job, bool]:
+            await self._executor_funded()
+            return await self._reserved(resolved, authorization, request_key, now, refuse)
+
         received = _nonce_text(authorization.nonce)
-        existing = await self._identical(authorization.salt, request_key, received)
-        if existing is not None:
-            return existing
-        await self._executor_funded()
-        return (await self._take(resolved, authorization, request_key, now, refuse))[0]
+        return (await self._take(reserved, authorization.salt, request_key, received))[0]
 
     async def accept_transfer(
         self,
@@ -232,6 +234,38 @@ class Relay:
 
     async def _take(
         self,
+        reserved: Callable[[], Awaitable[tuple[Job, bool]]],
+        salt: bytes,
+        request_key: bytes,
+        received: str | None,
+    ) -> tuple[Job, bool]:
+        """The job ``reserved`` checks and reserves (simulated when this call made it), or the
+        live job of the identical request: the reservation finds that one itself (same
+        authorization key), and when the checks or the reservation refuse (nothing recorded:
+        a payer whose balance its own mined job spent, a quote that moved), the job that spent
+        the salt answers (:meth:`_identical`). The salt is read only then: a new request makes
+        no read for it. (job, whether this call owns it.)
+
+        Raises:
+            Rejection, ChainRevert, Unavailable: the refusal, when no identical request's job
+                answers; a simulation's refusal (the job is rejected with it).
+        """
+        try:
+            job, owned = await reserved()
+        except RelayerError:
+            existing = await self._identical(salt, request_key, received)
+            if existing is None:
+                raise
+            return existing, False
+        log.info("accepted", extra={"job_id": job.id, "kind": job.kind, "new": owned})
+        if owned:
+            await self.simulator.simulate(job)
+        else:
+            await self._answers(job)
+        return job, owned
+
+    async def _reserved(
+        self,
         resolved: Resolved,
         authorization: SignedAuthorization,
         request_key: bytes,
@@ -239,20 +273,15 @@ class Relay:
         refuse: FillRefuser | None = None,
     ) -> tuple[Job, bool]:
         """Verify ``authorization`` against the terms of ``resolved``, check the payer can pay,
-        reserve the salt, the payer's funds and the supply, and simulate: the job (the
-        broadcaster signs and sends it), and whether this call owns it (made or re-opened it
-        now, and simulated it)."""
+        and reserve the salt, the payer's funds and the supply: the job (to simulate when
+        owned), and whether this call owns it (made or re-opened it now)."""
         terms = resolved.terms(self.chain_id, self.settlement, authorization.gas_allowance)
         verified = verify_signed(authorization, terms, now, request_key)
         if isinstance(verified, Rejection):
             raise verified
         balance = await self._affordable(verified)
         supply = await self._supply_check(resolved, now, refuse or x402_fill_refusal)
-        job, owned = await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
-        log.info("accepted", extra={"job_id": job.id, "kind": job.kind, "new": owned})
-        if owned:
-            await self.simulator.simulate(job)
-        return job, owned
+        return await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
 
     async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:
         """The live job of the identical request, answered from its job whatever live
@@ -265,12 +294,17 @@ class Relay:
             raise _mismatch(
                 "this salt was already spent by another request", existing, received, existing.summary
             )
-        await self.simulator.resume(existing)  # an orphan of a process that died mid-check
+        await self._answers(existing)
+        return existing
+
+    async def _answers(self, existing: Job) -> None:
+        """The identical request's job answers this one: simulated first if it is an orphan
+        of a process that died mid-check."""
+        await self.simulator.resume(existing)
         log.info(
             "identical request: its job answers",
             extra={"job_id": existing.id, "job_request_id": existing.request_id},
         )
-        return existing
 
     async def _executor_funded(self) -> None:
         """Refuse new work while every executor key's ETH balance is below the configured

@@ -103,13 +103,38 @@ async def test_kvcm_class_retirement_settles(daemon: Daemon) -> None:
     assert before[0] - after[0] == int(ch["quote"]["quote"]["total"]) + int(ch["gasAllowance"])
 
 
+class SaltReads:
+    """Counts the relay's reads of a job by its salt while the block runs."""
+
+    def __init__(self, d: Daemon) -> None:
+        self.jobs = d.runtime.services.relay.jobs
+        self.count = 0
+
+    def __enter__(self) -> SaltReads:
+        real = self.jobs.find_by_salt
+
+        async def counted(*args: Any) -> Any:
+            self.count += 1
+            return await real(*args)
+
+        self.jobs.find_by_salt = counted
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        del self.jobs.find_by_salt  # the class's own again
+
+
 async def test_identical_request_twice_and_concurrently_broadcasts_once(daemon: Daemon) -> None:
+    """One job, one transaction; the reservation itself finds the identical request's job:
+    no request reads its salt first (issue 20: one round trip fewer a retirement)."""
     payer = daemon.chain["payers"][0]
     ch = await challenge(daemon, payer, carbonClass="RE", amount="0.25", inputToken="USDC")
     body = signed_request(ch, payer["privateKey"])
     _, nonce_before = await executor_state(daemon)
-    results = await asyncio.gather(*(daemon.post(body) for _ in range(4)))
-    status, again = await daemon.post(body)
+    with SaltReads(daemon) as salt_reads:
+        results = await asyncio.gather(*(daemon.post(body) for _ in range(4)))
+        status, again = await daemon.post(body)
+    assert salt_reads.count == 0
     hashes = {r[1]["transactionHash"] for r in [*results, (status, again)]}
     assert all(r[0] == 200 for r in results) and status == 200, results
     assert len(hashes) == 1
@@ -340,7 +365,9 @@ async def test_identical_request_after_prices_moved_returns_the_same_transaction
         await asyncio.sleep(0.2)  # let the follower see the new head (drops cached reads)
         status, quote = await daemon.get("/api/quote", carbonClass="IND", amount="0.4")
         assert int(quote["quote"]["total"]) > int(body["authPayload"]["value"])  # would no longer cover
-        status, again = await daemon.post(body)
+        with SaltReads(daemon) as salt_reads:
+            status, again = await daemon.post(body)
+        assert salt_reads.count == 1  # refused as new: the job that spent the salt answers
         assert (status, again["status"], again["transactionHash"]) == (
             200,
             "settled",

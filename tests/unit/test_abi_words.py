@@ -182,3 +182,88 @@ def test_keccak_goes_through_the_c_backend_unless_the_operator_chose_another(cho
     )
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == (chosen or "pysha3")
+
+
+def _functions_the_fast_path_encodes() -> list[Any]:
+    """Every function of every committed ABI whose inputs encode_tuple takes."""
+    import json
+    from pathlib import Path
+
+    from relayer.chain import codec
+
+    found = []
+    for path in sorted((Path(codec.__file__).parents[2] / "contracts_abi").glob("*.json")):
+        data = json.loads(path.read_text())
+        items = data["abi"] if isinstance(data, dict) else data
+        names = [i["name"] for i in items if i.get("type") == "function"]
+        for name in names:
+            if names.count(name) != 1:
+                continue  # overloaded: codec.function does not take it
+            function = codec.function(path.stem, name)
+            if function.kinds is not None and function.inputs:
+                found.append(function)
+    return found
+
+
+FAST_FUNCTIONS = _functions_the_fast_path_encodes()
+
+
+def test_the_settlements_calls_take_the_fast_path() -> None:
+    names = {f"{f.contract}.{f.name}" for f in FAST_FUNCTIONS}
+    assert {
+        "RetirementSettlement.retireWithAuthorization",
+        "RetirementSettlement.retireWithPermit",
+        "UsdcEip3009.transferWithAuthorization",
+        "UsdcEip3009.balanceOf",
+    } <= names
+
+
+@pytest.mark.parametrize("function", FAST_FUNCTIONS, ids=lambda f: f"{f.contract}.{f.name}")
+def test_the_fast_encoding_of_every_call_is_eth_abis(function: Any) -> None:
+    """For values eth_abi's own strategy draws (checksummed addresses, any text, any bytes),
+    the call data encode_tuple makes is eth_abi's, byte for byte."""
+    from eth_abi.tools import get_abi_strategy
+    from hypothesis import given, settings
+
+    from relayer.domain.abi_words import encode_tuple
+
+    assert function.kinds is not None
+
+    @settings(max_examples=60, deadline=None)
+    @given(get_abi_strategy("(" + ",".join(function.inputs) + ")"))
+    def same(values: tuple[Any, ...]) -> None:
+        assert encode_tuple(function.kinds, values) == encode(list(function.inputs), list(values))
+
+    same()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "0x5a18a655ED88eeE6cBb275Ec7e5D3F14c0B715b8",  # mixed case, a wrong checksum
+        "0X5a18a655ed88eee6cbb275ec7e5d3f14c0b715b8",  # 0X
+        b"\x11" * 20,  # bytes: eth_abi's to take or refuse
+        True,
+    ],
+)
+def test_what_the_fast_path_does_not_take_as_given_is_eth_abis_to_answer(bad: Any) -> None:
+    """An address eth_abi refuses is refused (never encoded as it stands); a form eth_abi
+    takes that encode_tuple does not is encoded by eth_abi."""
+    from eth_abi.exceptions import EncodingError
+
+    from relayer.chain import codec
+    from relayer.domain.abi_words import encode_tuple
+
+    balance_of = codec.function("UsdcEip3009", "balanceOf")
+    assert balance_of.kinds is not None
+    with pytest.raises(ValueError):
+        encode_tuple(balance_of.kinds, (bad,))
+    try:
+        expected: bytes | type[Exception] = balance_of.selector + encode(["address"], [bad])
+    except EncodingError:
+        expected = EncodingError
+    if expected is EncodingError:
+        with pytest.raises(EncodingError):
+            balance_of.encode(bad)
+    else:
+        assert balance_of.encode(bad) == expected
