@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,20 @@ class GasPricer:
         # The L1 fee is charged at the L1 prices of the block that includes the transaction,
         # whatever its fee cap: price it with headroom for their moves until then.
         return fees.ceil_div(l1 * self.settings.l1_fee_headroom_bps, fees.BPS), operator
+
+    async def warm(self, call_data_sizes: Iterable[int]) -> None:
+        """Read what :meth:`plan` reads at the head (fees, pool reserves, the ETH price, the L1
+        data fee of each call data size), so that plans made next find it cached or on its
+        way: the relay reads it beside a batch's simulation rather than after it. A failure
+        is left for the plan to meet (and raise)."""
+        sizes = {fees.unsigned_tx_size(n) for n in call_data_sizes}
+        await asyncio.gather(
+            self.price(),
+            self.reads.reserves(),
+            self.eth_price(),
+            *(self.costs.l1_fee(size) for size in sizes),
+            return_exceptions=True,
+        )
 
     def budget(self, route: Route) -> int:
         """Gas priced into the allowance of a class or a listing retirement."""

@@ -279,8 +279,16 @@ class Relay:
         verified = verify_signed(authorization, terms, now, request_key)
         if isinstance(verified, Rejection):
             raise verified
-        balance = await self._affordable(verified)
-        supply = await self._supply_check(resolved, now, refuse or x402_fill_refusal)
+        # both read at the head: together; the payer's refusal first when both refuse
+        balance, supply = await asyncio.gather(
+            self._affordable(verified),
+            self._supply_check(resolved, now, refuse or x402_fill_refusal),
+            return_exceptions=True,
+        )
+        for outcome in (balance, supply):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(balance, PayerBalance) and not isinstance(supply, BaseException)
         return await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
 
     async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:

@@ -185,17 +185,21 @@ class Simulator:
         return await self._simulations(job)
 
     async def _simulate_batch(self, batch: Sequence[Job]) -> list[tuple[int, int | None]]:
-        """Each job's (head block, gas limit or None) from one prober ``eth_call`` at the head.
+        """Each job's (head block, gas limit or None) from one prober ``eth_call`` at the head,
+        with what the jobs' plans read at the head read beside it (:meth:`GasPricer.warm`).
 
         Raises:
             Unavailable: the chain node failed (the whole batch).
         """
         head = await self.reads.node.head()
-        gas = await self.executor.simulate_many(
-            self.executor_address,
-            [(j.settlement, j.call_data, relayed_function(j.kind, j.scheme)) for j in batch],
-            self.gas.settings.gas_cap,
-            head,
+        gas, _warm = await asyncio.gather(
+            self.executor.simulate_many(
+                self.executor_address,
+                [(j.settlement, j.call_data, relayed_function(j.kind, j.scheme)) for j in batch],
+                self.gas.settings.gas_cap,
+                head,
+            ),
+            self.gas.warm(len(j.call_data) for j in batch),  # the plans' reads, beside it
         )
         return [(head, limit) for limit in gas]
 

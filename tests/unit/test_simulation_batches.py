@@ -33,6 +33,7 @@ class _Chain:
 
     def __init__(self) -> None:
         self.batches: list[list[bytes]] = []
+        self.answered: list[int] = []
         self.blocks: list[int] = []
         self.estimates: list[tuple[bytes, int | None]] = []
         self.gate = asyncio.Event()
@@ -50,6 +51,7 @@ class _Chain:
         if self.fail_next:
             self.fail_next = False
             raise ChainUnavailable(detail="node down")
+        self.answered.append(len(calls))
         return [data[0] * 1_000 or None for _to, data, _f in calls]
 
     async def estimate_gas(
@@ -62,12 +64,19 @@ class _Chain:
         return 7
 
 
-def _simulator(chain: _Chain) -> Simulator:
+def _simulator(chain: _Chain, warmed: list[tuple[list[int], int]] | None = None) -> Simulator:
+    """The simulator on ``chain``; ``warmed`` records each warming of the plans' reads: the
+    call data sizes, and how many batches the chain had answered when it began."""
+
     async def head() -> int:
         return HEAD
 
+    async def warm(sizes: Any) -> None:
+        if warmed is not None:
+            warmed.append((sorted(sizes), len(chain.answered)))
+
     reads: Any = SimpleNamespace(node=SimpleNamespace(head=head))
-    gas: Any = SimpleNamespace(settings=SimpleNamespace(gas_cap=CAP))
+    gas: Any = SimpleNamespace(settings=SimpleNamespace(gas_cap=CAP), warm=warm)
     return Simulator(chain, gas, SimpleNamespace(), EXECUTOR, TOKEN, lambda: None, reads, 84532)  # type: ignore[arg-type]
 
 
@@ -98,6 +107,21 @@ async def test_jobs_that_wait_together_are_simulated_in_one_batch_and_later_ones
     assert [len(b) for b in chain.batches] == [3, 2] and chain.blocks == [HEAD, HEAD]
     assert chain.estimates == []  # no job asked on its own
     assert simulator._simulated_at == dict.fromkeys([0, 1, 2, 10, 11], HEAD)  # no re-check on that block
+
+
+async def test_the_plans_reads_are_made_beside_each_batch_s_simulation_not_after() -> None:
+    """Each batch warms what its jobs' plans read at the head (fees, reserves, the ETH price,
+    the L1 fee of each call data size) while its simulation is under way."""
+    chain, warmed = _Chain(), []
+    simulator = _simulator(chain, warmed)
+    chain.gate.clear()
+    jobs = [asyncio.create_task(simulator._estimate_at_head(_job(i, 1 + i))) for i in range(2)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert warmed == [([2, 2], 0)]  # begun while the batch's call is held
+    chain.gate.set()
+    await asyncio.gather(*jobs)
+    assert chain.answered == [2]
 
 
 async def test_a_batch_takes_at_most_its_bound_and_the_rest_go_in_the_next() -> None:
