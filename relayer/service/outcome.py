@@ -41,6 +41,7 @@ TRANSFER_ANSWERING_STATES: Final = frozenset(
 
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 T = TypeVar("T")
+R = TypeVar("R")
 
 ConfirmedThrough = Callable[[int], Awaitable[int]]
 """The newest confirmed block number under a head (a block number; -1 when none is), as the
@@ -154,7 +155,9 @@ class Outcomes:
             try:
                 if fresh is not None and fresh.state.value not in ANSWERING_STATES and not self._draining:
                     await self._changed_or_late(changed, deadline)
-                return await self._wait(job_id, deadline, changed, self._answer)
+                return await self._wait(
+                    job_id, deadline, changed, self.retirements.job_and_retirements, self._answer
+                )
             finally:
                 self._waiting.discard(changed)
 
@@ -170,17 +173,18 @@ class Outcomes:
         job_id: int,
         deadline: float,
         changed: asyncio.Event,
-        answer: Callable[[Job, float], Awaitable[T | None]],
+        read: Callable[[int], Awaitable[R | None]],
+        answer: Callable[[R, float], Awaitable[T | None]],
     ) -> T:
-        """Re-read the job on each change until ``answer`` (:meth:`_answer`,
-        :meth:`_transfer_answer`) gives one, with what remains of the wait (0 once it ran out
-        or the process drains)."""
+        """Re-read the job (``read``: the job, or the job with its retirements) on each change
+        until ``answer`` (:meth:`_answer`, :meth:`_transfer_answer`) gives one, with what
+        remains of the wait (0 once it ran out or the process drains)."""
         loop = asyncio.get_running_loop()
         while True:
             changed.clear()  # before the read: a change from here on ends the wait below
             remaining = 0.0 if self._draining else deadline - loop.time()
             try:
-                job = await self.jobs.get(job_id)
+                job = await read(job_id)
                 if job is None:
                     raise LookupError(f"no relay job {job_id}")
                 found = await answer(job, remaining)
@@ -218,7 +222,7 @@ class Outcomes:
         with self._watch(job_id, TRANSFER_ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
-                return await self._wait(job_id, deadline, changed, self._transfer_answer)
+                return await self._wait(job_id, deadline, changed, self.jobs.get, self._transfer_answer)
             finally:
                 self._waiting.discard(changed)
 
@@ -271,14 +275,18 @@ class Outcomes:
             return b"", confirmed
         return found, confirmed
 
-    async def _answer(self, job: Job, remaining: float) -> RetireOutcome | None:
-        """The answer the job gives now, or None to keep waiting."""
+    async def _answer(
+        self, read: tuple[Job, list[IndexedRetirement]], remaining: float
+    ) -> RetireOutcome | None:
+        """The answer the job gives now (read with its retirements once indexed), or None to
+        keep waiting."""
+        job, indexed = read
         if job.state in (JobState.REJECTED, JobState.DROPPED) and job.error is not None:
             raise RelayerError.from_record(job.error)
         if job.state is JobState.REVERTED:
             return await self._reverted(job, remaining)
         if job.state is JobState.INDEXED:
-            return self._body(job, "settled", job.tx_hash, await self._indexed(job))
+            return self._body(job, "settled", job.tx_hash, indexed)
         if remaining > 0:
             return None
         if job.state is JobState.CONFIRMED:  # at depth, not yet indexed (never below depth)
@@ -313,11 +321,6 @@ class Outcomes:
             return await self.reads.authorization_used(job.payer, job.bound_nonce)
         except ChainUnavailable:
             return False
-
-    async def _indexed(self, job: Job) -> list[IndexedRetirement]:
-        if job.tx_hash is None:
-            return []
-        return await self.retirements.by_transaction(job.chain_id, job.tx_hash)
 
     def _body(
         self, job: Job, status: Status, tx_hash: bytes | None, found: list[IndexedRetirement]

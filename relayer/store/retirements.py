@@ -11,6 +11,7 @@ from typing import Any, Final
 import asyncpg
 
 from relayer.store.pool import Database
+from relayer.store.relay_jobs import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,16 @@ SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND bound_nonce = $2
 ORDER BY block_number, retirement_index
 """
 # Retirements of one transaction (one index when $3 is not NULL), by index.
+# A relay job ($1 its id) and, once it is indexed, the retirements of its transaction by index:
+# the job's columns, then each retirement's prefixed "r_" (NULLs when there is none), a row
+# each (one round trip for a request's answer).
+JOB_AND_RETIREMENTS: Final = f"""
+SELECT j.*, {", ".join(f"r.{c} AS r_{c}" for c in _COLUMNS.split(", "))}
+FROM relay_jobs j
+LEFT JOIN retirements r ON j.state = 'indexed' AND r.chain_id = j.chain_id AND r.tx_hash = j.tx_hash
+WHERE j.id = $1
+ORDER BY r.retirement_index
+"""
 BY_TRANSACTION: Final = f"""
 SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2
 AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index
@@ -125,7 +136,10 @@ def retirement_args(r: IndexedRetirement) -> tuple[Any, ...]:
 
 
 def _from_row(row: asyncpg.Record) -> IndexedRetirement:
-    values = dict(row)
+    return _from_values(dict(row))
+
+
+def _from_values(values: dict[str, Any]) -> IndexedRetirement:
     for key in (
         "value",
         "fee",
@@ -180,6 +194,20 @@ class RetirementStore:
         """Retirements settled with this authorization nonce, in whatever transaction."""
         rows = await self.db.fetch(BY_AUTHORIZATION, chain_id, nonce)
         return [_from_row(r) for r in rows]
+
+    async def job_and_retirements(self, job_id: int) -> tuple[Job, list[IndexedRetirement]] | None:
+        """A relay job and, once it is ``indexed``, its transaction's retirements by index
+        (:data:`JOB_AND_RETIREMENTS`: one round trip); None when there is no such job."""
+        rows = await self.db.fetch(JOB_AND_RETIREMENTS, job_id)
+        if not rows:
+            return None
+        names = _COLUMNS.split(", ")
+        found = [
+            _from_values({name: row["r_" + name] for name in names})
+            for row in rows
+            if row["r_tx_hash"] is not None
+        ]
+        return Job.from_row(rows[0]), found
 
     async def by_transaction(
         self, chain_id: int, tx_hash: bytes, index: int | None = None

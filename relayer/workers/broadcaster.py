@@ -181,8 +181,10 @@ class Broadcaster:
         signed: list[SignedTx] = []
         failed: Unavailable | None = None
         try:
-            limit = await self._claim_limit()
-            batch = await self.lane.next_simulated(limit) if limit else []
+            # the lane's share and the oldest simulated jobs, read together (the share is
+            # at most BATCH): one round trip of latency less a step
+            limit, oldest = await asyncio.gather(self._claim_limit(), self.lane.next_simulated(BATCH))
+            batch = oldest[:limit]
             good = await self.simulator.recheck(batch, self.signer.address) if batch else []
             signed = await self.lane.sign_simulated(
                 self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED

@@ -28,6 +28,7 @@ import pytest
 
 from relayer.chain import codec
 from relayer.service.outcome import Outcomes
+from relayer.store.retirements import RetirementStore
 from relayer.service.simulate import ORPHAN_AFTER_S, Simulator
 from relayer.store.lease import lease_name
 from relayer.store.migrations import migrate
@@ -322,7 +323,7 @@ async def test_on_stop_taken_orphans_are_handed_back_and_waiting_relays_answer_a
         def watch(_job_id: int, _states: Any) -> Iterator[asyncio.Event]:
             yield asyncio.Event()  # no notifications: only the drain ends the wait in time
 
-        outcomes = Outcomes(jobs, none, none, none, 60, watch)
+        outcomes = Outcomes(jobs, RetirementStore(db), none, none, 60, watch)
         waiting = asyncio.create_task(outcomes.wait(ids[0]))
         await asyncio.sleep(0.2)
         assert not waiting.done()

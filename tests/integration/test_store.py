@@ -186,7 +186,7 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
     rt = daemon.runtime
     outcomes = rt.services.relay.outcomes
     job, _ = await rt.jobs.reserve(_job(b"\x07" * 32))
-    real_get = outcomes.jobs.get
+    real_get = outcomes.retirements.job_and_retirements
     reads = 0
 
     async def get_then_change(job_id: int) -> Any:
@@ -198,13 +198,13 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
             await asyncio.sleep(0.3)
         return seen
 
-    outcomes.jobs.get = get_then_change  # type: ignore[method-assign]
+    outcomes.retirements.job_and_retirements = get_then_change  # type: ignore[method-assign]
     started = asyncio.get_running_loop().time()
     try:
         with pytest.raises(RelayerError) as refused:
             await outcomes.wait(job.id)
     finally:
-        outcomes.jobs.get = real_get  # type: ignore[method-assign]
+        outcomes.retirements.job_and_retirements = real_get  # type: ignore[method-assign]
     assert refused.value.code == "gas_limit_exceeds_cap"
     assert asyncio.get_running_loop().time() - started < 2.0
 
@@ -215,7 +215,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
     the id); a wait that runs out reads it once to say where it is."""
     rt = daemon.runtime
     outcomes = rt.services.relay.outcomes
-    real_get = outcomes.jobs.get
+    real_get = outcomes.retirements.job_and_retirements
     reads = 0
 
     async def counted(job_id: int) -> Any:
@@ -223,7 +223,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
         reads += 1
         return await real_get(job_id)
 
-    outcomes.jobs.get = counted  # type: ignore[method-assign]
+    outcomes.retirements.job_and_retirements = counted  # type: ignore[method-assign]
     try:
         for salt, fresh, expected in ((b"\x31", True, 1), (b"\x32", False, 2)):
             reads = 0
@@ -242,7 +242,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
         answer = await outcomes.wait(job.id, 0.3, fresh=job)
         assert (answer.status, reads) == ("accepted", 1)
     finally:
-        outcomes.jobs.get = real_get  # type: ignore[method-assign]
+        outcomes.retirements.job_and_retirements = real_get  # type: ignore[method-assign]
 
 
 async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
