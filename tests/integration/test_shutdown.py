@@ -28,12 +28,12 @@ import pytest
 
 from relayer.chain import codec
 from relayer.service.outcome import Outcomes
-from relayer.store.retirements import RetirementStore
 from relayer.service.simulate import ORPHAN_AFTER_S, Simulator
 from relayer.store.lease import lease_name
 from relayer.store.migrations import migrate
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import NewJob, RelayJobs
+from relayer.store.retirements import RetirementStore
 from relayer_dev import devdb
 from tests.exactly_once import assert_settled_exactly_once
 from tests.integration.test_processes import Client, _signed
