@@ -70,7 +70,10 @@ class BaseCosts:
             return 0
 
         try:
-            (fee,), _block = await self.node.cached_view(f"opfee:{gas}", GAS_PRICE_ORACLE, _OPERATOR_FEE, gas)
+            # one key a gas limit, and nearly every job's is its own: not read ahead
+            (fee,), _block = await self.node.cached_view(
+                f"opfee:{gas}", GAS_PRICE_ORACLE, _OPERATOR_FEE, gas, read_ahead=False
+            )
         except ChainRevert:
             return 0  # an oracle from before Isthmus: no operator fee
         return int(fee)

@@ -276,18 +276,22 @@ class ChainNode:
         self._reads[key] = (self._head, time.monotonic(), future)
 
     async def cached_view(
-        self, key: str, to: str, function: FunctionAbi, *args: Any
+        self, key: str, to: str, function: FunctionAbi, *args: Any, read_ahead: bool = True
     ) -> tuple[tuple[Any, ...], int]:
         """The decoded outputs of ``function(*args)`` on ``to`` at the latest block and that
         block's number, cached
         per head under ``key`` (as :meth:`cached`) and read with the block's other per-head
         reads in one Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`).
+        ``read_ahead`` False: a read whose key is seldom asked again (one per job's gas
+        limit, say) stays out of the next heads' read-ahead, which would read it again at
+        every head for nothing.
 
         Raises:
             ChainRevert: the call reverted.
             ChainUnavailable: the node failed.
         """
-        self.views.remember(key, (to, function, args))
+        if read_ahead:
+            self.views.remember(key, (to, function, args))
 
         async def load() -> tuple[tuple[Any, ...], int]:
             return await self.views.call_at(to, function, *args)

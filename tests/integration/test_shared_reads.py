@@ -22,6 +22,8 @@ from tests.integration.test_relay import challenge, signed_request
 from tests.private import Anvil, daemon_settings, private_chain, serving
 from tests.processes import RpcProxy
 
+_OPERATOR_FEE_SELECTOR = codec.function("GasPriceOracleDev", "getOperatorFee").selector.hex()
+
 
 @asynccontextmanager
 async def _behind_proxy(
@@ -162,7 +164,9 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     ETH/USD feed, the L1 fee and the operator fee of each distinct gas limit) go in one
     Multicall3 ``eth_call`` for all of them; asked again at the same head they cost nothing;
     a new head reads them again, all in one ``eth_call`` as soon as the first one is asked
-    (the others read ahead), with the same answers as one call each."""
+    (the others read ahead), with the same answers as one call each; except the operator
+    fee of each gas limit (nearly every job's is its own): never read ahead, they are read
+    together in one more ``eth_call`` when asked."""
     async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         gas = d.runtime.services.relay.simulator.gas
@@ -201,7 +205,9 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     assert [m for m, _ in at_first] == ["eth_call"], at_first
     assert json.loads(at_first[0][1])[0]["to"] == MULTICALL3
     assert again == first and at_again == [], at_again
-    assert [m for m, _ in after_one] == ["eth_call"] and after_rest == after_one, after_rest
+    assert [m for m, _ in after_one] == ["eth_call"], after_one
+    assert [m for m, _ in after_rest] == ["eth_call", "eth_call"], after_rest  # the operator fees
+    assert _OPERATOR_FEE_SELECTOR not in after_one[0][1] and _OPERATOR_FEE_SELECTOR in after_rest[1][1]
     assert rest == first
     fees = first[0]
     figures = (fees.class_fee_bps, fees.class_fee_floor_usdc)
