@@ -149,11 +149,15 @@ def _static_words(kind: Kind) -> int:
     return sum(_static_words(k) for k in kind) if isinstance(kind, tuple) else 1
 
 
+def _encode_struct(kinds: tuple[Kind, ...], value: Any) -> bytes:
+    if not isinstance(value, tuple | list):
+        raise ValueError(f"not a tuple: {value!r}")
+    return encode_tuple(kinds, value)
+
+
 def _encode_static(kind: Kind, value: Any) -> bytes:
     if isinstance(kind, tuple):
-        if not isinstance(value, tuple | list):
-            raise ValueError(f"not a tuple: {value!r}")
-        return encode_tuple(kind, value)
+        return _encode_struct(kind, value)
     if kind == "address":
         return _checked_address_word(value)
     if kind in _UINT_BITS:
@@ -180,9 +184,7 @@ def _checked_address_word(value: Any) -> bytes:
 
 def _encode_dynamic(kind: Kind, value: Any) -> bytes:
     if isinstance(kind, tuple):
-        if not isinstance(value, tuple | list):
-            raise ValueError(f"not a tuple: {value!r}")
-        return encode_tuple(kind, value)
+        return _encode_struct(kind, value)
     if kind == "string":
         if not isinstance(value, str):
             raise ValueError(f"not a string: {value!r}")

@@ -134,13 +134,13 @@ class Outcomes:
             changed.set()
 
     async def wait(
-        self, job_id: int, wait_s: float | None = None, *, fresh: Job | None = None
+        self, job_id: int, wait_s: float | None = None, *, made_now: bool = False
     ) -> RetireOutcome:
         """Wait (at most ``wait_s``, default ``settle_wait_s``, or not at all once
-        :meth:`drain` is called) until the job settles or fails, then answer. ``fresh``: the
-        job as the caller just made it, in a state that does not answer yet, with nothing
-        awaited since (so nothing it missed could have moved it to one that does): the first
-        read is skipped (one database round trip a retirement).
+        :meth:`drain` is called) until the job settles or fails, then answer. ``made_now``:
+        the caller has just made the job (accepted or simulated, states that do not answer)
+        and awaited nothing since, so nothing could have moved it to one that does: the
+        first read is skipped (one database round trip a retirement).
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -153,7 +153,7 @@ class Outcomes:
         with self._watch(job_id, ANSWERING_STATES) as changed:
             self._waiting.add(changed)
             try:
-                if fresh is not None and fresh.state.value not in ANSWERING_STATES and not self._draining:
+                if made_now and not self._draining:
                     await self._changed_or_late(changed, deadline)
                 return await self._wait(
                     job_id, deadline, changed, self.retirements.job_and_retirements, self._answer

@@ -82,7 +82,7 @@ class Relay:
         job, fresh = await self._accept(request, now)
         # a job made now is not answering yet: its first read is skipped (its watch is set
         # before anything could move it further than simulated)
-        return await self.outcomes.wait(job.id, fresh=job if fresh else None)
+        return await self.outcomes.wait(job.id, made_now=fresh)
 
     async def accept(self, request: ActionRequest, now: int) -> Job:
         """Take a signed retirement into the pipeline and return its job without waiting: the

@@ -62,12 +62,19 @@ RETURNING *
 # A reservation in one statement (migration 0020's relay_reserve: INSERT_JOB's columns $1 to
 # $22; the payer's balance $23 read at block $24, NULL: unchecked; the supply rule's block $25,
 # NULL: unchecked, and its left $26, minimum fill $27 and possibility $28, see
-# relayer.domain.fill.SupplyRule): the asynchronous commit (see ASYNC_COMMIT), the payer's lock
+# relayer.domain.fill.SupplyRule): the asynchronous commit (below), the payer's lock
 # and RESERVED_BY_PAYER, the job and its salt, or the job of the same authorization key
 # (re-opened when it was rejected before signing, for the identical request only), then the
 # supply's lock and RESERVED_SUPPLY. The job's row with ``owned``; a refusal is raised (RAISE
 # 'payer_overdrawn' | 'salt_reused' | 'supply_short', DETAIL the sum) and rolls the whole
 # reservation back.
+# The asynchronous commit (set_config('synchronous_commit', 'off', true) in relay_reserve): a
+# reservation's commit does not wait for its WAL flush (the supply's lock is held through the
+# commit: every fill of that supply waited for each flush). Nothing outside the database acts on
+# a reservation before a later synchronous commit (the job's simulation moves it, the signing
+# transaction journals it) flushes the WAL through it; a server crash before that loses the job
+# and its salt as if the request had not come (nothing was signed or sent; the identical
+# request makes it again).
 RESERVE: Final = """
 SELECT (r.job).*, r.owned FROM relay_reserve(
     $1::integer, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17, $18,
@@ -132,13 +139,6 @@ WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_i
         AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
        OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $5))
 """
-# A reservation's commit does not wait for its WAL flush (the supply's lock is held through the
-# commit: every fill of that supply waited for each flush). Nothing outside the database acts on
-# a reservation before a later synchronous commit (the job's simulation moves it, the signing
-# transaction journals it) flushes the WAL through it; a server crash before that loses the job
-# and its salt as if the request had not come (nothing was signed or sent; the identical
-# request makes it again).
-ASYNC_COMMIT: Final = "SET LOCAL synchronous_commit TO OFF"  # RESERVE's own: set_config(..., true)
 # For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
 # read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,
 # the jobs signed or sent and not yet mined, and the older ones not yet signed (they are

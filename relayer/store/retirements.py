@@ -51,6 +51,7 @@ _COLUMNS = (
     "beneficiary, input_token, value, fee, retirement_cost, refunded, gas_allowance, source, source_id, "
     "credit_token, token_id, amount_units, project_id, vintage, registry, bound_nonce, details"
 )
+_NAMES: Final = tuple(_COLUMNS.split(", "))
 
 # The indexer cursor named $2.
 CURSOR: Final = "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1 AND name = $2"
@@ -72,17 +73,17 @@ BY_AUTHORIZATION: Final = f"""
 SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND bound_nonce = $2
 ORDER BY block_number, retirement_index
 """
-# Retirements of one transaction (one index when $3 is not NULL), by index.
 # A relay job ($1 its id) and, once it is indexed, the retirements of its transaction by index:
 # the job's columns, then each retirement's prefixed "r_" (NULLs when there is none), a row
 # each (one round trip for a request's answer).
 JOB_AND_RETIREMENTS: Final = f"""
-SELECT j.*, {", ".join(f"r.{c} AS r_{c}" for c in _COLUMNS.split(", "))}
+SELECT j.*, {", ".join(f"r.{c} AS r_{c}" for c in _NAMES)}
 FROM relay_jobs j
 LEFT JOIN retirements r ON j.state = 'indexed' AND r.chain_id = j.chain_id AND r.tx_hash = j.tx_hash
 WHERE j.id = $1
 ORDER BY r.retirement_index
 """
+# Retirements of one transaction (one index when $3 is not NULL), by index.
 BY_TRANSACTION: Final = f"""
 SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND tx_hash = $2
 AND ($3::int IS NULL OR retirement_index = $3) ORDER BY retirement_index
@@ -201,9 +202,8 @@ class RetirementStore:
         rows = await self.db.fetch(JOB_AND_RETIREMENTS, job_id)
         if not rows:
             return None
-        names = _COLUMNS.split(", ")
         found = [
-            _from_values({name: row["r_" + name] for name in names})
+            _from_values({name: row["r_" + name] for name in _NAMES})
             for row in rows
             if row["r_tx_hash"] is not None
         ]

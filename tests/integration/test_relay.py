@@ -592,11 +592,14 @@ async def test_a_retirement_with_nul_and_invalid_utf8_details_does_not_stall_the
         hashes.append(w3.eth.send_raw_transaction(caller.sign_transaction(tx).raw_transaction))
     receipt = w3.eth.wait_for_transaction_receipt(hashes[-1], timeout=30)
     assert receipt["status"] == 1
+    # The quote below prices gas from that block's fee history (its 1 gwei tips), as the
+    # simulation will: not from a head the daemon's cache had not yet moved past.
+    daemon.runtime.node.observe_head(receipt["blockNumber"])
     # A relayed retirement after it settles and is indexed: the follower went past that block.
     payer = daemon.chain["payers"][0]
     ch = await challenge(daemon, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
     status, result = await daemon.post(signed_request(ch, payer["privateKey"]))
-    assert (status, result["status"]) == (200, "settled"), result
+    assert (status, result.get("status")) == (200, "settled"), result
     status, cert = await daemon.get("/api/certificate", txHash="0x" + bytes(hashes[-1]).hex())
     assert status == 200, cert
     assert cert["retirements"][0]["beneficiaryName"] == "nul\ufffdname"

@@ -210,7 +210,7 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
 
 
 async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: Daemon) -> None:
-    """The request that made a job (``fresh``) skips the first read of it: the job is read
+    """The request that made a job (``made_now``) skips the first read of it: the job is read
     once, when the change that answers it wakes the wait (twice when the waiter only knows
     the id); a wait that runs out reads it once to say where it is."""
     rt = daemon.runtime
@@ -228,7 +228,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
         for salt, fresh, expected in ((b"\x31", True, 1), (b"\x32", False, 2)):
             reads = 0
             job, _ = await rt.jobs.reserve(_job(salt * 32))
-            waiting = asyncio.ensure_future(outcomes.wait(job.id, 10, fresh=job if fresh else None))
+            waiting = asyncio.ensure_future(outcomes.wait(job.id, 10, made_now=fresh))
             await asyncio.sleep(0.3)
             await rt.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
             await asyncio.sleep(0.3)  # not an answering state: no read
@@ -239,7 +239,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
             assert reads == expected, (fresh, reads)
         reads = 0
         job, _ = await rt.jobs.reserve(_job(b"\x33" * 32))
-        answer = await outcomes.wait(job.id, 0.3, fresh=job)
+        answer = await outcomes.wait(job.id, 0.3, made_now=True)
         assert (answer.status, reads) == ("accepted", 1)
     finally:
         outcomes.retirements.job_and_retirements = real_get  # type: ignore[method-assign]
@@ -354,7 +354,7 @@ async def test_a_reservation_is_one_statement_that_commits_without_waiting_for_i
 ) -> None:
     """A reservation with the payer's and the supply's checks is one round trip, its own
     transaction (migration 0020); it turns synchronous commit off for that transaction
-    only (see ``ASYNC_COMMIT``): the supply's lock is never held through a WAL flush; a later
+    only (see ``RESERVE``): the supply's lock is never held through a WAL flush; a later
     synchronous commit (the job's simulation, its signing) flushes the WAL through it."""
     from relayer.domain.fill import liquidity_rule
     from relayer.store import relay_jobs as store
