@@ -248,8 +248,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
 async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
     """Notifications name the new state: a request waiting for its answer is woken by
     indexed, rejected, dropped or reverted, not by each step in between; a payload without
-    a state still wakes it. The last release's channel still gets the bare id (its daemons
-    keep working beside this one during a rolling upgrade)."""
+    a state still wakes it."""
     from relayer.service.outcome import ANSWERING_STATES
 
     rt = daemon.runtime
@@ -268,18 +267,50 @@ async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Dae
         answered.clear()
         await db.execute("SELECT pg_notify('relay_job_states', '424242')")
         await asyncio.wait_for(answered.wait(), 10)
-    old_release: asyncio.Queue[str] = asyncio.Queue()
-    listener = await asyncpg.connect(rt.dsn)
-    await listener.add_listener("relay_jobs", lambda *args: old_release.put_nowait(args[3]))
     job, _ = await rt.jobs.reserve(_job(b"\x08" * 32))
-    assert await asyncio.wait_for(old_release.get(), 10) == str(job.id)
-    await listener.close()
     with notifications.watch(job.id, ANSWERING_STATES) as answered:
         await rt.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=7)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(answered.wait(), 0.5)
         await rt.jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
         await asyncio.wait_for(answered.wait(), 10)  # the trigger names the state
+
+
+@pytest.mark.parametrize("kind", ["retire", "transfer"])
+async def test_only_a_change_that_wakes_someone_is_notified(daemon: Daemon, kind: str) -> None:
+    """Migration 0021: a job's insert and its steps are not notified, only the states that
+    wake someone: simulated (the broadcasters' new work) and the states that answer a waiting
+    request of its kind (ANSWERING_STATES; TRANSFER_ANSWERING_STATES for a transfer). Nothing
+    goes out on the channel of the releases before migration 0008 any more."""
+    from relayer.service.outcome import ANSWERING_STATES, TRANSFER_ANSWERING_STATES
+    from relayer.store.notify import NEW_WORK_STATE
+
+    rt = daemon.runtime
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    listener = await asyncpg.connect(rt.dsn)
+    for channel in ("relay_jobs", "relay_job_states"):
+        await listener.add_listener(channel, lambda _c, _p, ch, payload: heard.put_nowait((ch, payload)))
+    try:
+        job, _ = await rt.jobs.reserve(_job(b"\x09" * 32 if kind == "retire" else b"\x0a" * 32))
+        await rt.db.execute("UPDATE relay_jobs SET kind = $2 WHERE id = $1", job.id, kind)
+        path = ["simulated", "signed", "submitted", "mined", "confirmed", "indexed", "submitted", "reverted"]
+        if kind == "transfer":
+            path.remove("indexed")  # a transfer is final at confirmed
+        for state in path:  # the trigger alone is under test: the moves are bare updates
+            await rt.db.execute("UPDATE relay_jobs SET state = $2 WHERE id = $1", job.id, state)
+        await rt.db.execute("UPDATE relay_jobs SET state = 'reverted' WHERE id = $1", job.id)  # no change
+        await rt.db.execute("SELECT pg_notify('relay_job_states', 'end')")
+        got = []
+        while (item := await asyncio.wait_for(heard.get(), 10)) != ("relay_job_states", "end"):
+            got.append(item)
+    finally:
+        await listener.close()
+    answering = ANSWERING_STATES if kind == "retire" else TRANSFER_ANSWERING_STATES
+    woken = [s for s in path if s == NEW_WORK_STATE or s in answering]
+    assert got == [("relay_job_states", f"{job.id}:{s}") for s in woken]
+    assert woken == (
+        ["simulated", "indexed", "reverted"] if kind == "retire" else ["simulated", "confirmed", "reverted"]
+    )
 
 
 def _reserving(tag: bytes, which: str, payer: str, take: Any, value: int = 2_500_000) -> NewJob:
