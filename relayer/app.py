@@ -43,6 +43,7 @@ from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.config import ConfigError, Settings
 from relayer.domain.chains import usdc_domain_name
 from relayer.domain.confirmation import differs_much
+from relayer.domain.head_clock import HeadClock
 from relayer.domain.verify import TokenDomain
 from relayer.metrics import Metrics
 from relayer.service.catalogue_load import seed_catalogue
@@ -201,6 +202,14 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _gauges(rt).run, rt), name="gauges"))
         yield rt
+
+
+def _head_clock(settings: Settings) -> HeadClock | None:
+    """The follower's clock at the policy's block time, its slow cadence the poll interval;
+    None (a fixed cadence) when ``RELAYER_BLOCK_POLL_INTERVAL_S`` sets one."""
+    if settings.block_poll_interval_s is not None:
+        return None
+    return HeadClock(settings.confirmation_policy().block_time_ms / 1000, settings.poll_interval_s())
 
 
 async def _measure_block_time(rt: Runtime) -> None:
@@ -430,6 +439,7 @@ def start_workers(rt: Runtime) -> None:
         rt.deploy_block,
         rt.settings.poll_interval_s(),
         guard,
+        _head_clock(rt.settings),
     )
     rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
     _start_indexers(rt, guard)

@@ -219,7 +219,10 @@ class Settings(BaseSettings):
     block_poll_interval_s: float | None = Field(
         default=None,
         gt=0,
-        description="How often the follower and indexers look for a head (default: half a block).",
+        description=(
+            "How often the follower and indexers look for a head (default: half a block; the follower"
+            " then looks just before each block is due, and every twelfth of a block until it comes)."
+        ),
     )
 
     # --- relay -------------------------------------------------------------------------

@@ -68,13 +68,14 @@ class BlockReader:
         cached reads."""
         return (await self.head_block()).number
 
-    async def head_block(self) -> BlockHeader:
+    async def head_block(self, max_age_s: float | None = None) -> BlockHeader:
         """The latest block's number, hash, parent hash and transaction hashes (one
         ``eth_getBlockByNumber``, without transaction bodies), read at most once per
-        ``node.head_every_s`` for every reader of the node (the follower, the indexers, the
-        gauges: one read within the poll cadence serves them all); a new head drops the
-        node's cached reads."""
-        return await self.node.recent(_HEAD, self._read_head, self.node.head_every_s)
+        ``max_age_s`` (seconds; default ``node.head_every_s``) for every reader of the node
+        (the follower, the indexers, the gauges: one read within the poll cadence serves them
+        all); a new head drops the node's cached reads."""
+        age = self.node.head_every_s if max_age_s is None else max_age_s
+        return await self.node.recent(_HEAD, self._read_head, age)
 
     async def _read_head(self) -> BlockHeader:
         header = _parsed(_header, await self._block("latest"))

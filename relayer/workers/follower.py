@@ -35,6 +35,7 @@ from relayer.chain.reads import ChainReads
 from relayer.chain.types import BlockHeader, Receipt, SettledLog
 from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.errors import Unavailable
+from relayer.domain.head_clock import HeadClock
 from relayer.domain.incidents import Incident
 from relayer.domain.reorg import Ancestor
 from relayer.domain.states import JobState
@@ -77,6 +78,7 @@ class ChainFollower:
         start_block: int,
         poll_interval_s: float,
         guard: ChainGuard | None = None,
+        clock: HeadClock | None = None,
     ) -> None:
         self.chain = chain
         self.guard = guard
@@ -91,6 +93,8 @@ class ChainFollower:
         self.confirmed = Confirmed(chain, self.policy)
         self.start_block = start_block
         self.poll_interval_s = poll_interval_s
+        # when to look for the next head (None: every poll_interval_s after a step)
+        self.clock = clock
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
         self._cursor_written = float("-inf")  # monotonic time the cursor was last written
@@ -121,7 +125,11 @@ class ChainFollower:
         """One pass: a reorg undone, receipts of our transactions in new blocks, confirmations,
         indexing (all bounded). Costs one ``eth_getBlockByNumber`` and nothing else while the
         head stands still and nothing is left to catch up."""
-        head = await self.chain.head_block()
+        if self.clock is None:
+            head = await self.chain.head_block()
+        else:  # a read of its own at every look (shared with whoever reads the head meanwhile)
+            head = await self.chain.head_block(self.clock.fine_s / 2)
+            self.clock.observe(time.monotonic(), head.number)
         if self.guard is not None:
             await self.guard.check("follower", now=head.number < (self.watch.seen_head or 0))
         if self._indexed is None or self._scanned is None:
@@ -375,13 +383,17 @@ class ChainFollower:
         return retirement_row(self.chain_id, entry, timestamp, credit)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Step every ``poll_interval_s`` until ``stop``; an outage is logged once and
-        retried, any other failure is logged with its traceback and retried."""
+        """Step until ``stop``: when the clock says the next head is due (without a clock,
+        every ``poll_interval_s``); an outage is logged once and retried (at the slow
+        cadence), any other failure is logged with its traceback and retried."""
         outage = OutageLog("follower")
         while not stop.is_set():
+            wait_s = self.poll_interval_s
             try:
                 await self.step()
                 outage.recovered()
+                if self.clock is not None:
+                    wait_s = self.clock.wait_s(time.monotonic())
             except Incident:
                 pass  # logged once when it began, counted per step
             except Unavailable as exc:
@@ -390,4 +402,4 @@ class ChainFollower:
                 outage.failed(exc)
             except Exception:
                 log.exception("follower step failed")
-            await sleep_or_stop(stop, self.poll_interval_s)
+            await sleep_or_stop(stop, wait_s)
