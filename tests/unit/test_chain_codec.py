@@ -4,11 +4,14 @@ into the error tree (one module, no message matching except the node's broadcast
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from eth_abi.abi import encode
+from eth_abi.exceptions import DecodingError
 from web3 import Web3
 from web3.exceptions import (
     BadResponseFormat,
@@ -218,3 +221,97 @@ def test_settled_event_strings_decode_leniently_as_stored_text() -> None:
     assert (details.beneficiary_string, details.retiring_entity_string) == ("a\ufffdb", "\ufffd\ufffdok")
     assert details.retiring_address == PAYER
     assert calls.stored_text("plain ✓") == "plain ✓"
+
+
+def _word_typed() -> list[tuple[str, tuple[str, ...]]]:
+    """(what, types) of every output list and event field list of the committed ABIs that
+    codec reads word by word."""
+    found = []
+    for path in sorted((Path(codec.__file__).parents[2] / "contracts_abi").glob("*.json")):
+        name = path.stem
+        for item in abi(name):
+            if item.get("type") == "function":
+                f = codec.function(name, item["name"]) if _single(name, item) else None
+                if f is not None and f.reads is not None and f.outputs:
+                    found.append((f"{name}.{f.name} outputs", f.outputs))
+            elif item.get("type") == "event" and _single(name, item):
+                e = codec.event(name, item["name"])
+                if e.indexed_reads is not None and e.indexed:
+                    found.append((f"{name}.{e.name} indexed", e.indexed))
+                if e.data_reads is not None and e.data:
+                    found.append((f"{name}.{e.name} data", e.data))
+    return found
+
+
+def _single(contract: str, item: dict[str, Any]) -> bool:
+    same = [i for i in abi(contract) if i.get("type") == item["type"] and i.get("name") == item["name"]]
+    return len(same) == 1
+
+
+WORD_TYPED = _word_typed()
+
+
+def _value(kind: str, rng: random.Random) -> Any:
+    if kind == "address":
+        return Web3.to_checksum_address(rng.randbytes(20))
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "bytes32":
+        return rng.randbytes(32)
+    bits = int(kind[4:])
+    return rng.choice([0, 1, 2**bits - 1, rng.getrandbits(bits)])
+
+
+def _eth_abi(types: tuple[str, ...], data: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", codec.decode(types, data)
+    except DecodingError:
+        return "refused", "DecodingError"
+
+
+def test_word_reads_cover_the_protocols_events_and_views() -> None:
+    names = {what for what, _ in WORD_TYPED}
+    assert {
+        "CarbonCredits.TransferSingle indexed",
+        "CarbonCredits.TransferSingle data",
+        "Marketplace.ListingFilled data",
+        "Marketplace.ListingUpdated data",
+    } <= names, names
+
+
+@pytest.mark.parametrize(("what", "types"), WORD_TYPED, ids=[w for w, _ in WORD_TYPED])
+def test_word_reads_answer_as_eth_abi_does(what: str, types: tuple[str, ...]) -> None:
+    """Over random values and damaged words (every byte of a word's padding, a short or a
+    long data), :func:`codec.decode_words` returns or refuses exactly as eth_abi does."""
+    rng = random.Random(what)
+    reads = codec.word_reads(types)
+    assert reads is not None
+    for _ in range(200):
+        data = encode(list(types), [_value(t, rng) for t in types])
+        damaged = bytearray(data)
+        damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+        for candidate in (data, bytes(damaged), data[:-1], data + bytes(32)):
+            expected = _eth_abi(types, candidate)
+            try:
+                got: tuple[str, Any] = ("ok", codec.decode_words(reads, types, candidate))
+            except DecodingError:
+                got = ("refused", "DecodingError")
+            assert got == expected, (what, candidate.hex())
+
+
+def test_event_topics_are_read_word_by_word_as_eth_abi_reads_them() -> None:
+    single = codec.event("CarbonCredits", "TransferSingle")
+    assert single.indexed_reads is not None and single.data_reads is not None
+    rng = random.Random(3)
+    for _ in range(200):
+        values = [_value(t, rng) for t in single.indexed]
+        topics = [single.topic, *(encode([t], [v]) for t, v in zip(single.indexed, values, strict=True))]
+        data = encode(list(single.data), [_value(t, rng) for t in single.data])
+        slow = codec.EventAbi(single.contract, single.name, single.topic, single.indexed, single.data)
+        assert single.decode(topics, data) == slow.decode(topics, data)
+        assert tuple(single.decode(topics, data)[0]) == tuple(values)
+        bad = [*topics[:-1], b"\x01" * 12 + topics[-1][12:]]  # an address with padding
+        with pytest.raises(DecodingError):
+            slow.decode(bad, data)
+        with pytest.raises(DecodingError):
+            single.decode(bad, data)
