@@ -326,7 +326,10 @@ class Relay:
         """
         if not self.min_executor_balance_wei:
             return
-        balances = await asyncio.gather(*(self.supply.chain.eth_balance(e) for e in self.executors))
+        if len(self.executors) == 1:  # one read: no task for it
+            balances = [await self.supply.chain.eth_balance(self.executors[0])]
+        else:
+            balances = await asyncio.gather(*(self.supply.chain.eth_balance(e) for e in self.executors))
         if max(balances) < self.min_executor_balance_wei:
             log.warning("every executor balance is below the floor: new work refused")
             raise Rejection(
