@@ -653,18 +653,29 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
             tx_hash = bytes([job.id % 256, nonce % 256]) + b"\x00" * 30
             return SignedTx(job.id, tx_hash, b"raw", nonce, 100_000, 1, 0)
 
-        counts = []
+        counts, batches = [], []
         for size, tag in ((1, b"\x60"), (1, b"\x61"), (6, b"\x62")):  # the first prepares the statements
             ids = await simulated(size, tag)
             statements.clear()
             signed = await lane.sign_simulated(executor, 1, ids, sign, 20, Rejection("invalid_auth_payload"))
             assert [tx.job_id for tx in signed] == ids
             counts.append(len(statements))
+            batches.append(signed)
         assert [tx.nonce for tx in signed] == list(range(42, 48))  # after the single jobs' 40 and 41
         states = await db.fetch(
             "SELECT state, executor_nonce FROM relay_jobs WHERE chain_id = $1 ORDER BY id", chain_id
         )
         assert [(r["state"], r["executor_nonce"]) for r in states] == [("signed", n) for n in range(40, 48)]
         assert counts[1] == counts[2], counts
+        await lane.mark_broadcast(batches[0])  # prepares the statement
+        statements.clear()  # the broadcast of a batch: one statement, one round trip
+        submitted = await lane.mark_broadcast(signed)
+        assert len(statements) == 1, statements
+        assert sorted(j.id for j in submitted) == ids
+        assert {j.state for j in submitted} == {JobState.SUBMITTED}
+        sent = await db.fetch(
+            "SELECT job_id FROM relay_transactions WHERE chain_id = $1 AND broadcast_at IS NOT NULL", chain_id
+        )
+        assert sorted(r["job_id"] for r in sent) == [batches[0][0].job_id, *ids]
     finally:
         await db.close()
