@@ -38,16 +38,26 @@ RETURNING next_nonce
 LEASE_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2 FOR SHARE"
 # The lease epoch of executor $2 on chain $1, as it is now.
 CURRENT_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2"
-# Reject simulated jobs whose authorization expires within $2 seconds (never signed).
-REJECT_EXPIRING: Final = """
-UPDATE relay_jobs SET state = 'rejected', error = $3::jsonb, updated_at = now()
-WHERE chain_id = $1 AND state = 'simulated' AND auth_expires_at <= extract(epoch FROM now())::bigint + $2
-"""
-# Claim up to $2 simulated jobs among the ids $3, oldest first, skipping those another
-# worker holds.
-CLAIM_SIMULATED: Final = """
-SELECT * FROM relay_jobs WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
-ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+# The signing transaction's first statement, one round trip where three statements were (the
+# fence, the rejection of expiring jobs, the claim): reject the simulated jobs whose authorization expires
+# within $4 seconds (error $5), claim up to $2 of the others among the ids $3 (oldest first,
+# skipping those another worker holds), and read the lease epoch of executor $6 FOR SHARE (the
+# fence: the caller rolls everything back when it is not its own). One row at least: the epoch,
+# beside each claimed job's columns (NULL when none is claimed).
+FENCE_REJECT_CLAIM: Final = """
+WITH expiring AS (
+    UPDATE relay_jobs SET state = 'rejected', error = $5::jsonb, updated_at = now()
+    WHERE chain_id = $1 AND state = 'simulated' AND auth_expires_at <= extract(epoch FROM now())::bigint + $4
+    RETURNING id
+), claimed AS (
+    SELECT * FROM relay_jobs
+    WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
+      AND id NOT IN (SELECT id FROM expiring)
+    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+SELECT (SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $6 FOR SHARE) AS lease_epoch,
+       claimed.*
+FROM (SELECT 1) AS fence LEFT JOIN claimed ON true ORDER BY claimed.id
 """
 # How many transactions of executor $2 on chain $1 are in flight: the rows LIVE returns.
 IN_FLIGHT: Final = """
@@ -406,14 +416,20 @@ class ExecutorLane:
             LeaseLost: another process took the lease; nothing was signed.
             LaneNotReconciled: the lane has no nonce row yet.
         """
-        signed: list[SignedTx] = []
         async with self.db.transaction() as conn:
-            await self._fence(conn, executor, epoch)
-            await conn.execute(REJECT_EXPIRING, self.chain_id, expiry_margin_s, json.dumps(expired.record()))
-            if not job_ids:
-                return signed
-            rows = await conn.fetch(CLAIM_SIMULATED, self.chain_id, len(job_ids), list(job_ids))
-            return await self._sign_in_order(conn, executor, rows, sign, MARK_SIGNED)
+            rows = await conn.fetch(
+                FENCE_REJECT_CLAIM,
+                self.chain_id,
+                len(job_ids),
+                list(job_ids),
+                expiry_margin_s,
+                json.dumps(expired.record()),
+                executor,
+            )
+            if rows[0]["lease_epoch"] != epoch:  # rolls the rejections and the claim back
+                raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
+            claimed = [row for row in rows if row["id"] is not None]
+            return await self._sign_in_order(conn, executor, claimed, sign, MARK_SIGNED)
 
     async def _sign_in_order(
         self,

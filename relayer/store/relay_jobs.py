@@ -32,7 +32,7 @@ NOTIFY_CHANNEL: Final = "relay_job_states"  # "<job id>:<state>" (migration 0008
 FIXED_TRANSITIONS: Final = (
     (JobState.REJECTED, JobState.ACCEPTED),  # RESERVE (migration 0020: a re-opened job)
     (JobState.ACCEPTED, JobState.SIMULATED),  # MOVE_SIMULATED
-    (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.REJECT_EXPIRING
+    (JobState.SIMULATED, JobState.REJECTED),  # executor_lane.FENCE_REJECT_CLAIM
     (JobState.SIMULATED, JobState.SIGNED),  # executor_lane.MARK_SIGNED
     (JobState.SIGNED, JobState.SUBMITTED),  # executor_lane.MARK_SUBMITTED
     (JobState.SIGNED, JobState.SIGNED),  # executor_lane.MARK_RESIGNED

@@ -4,13 +4,16 @@ took the key, and two daemons on one key and one database never share a nonce.""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from relayer.app import open_runtime
 from relayer.domain.errors import Rejection
+from relayer.domain.states import JobState
 from relayer.store.executor_lane import ExecutorLane, LeaseLost
 from relayer.store.lease import ExecutorLease
+from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
 from tests.integration.test_relay import challenge, signed_request
 
@@ -22,6 +25,21 @@ async def _drop_session(daemon: Daemon, lease: ExecutorLease) -> None:
     assert lease._conn is not None
     pid = lease._conn.get_server_pid()
     assert await daemon.runtime.db.fetchval("SELECT pg_terminate_backend($1)", pid)
+
+
+async def _simulated_job_expiring_in(daemon: Daemon, chain_id: int, seconds: int) -> int:
+    """A simulated job on ``chain_id`` (one no worker serves) whose authorization expires in
+    ``seconds``."""
+    salt = bytes([chain_id]) * 32
+    new = NewJob(
+        chain_id=chain_id, bound_nonce=b"fence" + salt, permit_key=None, salt=salt, scheme="eip3009",
+        payer="0xpayer", input_token="0xusdc", auth_value=1, auth_expires_at=int(time.time()) + seconds,
+        gas_allowance=0, request_hash=salt, settlement="0xsettlement", call_data=b"", summary={},
+        quote_total=0,
+    )  # fmt: skip
+    job, _ = await daemon.runtime.jobs.reserve(new)
+    assert await daemon.runtime.jobs.move(job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=1)
+    return job.id
 
 
 async def test_a_holder_whose_session_dropped_cannot_sign_after_a_takeover(daemon: Daemon) -> None:
@@ -39,10 +57,15 @@ async def test_a_holder_whose_session_dropped_cannot_sign_after_a_takeover(daemo
         def must_not_sign(*_args: object) -> object:
             raise AssertionError("signed under a lease that moved on")
 
+        expiring = await _simulated_job_expiring_in(daemon, 97, 10)
         with pytest.raises(LeaseLost):
             await lane.sign_simulated(
-                "0xexecutor", stale_epoch, [1], must_not_sign, 20, Rejection("internal_error")
+                "0xexecutor", stale_epoch, [1, expiring], must_not_sign, 20, Rejection("internal_error")
             )
+        # the fence's refusal rolls back the whole signing transaction, its rejections too:
+        # the new holder's lane rejects the expiring job, not the stale one
+        job = await daemon.runtime.jobs.get(expiring)
+        assert job is not None and job.state is JobState.SIMULATED
         assert not await lane.holds("0xexecutor", stale_epoch)
         assert await lane.holds("0xexecutor", second.epoch)
     finally:
