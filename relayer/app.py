@@ -611,6 +611,10 @@ async def _listen(
         raise ConfigError(message=f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+GC_YOUNG_THRESHOLD: Final = 20_000
+"""Allocations (net of deallocations) between two collections of the youngest generation."""
+
+
 async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None:
     """Run the daemon until SIGTERM/SIGINT (or cancellation). With ``http`` the API listens
     on ``RELAYER_HTTP_PORT`` (with /metrics, /healthz, /readyz); a worker process without it
@@ -647,6 +651,11 @@ async def serve(settings: Settings, *, workers: bool, http: bool = True) -> None
         # flight for about 25 ms before).
         gc.collect()
         gc.freeze()
+        # A young-generation collection every GC_YOUNG_THRESHOLD allocations net, not 700: a
+        # retirement allocates thousands of short-lived objects, so the default collected about
+        # 650 times in 1,000 retirements (0.24 s of the daemon's CPU with the middle
+        # generation's), where this collects 15 times (0.08 s) (issue 20).
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
