@@ -289,7 +289,11 @@ class Relay:
             if isinstance(outcome, BaseException):
                 raise outcome
         assert isinstance(balance, PayerBalance) and not isinstance(supply, BaseException)
-        return await self._reserve(verified, terms.summary, resolved.route.quote.total, balance, supply)
+        new = self._new_job(verified, terms.summary, resolved.route.quote.total)
+        # its simulation (a read at the head) goes out now, beside the reservation; after the
+        # payer's and the supply's checks, so a refused throwaway payer costs no simulation
+        self.simulator.speculate(new)
+        return await self._reserve(new, verified, balance, supply)
 
     async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:
         """The live job of the identical request, answered from its job whatever live
@@ -419,19 +423,12 @@ class Relay:
 
         return SupplyCheck(block, liquidity_rule(held[0], route.units), redeem)
 
-    async def _reserve(
-        self,
-        verified: VerifiedAuthorization,
-        summary: Mapping[str, Any],
-        quote_total: int,
-        balance: PayerBalance,
-        supply: SupplyCheck | None = None,
-    ) -> tuple[Job, bool]:
-        """Record the job and spend the salt, within what the payer's balance covers beside
-        its other jobs in flight, and what its supply holds beside the jobs in flight of that
-        supply; (job, whether this caller drives it)."""
+    def _new_job(
+        self, verified: VerifiedAuthorization, summary: Mapping[str, Any], quote_total: int
+    ) -> NewJob:
+        """The job of ``verified``, to record."""
         r = verified.retirement
-        new = NewJob(
+        return NewJob(
             chain_id=self.chain_id,
             bound_nonce=verified.bound_nonce,
             permit_key=verified.permit_key,
@@ -449,6 +446,17 @@ class Relay:
             quote_total=quote_total,
             supply=SupplyTake(r.source, r.source_id, r.token_id, r.amount),
         )
+
+    async def _reserve(
+        self,
+        new: NewJob,
+        verified: VerifiedAuthorization,
+        balance: PayerBalance,
+        supply: SupplyCheck | None = None,
+    ) -> tuple[Job, bool]:
+        """Record ``new`` (``verified``'s job) and spend the salt, within what the payer's
+        balance covers beside its other jobs in flight, and what its supply holds beside the
+        jobs in flight of that supply; (job, whether this caller drives it)."""
         try:
             job, owned = await self.jobs.reserve(new, balance, supply)
         except PayerOverdrawn as exc:

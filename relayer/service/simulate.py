@@ -14,7 +14,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert
@@ -48,6 +48,10 @@ SIMULATION_BATCH_MAX: Final = 64
 SIMULATED_AT_KEPT: Final = 10_000
 """Most jobs whose simulation block this process remembers (the oldest are forgotten: those
 jobs are executed again before signing)."""
+SPECULATIONS_KEPT: Final = 1_024
+"""Simulations started for jobs about to be recorded (:meth:`Simulator.speculate`) that no
+recorded job took yet, at most: the oldest is dropped (cancelled) past this many (a request
+refused after its simulation started leaves one behind)."""
 MOVE_BATCH_MAX: Final = 256
 """Most jobs moved to simulated in one statement."""
 SupplyKey = tuple[int, int, int]
@@ -81,6 +85,26 @@ class Simulator:
         self._simulations = Coalescer(self._simulate_batch, SIMULATION_BATCH_MAX)
         # whether each (job id, plan) moved to simulated, one statement a batch
         self._moves = Coalescer(self._move_simulated, MOVE_BATCH_MAX)
+        # bound nonce -> (call data, its batch simulation started before the job was recorded)
+        self._speculations: OrderedDict[bytes, tuple[bytes, asyncio.Future[tuple[int, int | None]]]] = (
+            OrderedDict()
+        )
+
+    def speculate(self, new: NewJob) -> None:
+        """Start the batch simulation of ``new`` before it is recorded (a read at the head,
+        beside the relay's reads and reservation, which take about as long): the job recorded
+        from it takes that outcome when it is simulated (:meth:`simulate`) instead of joining
+        a batch then. The checks are the same; only their order in time changes: nothing is
+        signed before the job is recorded, simulated and checked again. A speculation no job
+        takes (the request was refused) is dropped past :data:`SPECULATIONS_KEPT`."""
+        task = asyncio.ensure_future(self._simulations(new))
+        task.add_done_callback(_retrieve)
+        old = self._speculations.pop(new.bound_nonce, None)
+        if old is not None:
+            old[1].cancel()  # an identical request's, racing: the later one stands
+        self._speculations[new.bound_nonce] = (new.call_data, task)
+        while len(self._speculations) > SPECULATIONS_KEPT:
+            self._speculations.popitem(last=False)[1][1].cancel()
 
     async def sponsored_cost(self, new: NewJob) -> tuple[int, int]:
         """(gas estimate, fee ceiling in wei) of a sponsored transfer not yet recorded: its
@@ -182,9 +206,12 @@ class Simulator:
         Raises:
             Unavailable: the chain node failed (the whole batch).
         """
+        speculation = self._speculations.pop(job.bound_nonce, None)
+        if speculation is not None and speculation[0] == job.call_data and not speculation[1].cancelled():
+            return await speculation[1]
         return await self._simulations(job)
 
-    async def _simulate_batch(self, batch: Sequence[Job]) -> list[tuple[int, int | None]]:
+    async def _simulate_batch(self, batch: Sequence[Job | NewJob]) -> list[tuple[int, int | None]]:
         """Each job's (head block, gas limit or None) from one prober ``eth_call`` at the head,
         with what the jobs' plans read at the head read beside it (:meth:`GasPricer.warm`).
 
@@ -502,3 +529,9 @@ def _supply_verdict(
 
 def _function(job: Job) -> str:
     return relayed_function(job.kind, job.scheme).name
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Retrieve a speculation's failure (no job may await it: never an unretrieved error)."""
+    if not task.cancelled():
+        task.exception()

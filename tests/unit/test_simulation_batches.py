@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,8 +17,9 @@ import pytest
 
 from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.domain.states import JobState
+from relayer.service import simulate
 from relayer.service.simulate import SIMULATION_BATCH_MAX, Simulator
-from relayer.store.relay_jobs import Job
+from relayer.store.relay_jobs import Job, NewJob
 
 HEAD = 1_000
 CAP = 1_500_000
@@ -185,3 +187,63 @@ async def test_a_job_whose_request_went_does_not_hold_up_the_others() -> None:
     assert await stays == 2_000
     with pytest.raises(asyncio.CancelledError):
         await gone
+
+
+def _new(job: Job) -> NewJob:
+    """The job to record that ``job`` is once recorded."""
+    return NewJob(
+        chain_id=job.chain_id, bound_nonce=job.bound_nonce, permit_key=None, salt=job.salt,
+        scheme=job.scheme, payer=job.payer, input_token=job.input_token, auth_value=1,
+        auth_expires_at=2**40, gas_allowance=0, request_hash=job.request_hash,
+        settlement=job.settlement, call_data=job.call_data, summary={}, quote_total=0, kind=job.kind,
+    )  # fmt: skip
+
+
+async def test_a_job_takes_the_simulation_started_before_it_was_recorded() -> None:
+    """The relay starts a job's batch simulation beside its reservation
+    (``Simulator.speculate``): the recorded job takes that outcome, and joins no batch."""
+    chain = _Chain()
+    simulator = _simulator(chain)
+    chain.gate.clear()
+    job = replace(_job(1, 3), bound_nonce=b"\x01" * 32)
+    simulator.speculate(_new(job))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert chain.batches == [[job.call_data]]  # out before the job is recorded
+    estimate = asyncio.create_task(simulator._estimate_at_head(job))
+    await asyncio.sleep(0)
+    chain.gate.set()
+    assert await estimate == 3_000
+    assert chain.batches == [[job.call_data]]  # no second batch
+    assert simulator._simulated_at == {1: HEAD} and not simulator._speculations
+
+
+async def test_a_speculation_of_other_call_data_is_not_taken_and_the_oldest_untaken_are_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job whose call data is not the speculation's (another authorization of the same
+    bound nonce) is simulated in a batch of its own; speculations no job took (refused
+    requests) are cancelled past ``SPECULATIONS_KEPT``, and a failed one is never an
+    unretrieved error."""
+    monkeypatch.setattr(simulate, "SPECULATIONS_KEPT", 2)
+    chain = _Chain()
+    simulator = _simulator(chain)
+    job = replace(_job(1, 3), bound_nonce=b"\x01" * 32)
+    simulator.speculate(_new(replace(job, call_data=b"\x05\x01")))
+    assert await simulator._estimate_at_head(job) == 3_000  # its own call's gas, not 5_000
+    simulated = sorted(data for batch in chain.batches for data in batch)
+    assert simulated == [job.call_data, b"\x05\x01"]  # each call simulated
+    chain.gate.clear()
+    untaken = [replace(_job(10 + i, 4), bound_nonce=bytes([10 + i]) * 32) for i in range(3)]
+    dropped = None
+    for j in untaken:
+        simulator.speculate(_new(j))
+        dropped = dropped or next(iter(simulator._speculations.values()))[1]
+    kept = list(simulator._speculations.values())
+    assert [k[0] for k in kept] == [j.call_data for j in untaken[1:]]
+    chain.fail_next = True  # the kept ones' batch fails: no job awaits them, the error is retrieved
+    chain.gate.set()
+    await asyncio.wait([k[1] for k in kept], timeout=5)
+    assert dropped is not None and dropped.cancelled()
+    assert [type(k[1].exception()) for k in kept] == [ChainUnavailable] * 2
+    assert chain.batches[-1] == [j.call_data for j in untaken[1:]]  # one batch, the dropped one not in it
