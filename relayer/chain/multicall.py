@@ -133,6 +133,28 @@ class Views:
         while len(self._working) > WORKING_SET_MAX:
             self._working.pop(next(iter(self._working)))
 
+    def read_ahead_now(self) -> None:
+        """A new head: read the working set ahead at once (one flush at the latest block, as
+        the head's first call would), so the requests that come after the block find its
+        per-head reads cached or on their way. Nothing when the working set is empty (a daemon
+        without work for :data:`WORKING_SET_KEEP_S` reads nothing ahead) or a flush at the
+        latest block is already due, or outside a running event loop."""
+        if not self._working or None in self._flushes:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self._flush_soon(None))
+        except RuntimeError:
+            return
+        self._flushes[None] = task
+        self._running.add(task)
+        task.add_done_callback(self._retrieved)
+
+    def _retrieved(self, task: asyncio.Future[None]) -> None:
+        """A read-ahead flush ended: its failure was its readers' (every read answered)."""
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()
+
     async def call(
         self, to: str, function: codec.FunctionAbi, *args: Any, block: int | None = None
     ) -> tuple[Any, ...]:

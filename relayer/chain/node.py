@@ -211,11 +211,12 @@ class ChainNode:
 
     def observe_head(self, number: int) -> None:
         """A head read answered ``number``: a new head drops every cached read of mutable
-        state."""
+        state, and reads the working set's per-head reads ahead (:meth:`Views.read_ahead_now`)."""
         self._head_at = time.monotonic()
         if number != self._head:
             self._head = number
             self._reads.clear()
+            self.views.read_ahead_now()  # the working set's per-head reads, at once
 
     async def recent(self, key: str, load: Callable[[], Awaitable[T]], max_age_s: float) -> T:
         """Single-flight read kept by time, whatever the head: callers within ``max_age_s``

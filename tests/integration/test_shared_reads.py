@@ -163,8 +163,8 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     """The reads the jobs of one block share (fee schedule, pool reserves, classes, the
     ETH/USD feed, the L1 fee and the operator fee of each distinct gas limit) go in one
     Multicall3 ``eth_call`` for all of them; asked again at the same head they cost nothing;
-    a new head reads them again, all in one ``eth_call`` as soon as the first one is asked
-    (the others read ahead), with the same answers as one call each; except the operator
+    a new head reads them again, all in one ``eth_call`` as soon as the head is seen (read
+    ahead, before any is asked), with the same answers as one call each; except the operator
     fee of each gas limit (nearly every job's is its own): never read ahead, they are read
     together in one more ``eth_call`` when asked."""
     async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
@@ -202,6 +202,15 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
             await node.call(settlement, codec.function("RetirementSettlement", "fees")),
             await node.call(pool, codec.function("UsdcKvcmPool", "getReserves")),
         ]
+        proxy.calls.clear()
+        node.observe_head(head + 1002)  # seen, and nothing asked yet: read ahead at once
+        for _ in range(100):
+            if proxy.calls:
+                break
+            await asyncio.sleep(0.01)
+        ahead = list(proxy.calls)
+        assert await reads.fee_schedule() == first[0] and list(proxy.calls) == ahead  # cached
+    assert [m for m, _ in ahead] == ["eth_call"], ahead
     assert [m for m, _ in at_first] == ["eth_call"], at_first
     assert json.loads(at_first[0][1])[0]["to"] == MULTICALL3
     assert again == first and at_again == [], at_again
