@@ -39,6 +39,7 @@ _WORD_READS: Final[dict[str, WordRead]] = {
     "bool": AbiReader.boolean,
     "bytes32": AbiReader.word,
 }
+_UINT_BITS: Final = frozenset(str(b) for b in range(8, 257, 8))
 
 
 def word_reads(types: Sequence[str]) -> tuple[WordRead, ...] | None:
@@ -48,14 +49,11 @@ def word_reads(types: Sequence[str]) -> tuple[WordRead, ...] | None:
     for t in types:
         if t in _WORD_READS:
             reads.append(_WORD_READS[t])
-        elif t.startswith("uint") and t[4:].isdigit() and t[4:] in _UINT_BITS:
+        elif t.startswith("uint") and t[4:] in _UINT_BITS:
             reads.append(partial(AbiReader.uint, bits=int(t[4:])))
         else:
             return None
     return tuple(reads)
-
-
-_UINT_BITS: Final = frozenset(str(b) for b in range(8, 257, 8))
 
 
 def decode_words(reads: tuple[WordRead, ...] | None, types: Sequence[str], data: bytes) -> tuple[Any, ...]:

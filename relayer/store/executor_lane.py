@@ -39,11 +39,11 @@ LEASE_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND 
 # The lease epoch of executor $2 on chain $1, as it is now.
 CURRENT_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2"
 # The signing transaction's first statement, one round trip where three statements were (the
-# fence, the rejection of expiring jobs, the claim): reject the simulated jobs whose authorization expires
-# within $4 seconds (error $5), claim up to $2 of the others among the ids $3 (oldest first,
-# skipping those another worker holds), and read the lease epoch of executor $6 FOR SHARE (the
-# fence: the caller rolls everything back when it is not its own). One row at least: the epoch,
-# beside each claimed job's columns (NULL when none is claimed).
+# fence, the rejection of expiring jobs, the claim): reject the simulated jobs whose
+# authorization expires within $4 seconds (error $5), claim up to $2 of the others among the
+# ids $3 (oldest first, skipping those another worker holds), and read the lease epoch of
+# executor $6 FOR SHARE (the fence: the caller rolls everything back when it is not its own).
+# One row at least: the epoch, beside each claimed job's columns (NULL when none is claimed).
 FENCE_REJECT_CLAIM: Final = """
 WITH expiring AS (
     UPDATE relay_jobs SET state = 'rejected', error = $5::jsonb, updated_at = now()
