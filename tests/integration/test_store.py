@@ -291,7 +291,7 @@ async def test_only_a_change_that_wakes_someone_is_notified(daemon: Daemon, kind
     for channel in ("relay_jobs", "relay_job_states"):
         await listener.add_listener(channel, lambda _c, _p, ch, payload: heard.put_nowait((ch, payload)))
     try:
-        job, _ = await rt.jobs.reserve(_job(b"\x09" * 32 if kind == "retire" else b"\x0a" * 32))
+        job, _ = await rt.jobs.reserve(_job(b"\x5a" * 32 if kind == "retire" else b"\x5b" * 32))
         await rt.db.execute("UPDATE relay_jobs SET kind = $2 WHERE id = $1", job.id, kind)
         path = ["simulated", "signed", "submitted", "mined", "confirmed", "indexed", "submitted", "reverted"]
         if kind == "transfer":
