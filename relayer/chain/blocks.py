@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -78,8 +79,9 @@ class BlockReader:
         return await self.node.recent(_HEAD, self._read_head, age)
 
     async def _read_head(self) -> BlockHeader:
+        asked = time.monotonic()
         header = _parsed(_header, await self._block("latest"))
-        self.node.observe_head(header.number)
+        self.node.observe_read_head(header.number, asked)
         return header
 
     async def headers(self, numbers: Sequence[int]) -> list[BlockHeader]:

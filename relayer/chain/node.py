@@ -194,14 +194,27 @@ class ChainNode:
             assert self._head is not None
             return self._head
 
-        async def load() -> int:
-            asked = time.monotonic()
-            number = int(str(await self.answer("eth_blockNumber", [])), 16)
-            if self._head_at < asked:  # no newer read answered meanwhile
-                self.observe_head(number)
-            return number
+        return await self.cached("head", self.latest_head)
 
-        return await self.cached("head", load)
+    async def latest_head(self) -> int:
+        """The latest block number now, past every cache (one ``eth_blockNumber``), observed
+        (:meth:`observe_read_head`): the reads cached at an older head are not served under it.
+
+        Raises:
+            ChainUnavailable: the node failed.
+        """
+        asked = time.monotonic()
+        number = int(str(await self.answer("eth_blockNumber", [])), 16)
+        self.observe_read_head(number, asked)
+        return number
+
+    def observe_read_head(self, number: int, asked: float) -> None:
+        """A head read asked at ``asked`` (monotonic seconds) answered ``number``: observed
+        (:meth:`observe_head`) when it is newer than the head known, or when no read asked
+        later answered meanwhile; so an older read that answers late never rolls the head
+        back, and the cached reads are never served under a head older than one read."""
+        if self._head is None or number > self._head or self._head_at < asked:
+            self.observe_head(number)
 
     def head_fresh(self) -> bool:
         """Whether :meth:`head` answers now without a round trip."""

@@ -233,12 +233,13 @@ class ChainReads:
         return int(nonce)
 
     async def latest_block(self) -> int:
-        """The chain's latest block number now, past the per-head cache (``eth_blockNumber``).
+        """The chain's latest block number now, past the per-head cache (``eth_blockNumber``);
+        the node observes it, so the per-head reads that follow are at least at this head.
 
         Raises:
             ChainUnavailable: the node failed.
         """
-        return int(str(await self.node.answer("eth_blockNumber", [])), 16)
+        return await self.node.latest_head()
 
     async def balance(
         self, token: str, owner: str, *, fresh: bool = False, block: int | None = None

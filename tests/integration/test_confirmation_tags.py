@@ -24,7 +24,14 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.conftest import Daemon
+from relayer.chain.blocks import BlockReader
+from relayer.chain.node import ChainNode
+from relayer.chain.reads import ChainReads
+from relayer.chain.types import Contracts
+from relayer.domain.confirmation import ConfirmationPolicy
+from relayer.workers.reorg import Confirmed
+from relayer_dev import devnet
+from tests.conftest import Daemon, free_port
 from tests.integration.test_lane import _job, _signed, _until
 from tests.integration.test_reorg import _halted, _on_chain, _retirements
 from tests.private import Anvil, private_daemon
@@ -173,3 +180,28 @@ async def test_under_safe_a_reorg_above_the_safe_head_is_undone_once_and_never_s
         assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (1, 1)
         assert _halted(d) == 0.0
         print(f"\nsafe: mined in {mined_in}, reorg of {depth} undone once, settled again from {again_in}")
+
+
+async def test_the_tag_under_a_head_read_past_the_cache_is_read_at_that_head(tmp_path: Path) -> None:
+    """A fresh head read (``ChainReads.latest_block``, as the facilitator's front-run check
+    makes) is news of the head: the tag confirmed under it is read at that head, not the
+    node's earlier head still within its cache (stop 28's CI: a settle right after a new
+    block answered pending at the head whose safe block held the front-runner's transfer)."""
+    port = free_port()
+    process = devnet.start_anvil(tmp_path, port, 84532)
+    node = ChainNode(devnet.rpc_url(port), 84532, Contracts(*["0x" + "00" * 20] * 7))
+    node.read_ttl_s = 3600.0  # the earlier head's reads stay cached for the whole test
+    try:
+        anvil = Anvil(devnet.rpc_url(port))
+        anvil.rpc("anvil_mine", hex(LAG["safe"] + 2))
+        confirmed = Confirmed(BlockReader(node), ConfirmationPolicy.at_tag("safe", 2000))
+        head = await node.head()
+        assert await confirmed.through(head) == head - LAG["safe"] == _tagged(anvil, "safe")
+        anvil.mine()
+        newer = await ChainReads(node).latest_block()
+        assert newer == head + 1
+        assert await confirmed.through(newer) == newer - LAG["safe"] == _tagged(anvil, "safe")
+    finally:
+        await node.close()
+        process.terminate()
+        process.wait(timeout=10)

@@ -4,6 +4,7 @@ awaited without a round trip or a wait only when it is loaded, current and not a
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -53,3 +54,26 @@ async def test_fresh_only_when_loaded_current_and_not_failed() -> None:
     node.observe_head(11)
     assert not node.fresh("a") and not node.fresh("b")  # a new head: all stale
     assert await node.cached("a", load) == 7 and len(loads) == 2
+
+
+async def test_a_head_read_that_answers_late_never_rolls_the_head_back() -> None:
+    """``observe_read_head``: a newer number is always observed; an older or equal one only
+    when no read asked after it answered meanwhile (a reorg to a lower head is still seen)."""
+    node, loads = _node(), []
+    node.observe_head(10)
+
+    async def load() -> int:
+        loads.append(1)
+        return 7
+
+    first = time.monotonic()  # a read asked here answers late
+    await asyncio.sleep(0.001)
+    node.observe_read_head(12, time.monotonic())  # a later read answered first: newer
+    assert await node.cached("a", load) == 7
+    node.observe_read_head(11, first)  # the late answer: older, and a later read answered
+    assert node.fresh("a") and await node.head() == 12, "not rolled back: the cache kept"
+    node.observe_read_head(13, first)  # an asked-earlier read that is newer is still news
+    assert not node.fresh("a") and await node.head() == 13
+    await asyncio.sleep(0.001)
+    node.observe_read_head(9, time.monotonic())  # asked after every answer: a reorg, observed
+    assert await node.head() == 9
