@@ -154,10 +154,12 @@ class JobNotifications:
         self._new_work.append(event)
         return event
 
-    def wake_broadcasters(self) -> None:
-        """Set every broadcaster's :meth:`new_work` event (a job it may sign)."""
+    def wake_broadcasters(self, but: asyncio.Event | None = None) -> None:
+        """Set every broadcaster's :meth:`new_work` event (a job it may sign), except ``but``
+        (the event of the broadcaster that wakes the others)."""
         for event in self._new_work:
-            event.set()
+            if event is not but:
+                event.set()
 
     @contextlib.contextmanager
     def watch(self, job_id: int, states: Collection[str] | None = None) -> Iterator[asyncio.Event]:

@@ -189,6 +189,12 @@ class Broadcaster:
             signed = await self.lane.sign_simulated(
                 self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
             )
+            if signed and len(batch) < len(oldest):
+                # Simulated jobs beyond this lane's share are left: the other lanes look now,
+                # not at their idle timeout (they may have found nothing to take a moment ago,
+                # when this lane held these jobs). Only a step that signed wakes them, so the
+                # lanes never wake each other without progress.
+                self.notifications.wake_broadcasters(but=self._new_work)
             if limit:  # a lane that takes no new work signs no lost job again either
                 signed += await self.lost.step(epoch)
         except Unavailable as exc:

@@ -127,3 +127,76 @@ async def test_a_key_the_settlement_does_not_accept_takes_no_work(
             assert set(await _executors_of(d, bodies)) == {info["executor"]["address"]}
             assert d.runtime.metrics.executor_drained.labels("1")._value.get() == 1
             print("\nunregistered key: no work taken (reported drained); 10 settled through the other")
+
+
+async def test_jobs_beyond_one_lanes_share_are_taken_by_the_other_lane_at_once(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Both lanes read the same 20 simulated jobs and their shares (16 each); the first signs
+    its 16 and the second, whose reads predate that, finds every job of its batch taken and
+    signs none. The 4 left must not wait for a lane's idle timeout (1 s): the lane that
+    signed wakes the other (stop 28's flake of the test above: one lane took all 20). The
+    lanes are held off (their reads answer nothing) until all 20 are simulated; then each
+    lane's re-check waits until both lanes have read (and every wake from before is
+    cleared), and the second's until the first has signed, so the race is made, not waited
+    for."""
+    async with private_chain(tmp_path, admin_database_url) as (info, dsn):
+        settings = daemon_settings(info, dsn, free_port(), **_keys(info))
+        async with serving(settings, info) as d:
+            anvil = Anvil(info["rpcUrl"])
+            deadline = time.monotonic() + 10
+            while len(await _leased(d)) < 2:
+                assert time.monotonic() < deadline, "both leases not taken"
+                await asyncio.sleep(0.1)
+            anvil.automine(False)  # a block a second: the first lane's share stays in flight
+            anvil.rpc("evm_setIntervalMining", 1)
+            lane, simulator = d.runtime.lane, d.runtime.simulator
+            real_next, real_sign, real_recheck = lane.next_simulated, lane.sign_simulated, simulator.recheck
+            racing: list[str] = []  # the lanes whose re-check took part in the race, in order
+            both_read, first_signed = asyncio.Event(), asyncio.Event()
+
+            async def held_off(limit: int) -> list[Any]:
+                jobs = await real_next(limit)
+                return [] if len(jobs) < 20 and not racing else jobs  # none until all 20
+
+            async def raced(batch: Any, sender: str) -> Any:
+                if len(batch) == 16 and len(racing) < 2 and not first_signed.is_set():
+                    racing.append(sender)
+                    if len(racing) == 2:
+                        await asyncio.sleep(0.2)  # the notifications of the last jobs land
+                        for event in d.runtime.notifications._new_work:
+                            event.clear()  # no wake from before the race is left pending
+                        both_read.set()
+                        await asyncio.wait_for(first_signed.wait(), 10)  # its reads now stale
+                    else:
+                        await asyncio.wait_for(both_read.wait(), 10)
+                return await real_recheck(batch, sender)
+
+            async def signing(executor: str, *args: Any, **kwargs: Any) -> Any:
+                signed = await real_sign(executor, *args, **kwargs)
+                if signed and racing and executor == racing[0]:
+                    first_signed.set()
+                return signed
+
+            lane.next_simulated = held_off  # type: ignore[method-assign]
+            lane.sign_simulated = signing  # type: ignore[method-assign]
+            simulator.recheck = raced  # type: ignore[method-assign]
+            try:
+                bodies = [await _signed(d, i % 3) for i in range(20)]
+                answers = await asyncio.gather(*(d.post(b) for b in bodies))
+            finally:
+                lane.next_simulated = real_next  # type: ignore[method-assign]
+                lane.sign_simulated = real_sign  # type: ignore[method-assign]
+                simulator.recheck = real_recheck  # type: ignore[method-assign]
+            assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
+            assert len(racing) == 2 and first_signed.is_set(), f"the race was not made: {racing}"
+            rows = await d.runtime.db.fetch(
+                "SELECT executor, extract(epoch FROM signed_at)::float8 AS at FROM relay_jobs "
+                "WHERE salt = ANY($1::bytea[])",
+                [bytes.fromhex(b["salt"][2:]) for b in bodies],
+            )
+            spread = max(r["at"] for r in rows) - min(r["at"] for r in rows)
+            per_key = {k: sum(1 for r in rows if r["executor"] == k) for k in racing}
+            print(f"\nsigned over {spread:.3f} s, per key in the race's order {list(per_key.values())}")
+            assert list(per_key.values()) == [16, 4], per_key
+            assert spread < 0.5, f"the jobs left waited {spread:.3f} s: for an idle timeout"
