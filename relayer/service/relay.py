@@ -293,7 +293,10 @@ class Relay:
         # its simulation (a read at the head) goes out now, beside the reservation; after the
         # payer's and the supply's checks, so a refused throwaway payer costs no simulation
         self.simulator.speculate(new)
-        return await self._reserve(new, verified, balance, supply)
+        job, owned = await self._reserve(new, verified, balance, supply)
+        if owned and (supply.block_number == balance.block_number if supply else new.supply is None):
+            self.simulator.reserved_at(job.id, balance.block_number)
+        return job, owned
 
     async def _identical(self, salt: bytes, request_key: bytes, received: str | None) -> Job | None:
         """The live job of the identical request, answered from its job whatever live

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from relayer.chain.calls import relayed_function
-from relayer.chain.errors import ChainRevert
+from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads, StateNow
 from relayer.chain.types import ListingInfo, TokenBalance
@@ -81,6 +81,8 @@ class Simulator:
         self.usdc = usdc
         self._wake_broadcaster = wake_broadcaster
         self._simulated_at: OrderedDict[int, int] = OrderedDict()
+        # job id -> the block its reservation read the payer's balance and its supply at
+        self._reserved_at: OrderedDict[int, int] = OrderedDict()
         # (head block, gas limit or None: not told) of each job, one prober call a batch
         self._simulations = Coalescer(self._simulate_batch, SIMULATION_BATCH_MAX)
         # whether each (job id, plan) moved to simulated, one statement a batch
@@ -197,6 +199,15 @@ class Simulator:
         while len(self._simulated_at) > SIMULATED_AT_KEPT:
             self._simulated_at.popitem(last=False)
 
+    def reserved_at(self, job_id: int, block: int) -> None:
+        """Job ``job_id`` was reserved now by this process, the payer's balance and the job's
+        supply (if it takes any) both read at ``block`` and checked in its reservation
+        (:meth:`RelayJobs.reserve`): at that block the re-check's balance and supply checks
+        hold for it (see :meth:`recheck`). At most :data:`SIMULATED_AT_KEPT` are kept."""
+        self._reserved_at[job_id] = block
+        while len(self._reserved_at) > SIMULATED_AT_KEPT:
+            self._reserved_at.popitem(last=False)
+
     async def _batched(self, job: Job) -> tuple[int, int | None]:
         """(head block, the job's gas limit or None) from the batch simulation the job joins:
         the first job waiting starts a batch at once, and the jobs that come while it runs go
@@ -255,31 +266,39 @@ class Simulator:
           allowance no longer covers it.
         - A job whose check could not be made (the node failed) stays simulated for the next
           batch. Nothing refused here was signed: the identical request may be retried.
+        - A job this process reserved and simulated at the block that is the latest now
+          (one ``eth_blockNumber``) is not read again: its reservation checked its payer's
+          balance beside every job of that payer in flight then, and its supply beside
+          every job of that supply, at this very block, and the jobs reserved after it were
+          checked beside it; nothing on chain changed since. Only its fee cap is checked
+          again. A batch of such jobs costs no other read (issue 20: a re-check only when
+          something changed).
 
         Raises:
             Unavailable: the database failed.
         """
-        try:
-            state = await self._state_now(batch)
-        except Unavailable:
-            log.warning("re-check failed; the batch waits for the next one")
-            return []
-        block = state.block
-        fits = await self._fits(batch, state)
-        fits = await self._supply_fits([job for job in batch if job.id in fits], state)
-        checked = [job for job in batch if job.id in fits]
         simulated_at = {job.id: self._simulated_at.pop(job.id, None) for job in batch}
+        reserved_at = {job.id: self._reserved_at.pop(job.id, None) for job in batch}
         try:
-            succeed = await self._executions(checked, sender, block, simulated_at)
-        except Unavailable:
+            latest = None if all(b is None for b in reserved_at.values()) else await self.reads.latest_block()
+            rest = [
+                j
+                for j in batch
+                if not (latest is not None and simulated_at[j.id] == reserved_at[j.id] == latest)
+            ]
+            checked = await self._checked(rest, sender, simulated_at)
+        except ChainUnavailable:
             log.warning("re-check failed; the batch waits for the next one")
             return []
+        rechecked = {job.id for job in rest}
+        checked.update((job.id, True) for job in batch if job.id not in rechecked)  # unchanged since
+        ordered = [job for job in batch if job.id in checked]
         outcomes = await asyncio.gather(
-            *(self._still_good(job, sender, ok) for job, ok in zip(checked, succeed, strict=True)),
+            *(self._still_good(job, sender, checked[job.id]) for job in ordered),
             return_exceptions=True,
         )
         good: list[int] = []
-        for job, outcome in zip(checked, outcomes, strict=True):
+        for job, outcome in zip(ordered, outcomes, strict=True):
             if isinstance(outcome, Unavailable):
                 log.warning("re-check failed; the job waits for the next batch", extra={"job_id": job.id})
             elif isinstance(outcome, RelayerError):
@@ -290,6 +309,27 @@ class Simulator:
             elif outcome:
                 good.append(job.id)
         return good
+
+    async def _checked(
+        self, batch: Sequence[Job], sender: str, simulated_at: dict[int, int | None]
+    ) -> dict[int, bool]:
+        """The balance and supply checks of ``batch`` at the latest block (the ones refused
+        are rejected, the ones that must wait are left out), then the execution of the jobs
+        that passed: job id -> whether its execution succeeds. Nothing read for an empty
+        batch.
+
+        Raises:
+            ChainUnavailable: the chain node failed (the state's read or the executions).
+            Unavailable: the database failed.
+        """
+        if not batch:
+            return {}
+        state = await self._state_now(batch)
+        fits = await self._fits(batch, state)
+        fits = await self._supply_fits([job for job in batch if job.id in fits], state)
+        passed = [job for job in batch if job.id in fits]
+        succeed = await self._executions(passed, sender, state.block, simulated_at)
+        return {job.id: ok for job, ok in zip(passed, succeed, strict=True)}
 
     async def _executions(
         self, jobs: Sequence[Job], sender: str, block: int, simulated_at: dict[int, int | None]

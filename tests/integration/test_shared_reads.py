@@ -157,6 +157,69 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
     assert new_block[0][2] == {executor: {"code": runtime_code()}} and new_block[0][0]["to"] == executor
 
 
+async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_for_that_blocks_number(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The re-check before signing reads nothing of a job reserved (its payer's balance and
+    its supply checked) and simulated at the block that is still the latest: one
+    ``eth_blockNumber``, no state read (balances, listings, classes), no database read of
+    the payer's signed jobs or the supply's jobs ahead, no execution. After a new block the
+    job is checked again in full: the state read once, its execution made."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
+        payer = info["payers"][0]
+        first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
+                                                        inputToken="USDC"), payer["privateKey"])
+                         for _ in range(2)]  # fmt: skip
+        rt = d.runtime
+        simulator = rt.simulator
+        reads: list[str] = []
+        real_state, real_committed, real_ahead = (
+            simulator.reads.state_now,
+            simulator.jobs.committed,
+            simulator.jobs.supply_ahead,
+        )
+
+        def counted(name: str, real: Any) -> Any:
+            async def read(*args: Any, **kwargs: Any) -> Any:
+                reads.append(name)
+                return await real(*args, **kwargs)
+
+            return read
+
+        simulator.reads.state_now = counted("state", real_state)  # type: ignore[method-assign]
+        simulator.jobs.committed = counted("committed", real_committed)  # type: ignore[method-assign]
+        simulator.jobs.supply_ahead = counted("ahead", real_ahead)  # type: ignore[method-assign]
+        real_next = rt.lane.next_simulated
+
+        async def a_block_comes_first(limit: int) -> list[Any]:
+            batch = await real_next(limit)
+            if batch:
+                await rt.node.request("evm_mine", [])
+            return batch
+
+        try:
+            await asyncio.sleep(0.5)  # the follower has seen the head: the reservation's is the latest
+            proxy.calls.clear()
+            status, answer = await d.post(first)
+            assert (status, answer.get("status")) == (200, "settled"), answer
+            same_block, reads[:] = list(reads), []
+            unchanged = _executions(list(proxy.calls))
+            await asyncio.sleep(0.5)
+            rt.lane.next_simulated = a_block_comes_first  # type: ignore[method-assign]
+            proxy.calls.clear()
+            status, answer = await d.post(second)
+            assert (status, answer.get("status")) == (200, "settled"), answer
+            new_block = list(reads)
+            changed = _executions(list(proxy.calls))
+        finally:
+            rt.lane.next_simulated = real_next  # type: ignore[method-assign]
+            simulator.reads.state_now = real_state  # type: ignore[method-assign]
+            simulator.jobs.committed = real_committed  # type: ignore[method-assign]
+            simulator.jobs.supply_ahead = real_ahead  # type: ignore[method-assign]
+    assert same_block == [] and len(unchanged) == 0, (same_block, unchanged)
+    assert new_block.count("state") == 1 and len(changed) == 1, (new_block, changed)
+
+
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
     tmp_path: Path, admin_database_url: str
 ) -> None:
