@@ -22,7 +22,7 @@ from asyncpg.pool import PoolConnectionProxy
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState, sources_of
 from relayer.store.pool import Database
-from relayer.store.relay_jobs import MOVE_DROPPED, MOVE_MINED, Job
+from relayer.store.relay_jobs import MOVE_DROPPED, MOVE_MINED, Job, MovedJob
 
 # -- statements -------------------------------------------------------------------------
 
@@ -90,7 +90,7 @@ WITH broadcast AS (
 )
 UPDATE relay_jobs SET state = 'submitted', submitted_at = now(), updated_at = now()
 WHERE id = ANY($2::bigint[]) AND state = 'signed'
-RETURNING *
+RETURNING id, kind, state, tx_hash, request_id, accepted_at, submitted_at
 """
 # The lane's live transactions, in nonce order: the newest at each nonce (not replaced), not
 # seen mined, whose nonce the chain has not passed (however old: a job waits at most until its
@@ -457,9 +457,10 @@ class ExecutorLane:
         await conn.executemany(mark, [(tx.job_id, tx.tx_hash, executor, tx.nonce) for tx in signed])
         return signed
 
-    async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[Job]:
+    async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[MovedJob]:
         """Record the broadcast and move the jobs still ``signed`` to ``submitted`` (one
-        statement, :data:`MARK_SUBMITTED`); returns the jobs moved.
+        statement, :data:`MARK_SUBMITTED`); returns the jobs moved (with their
+        ``accepted_at`` and ``submitted_at`` stamps).
 
         Raises:
             StoreUnavailable: the database failed (nothing recorded: the upkeep sends again).
@@ -468,7 +469,7 @@ class ExecutorLane:
             return []
         jobs = [t.job_id for t in txs if t.job_id is not None]
         rows = await self.db.fetch(MARK_SUBMITTED, [t.tx_hash for t in txs], jobs)
-        return [Job.from_row(r) for r in rows]
+        return [MovedJob.from_row(r) for r in rows]
 
     async def live(self, executor: str) -> list[LiveTx]:
         """The lane's live transactions, in nonce order (see :data:`LIVE`)."""

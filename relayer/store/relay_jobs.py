@@ -280,7 +280,7 @@ COUNT_BY_STATE: Final = "SELECT state, count(*) AS n FROM relay_jobs GROUP BY st
 CONFIRM_MINED: Final = """
 UPDATE relay_jobs SET state = 'confirmed', confirmed_at = now(), updated_at = now()
 WHERE chain_id = $1 AND state = 'mined' AND block_number <= $2
-RETURNING *
+RETURNING id, kind, state, tx_hash, request_id
 """
 # The blocks of the jobs still mined (a follower's start or rewind: which blocks it waits on).
 MINED_BLOCKS: Final = """
@@ -292,7 +292,7 @@ WHERE chain_id = $1 AND state = 'mined' AND block_number IS NOT NULL
 MARK_INDEXED: Final = """
 UPDATE relay_jobs SET state = 'indexed', indexed_at = now(), updated_at = now()
 WHERE chain_id = $1 AND state = 'confirmed' AND kind = 'retire' AND tx_hash = ANY($2::bytea[])
-RETURNING *
+RETURNING id, kind, state, tx_hash, request_id, mined_at, indexed_at
 """
 
 
@@ -451,6 +451,35 @@ class Job:
             api_key_id=opt_int(row["api_key_id"]),
             gas_reserved_wei=opt_int(row.get("gas_reserved_wei")),
             request_id=row.get("request_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MovedJob:
+    """A job a state move moved, as the move returns it (``RETURNING id, kind, state,
+    tx_hash, request_id`` and the stamps its stage metric reads): what the move's log line
+    and metrics read, without decoding the whole row (its call data, summary and gas plan)
+    as :class:`Job` does. ``timestamps``: the stamps returned (unix seconds, None while
+    unset)."""
+
+    id: int
+    kind: str
+    state: JobState
+    tx_hash: bytes | None
+    request_id: str | None
+    timestamps: dict[str, float | None]
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> MovedJob:
+        tx_hash = row["tx_hash"]
+        stamps = {col: row[col] for col in STAMPS if col in row}
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            state=JobState(row["state"]),
+            tx_hash=None if tx_hash is None else bytes(tx_hash),
+            request_id=row["request_id"],
+            timestamps={col: None if at is None else at.timestamp() for col, at in stamps.items()},
         )
 
 
@@ -763,19 +792,20 @@ class RelayJobs:
         rows = await self.db.fetch(COUNT_BY_STATE)
         return {r["state"]: int(r["n"]) for r in rows}
 
-    async def confirm_mined(self, chain_id: int, block_number: int) -> list[Job]:
-        """Move jobs mined at or below ``block_number`` to confirmed."""
-        return [Job.from_row(r) for r in await self.db.fetch(CONFIRM_MINED, chain_id, block_number)]
+    async def confirm_mined(self, chain_id: int, block_number: int) -> list[MovedJob]:
+        """Move jobs mined at or below ``block_number`` to confirmed; the jobs moved."""
+        return [MovedJob.from_row(r) for r in await self.db.fetch(CONFIRM_MINED, chain_id, block_number)]
 
     async def mined_blocks(self, chain_id: int) -> list[int]:
         """The block numbers of the jobs still ``mined`` on ``chain_id`` (any process's)."""
         return [int(r["block_number"]) for r in await self.db.fetch(MINED_BLOCKS, chain_id)]
 
-    async def mark_indexed(self, chain_id: int, tx_hashes: Sequence[bytes]) -> list[Job]:
-        """Move the confirmed jobs of these transactions to indexed."""
+    async def mark_indexed(self, chain_id: int, tx_hashes: Sequence[bytes]) -> list[MovedJob]:
+        """Move the confirmed jobs of these transactions to indexed; the jobs moved (with
+        their ``mined_at`` and ``indexed_at`` stamps)."""
         if not tx_hashes:
             return []
-        return [Job.from_row(r) for r in await self.db.fetch(MARK_INDEXED, chain_id, list(tx_hashes))]
+        return [MovedJob.from_row(r) for r in await self.db.fetch(MARK_INDEXED, chain_id, list(tx_hashes))]
 
 
 def _job_args(new: NewJob) -> tuple[Any, ...]:

@@ -675,6 +675,8 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
         assert len(statements) == 1, statements
         assert sorted(j.id for j in submitted) == ids
         assert {j.state for j in submitted} == {JobState.SUBMITTED}
+        stamps = [j.timestamps for j in submitted]  # what the stage metric reads, and only that
+        assert all(set(t) == {"accepted_at", "submitted_at"} and None not in t.values() for t in stamps)
         sent = await db.fetch(
             "SELECT job_id FROM relay_transactions WHERE chain_id = $1 AND broadcast_at IS NOT NULL", chain_id
         )
