@@ -485,7 +485,7 @@ class ExecutorLane:
         mined: Sequence[tuple[bytes, int, int, int, bool]],
         moves: Mapping[JobState, Sequence[tuple[int, int, bytes, bytes]]],
         dropped: Sequence[int] = (),
-    ) -> dict[JobState, list[Job]]:
+    ) -> dict[JobState, list[MovedJob]]:
         """Record a block's transactions of ours mined and move their jobs, in one
         transaction: a transaction is never seen mined (and so no longer looked for) while
         its job still waits for it, even if the process dies in between.
@@ -502,7 +502,7 @@ class ExecutorLane:
         Returns:
             The jobs moved, per target.
         """
-        moved: dict[JobState, list[Job]] = {}
+        moved: dict[JobState, list[MovedJob]] = {}
         if not mined:
             return moved
         async with self.db.transaction() as conn:
@@ -513,11 +513,11 @@ class ExecutorLane:
                 ids, blocks, hashes, txs = (list(column) for column in zip(*jobs, strict=True))
                 sources = [s.value for s in sources_of(target)]
                 rows = await conn.fetch(MOVE_MINED, target.value, sources, ids, blocks, hashes, txs)
-                moved[target] = [Job.from_row(r) for r in rows]
+                moved[target] = [MovedJob.from_row(r) for r in rows]
             if dropped:
                 sources = [s.value for s in sources_of(JobState.DROPPED)]
                 rows = await conn.fetch(MOVE_DROPPED, list(dropped), sources)
-                moved[JobState.DROPPED] = [Job.from_row(r) for r in rows]
+                moved[JobState.DROPPED] = [MovedJob.from_row(r) for r in rows]
         return moved
 
     async def ledger(self) -> list[LedgerRow]:

@@ -225,13 +225,14 @@ UPDATE relay_jobs AS j SET
     block_number = u.block_number, block_hash = u.block_hash, tx_hash = u.tx_hash
 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::bytea[]) AS u(id, block_number, block_hash, tx_hash)
 WHERE j.id = u.id AND j.state = ANY($2::text[])
-RETURNING j.*
+RETURNING j.id, j.kind, j.state, j.tx_hash, j.request_id, j.block_number, j.allowance_wei,
+          j.signed_at, j.submitted_at, j.mined_at
 """
 # Move the jobs $1 whose nonces no-ops took to dropped, each only from one of the states $2.
 MOVE_DROPPED: Final = """
 UPDATE relay_jobs SET state = 'dropped', updated_at = now()
 WHERE id = ANY($1::bigint[]) AND state = ANY($2::text[])
-RETURNING *
+RETURNING id, kind, state, tx_hash, request_id
 """
 # Take over job $1 left in accepted for longer than $2 seconds (its owner died mid-check).
 CLAIM_ORPHAN: Final = """
@@ -457,10 +458,11 @@ class Job:
 @dataclass(frozen=True, slots=True)
 class MovedJob:
     """A job a state move moved, as the move returns it (``RETURNING id, kind, state,
-    tx_hash, request_id`` and the stamps its stage metric reads): what the move's log line
-    and metrics read, without decoding the whole row (its call data, summary and gas plan)
-    as :class:`Job` does. ``timestamps``: the stamps returned (unix seconds, None while
-    unset)."""
+    tx_hash, request_id``, the stamps its stage metric reads and, for a move to mined or
+    reverted, ``block_number`` and ``allowance_wei``): what the move's log line and metrics
+    read, without decoding the whole row (its call data, summary and gas plan) as
+    :class:`Job` does. ``timestamps``: the stamps returned (unix seconds, None while unset);
+    ``allowance_wei``: wei; None when not returned or unset."""
 
     id: int
     kind: str
@@ -468,6 +470,8 @@ class MovedJob:
     tx_hash: bytes | None
     request_id: str | None
     timestamps: dict[str, float | None]
+    block_number: int | None = None
+    allowance_wei: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> MovedJob:
@@ -480,6 +484,8 @@ class MovedJob:
             tx_hash=None if tx_hash is None else bytes(tx_hash),
             request_id=row["request_id"],
             timestamps={col: None if at is None else at.timestamp() for col, at in stamps.items()},
+            block_number=row.get("block_number"),
+            allowance_wei=None if (allowance := row.get("allowance_wei")) is None else int(allowance),
         )
 
 

@@ -53,6 +53,7 @@ async def _rows(d: Daemon, body: dict[str, Any]) -> tuple[int, int]:
 
 
 async def test_a_settled_relay_is_in_the_ledger_paid_within_its_allowance(daemon: Daemon) -> None:
+    received = daemon.runtime.metrics.allowance_received_wei._value.get()
     status, result = await daemon.post(await _signed(daemon))
     assert (status, result["status"]) == (200, "settled"), result
     tx_hash = bytes.fromhex(result["transactionHash"][2:])
@@ -68,6 +69,11 @@ async def test_a_settled_relay_is_in_the_ledger_paid_within_its_allowance(daemon
     assert relays and relays[0]["atALoss"] == 0 and int(relays[0]["paidWei"]) > 0
     metric = daemon.runtime.metrics.gas_paid_wei.labels("relay", "success")._value.get()
     assert metric >= int(row["paid_wei"])
+    # the move to mined counts the job's allowance as received (the shared daemon may have
+    # settled others meanwhile: at least this one's)
+    assert (
+        daemon.runtime.metrics.allowance_received_wei._value.get() - received >= int(row["allowance_wei"]) > 0
+    )
     print(f"\nledger: {summary['paidWei']} wei paid, {summary['receivedWei']} wei received so far")
 
 
