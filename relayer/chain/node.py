@@ -216,6 +216,12 @@ class ChainNode:
         if self._head is None or number > self._head or self._head_at < asked:
             self.observe_head(number)
 
+    @property
+    def last_head(self) -> int | None:
+        """The head a read of this process last observed, however long ago (no round trip;
+        None before the first)."""
+        return self._head
+
     def head_fresh(self) -> bool:
         """Whether :meth:`head` answers now without a round trip."""
         return (self._head is not None and time.monotonic() - self._head_at < self.read_ttl_s) or self.fresh(

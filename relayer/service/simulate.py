@@ -267,7 +267,8 @@ class Simulator:
         - A job whose check could not be made (the node failed) stays simulated for the next
           batch. Nothing refused here was signed: the identical request may be retried.
         - A job this process reserved and simulated at the block that is the latest now
-          (one ``eth_blockNumber``) is not read again: its reservation checked its payer's
+          (one ``eth_blockNumber``, asked only when that block is the head this process
+          last saw) is not read again: its reservation checked its payer's
           balance beside every job of that payer in flight then, and its supply beside
           every job of that supply, at this very block, and the jobs reserved after it were
           checked beside it; nothing on chain changed since. Only its fee cap is checked
@@ -280,7 +281,11 @@ class Simulator:
         simulated_at = {job.id: self._simulated_at.pop(job.id, None) for job in batch}
         reserved_at = {job.id: self._reserved_at.pop(job.id, None) for job in batch}
         try:
-            latest = None if all(b is None for b in reserved_at.values()) else await self.reads.latest_block()
+            # the latest block is asked only when a job may be unchanged at the head last
+            # seen (the follower sees a new head within a fine look of its arrival)
+            seen = self.reads.node.last_head
+            maybe = seen is not None and any(simulated_at[i] == reserved_at[i] == seen for i in reserved_at)
+            latest = await self.reads.latest_block() if maybe else None
             rest = [
                 j
                 for j in batch
