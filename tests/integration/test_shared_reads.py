@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,21 @@ def _executions(calls: list[tuple[str, str]], *, simulations: bool = False) -> l
     return [e for e in executions if (e[1] != "latest") == simulations]
 
 
+def _a_block_comes_first(d: Daemon) -> Callable[[int], Awaitable[list[Any]]]:
+    """The lane's read of the simulated jobs, a block mined (``evm_mine``) whenever it finds
+    some: the re-check before signing then runs at a block after their simulation's."""
+    rt = d.runtime
+    real_next = rt.lane.next_simulated
+
+    async def a_block_comes_first(limit: int) -> list[Any]:
+        batch = await real_next(limit)
+        if batch:
+            await rt.node.request("evm_mine", [])
+        return batch
+
+    return a_block_comes_first
+
+
 async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_since_its_simulation(
     tmp_path: Path, admin_database_url: str
 ) -> None:
@@ -136,15 +151,8 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
 
         rt = d.runtime
         real_next = rt.lane.next_simulated
-
-        async def a_block_comes_first(limit: int) -> list[Any]:
-            batch = await real_next(limit)
-            if batch:
-                await rt.node.request("evm_mine", [])
-            return batch
-
         await asyncio.sleep(0.5)
-        rt.lane.next_simulated = a_block_comes_first  # type: ignore[method-assign]
+        rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
         proxy.calls.clear()
         try:
             status, answer = await d.post(second)
@@ -190,13 +198,6 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
         simulator.jobs.committed = counted("committed", real_committed)  # type: ignore[method-assign]
         simulator.jobs.supply_ahead = counted("ahead", real_ahead)  # type: ignore[method-assign]
         real_next = rt.lane.next_simulated
-
-        async def a_block_comes_first(limit: int) -> list[Any]:
-            batch = await real_next(limit)
-            if batch:
-                await rt.node.request("evm_mine", [])
-            return batch
-
         try:
             await asyncio.sleep(0.5)  # the follower has seen the head: the reservation's is the latest
             proxy.calls.clear()
@@ -205,7 +206,7 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
             same_block, reads[:] = list(reads), []
             unchanged = _executions(list(proxy.calls))
             await asyncio.sleep(0.5)
-            rt.lane.next_simulated = a_block_comes_first  # type: ignore[method-assign]
+            rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
             proxy.calls.clear()
             status, answer = await d.post(second)
             assert (status, answer.get("status")) == (200, "settled"), answer
