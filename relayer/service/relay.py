@@ -294,7 +294,8 @@ class Relay:
         # payer's and the supply's checks, so a refused throwaway payer costs no simulation
         self.simulator.speculate(new)
         job, owned = await self._reserve(new, verified, balance, supply)
-        if owned and (supply.block_number == balance.block_number if supply else new.supply is None):
+        if owned and supply is not None and supply.block_number == balance.block_number:
+            # a job whose supply was not checked (no such listing) is always checked again
             self.simulator.reserved_at(job.id, balance.block_number)
         return job, owned
 
