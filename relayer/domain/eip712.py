@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
+import coincurve
 from eth_account.messages import encode_typed_data
-from eth_keys.datatypes import Signature as _EcdsaSignature
-from eth_keys.exceptions import BadSignature
 from eth_utils.crypto import keccak
-from eth_utils.exceptions import ValidationError
 
 from relayer.domain.abi_words import address_word, bytes32_word, uint_word
+from relayer.domain.addresses import checksum_address
 from relayer.domain.chains import usdc_domain_name
 
 DOMAIN_FIELDS: Final = [
@@ -289,15 +288,23 @@ _DOMAIN_TYPE_HASH: Final = _type_hash("EIP712Domain", tuple((f["type"], f["name"
 
 
 def recover_signer(typed_data: dict[str, Any], signature: Signature) -> str:
-    """Checksummed address that signed ``typed_data``.
+    """Checksummed address that signed ``typed_data``: the public key libsecp256k1
+    (coincurve) recovers from the digest and ``signature``, hashed to its address; the same
+    answer as eth-keys' recovery at under half its cost (a unit test holds it to
+    eth-account's for random keys), on every request that carries a signature.
 
     Raises:
-        ValueError: no public key recovers from the signature (e.g. ``r`` is not the x
-            coordinate of a curve point), or the typed data is malformed.
+        ValueError: no public key recovers from the signature (``v`` not 27 or 28, ``r`` or
+            ``s`` not in 1 .. n-1, ``r`` not the x coordinate of a curve point), or the
+            typed data is malformed.
     """
     digest = typed_data_digest(typed_data)
+    v, r, s = signature.v, signature.r, signature.s
+    if v not in (27, 28) or not 0 < r < SECP256K1_N or not 0 < s < SECP256K1_N:
+        raise ValueError("signature does not recover: v, r or s out of range")
+    compact = r.to_bytes(32, "big") + s.to_bytes(32, "big") + bytes([v - 27])
     try:
-        key = _EcdsaSignature(vrs=(signature.v - 27, signature.r, signature.s))
-        return str(key.recover_public_key_from_msg_hash(digest).to_checksum_address())
-    except (BadSignature, ValidationError) as exc:
-        raise ValueError(f"signature does not recover: {type(exc).__name__}") from None
+        public = coincurve.PublicKey.from_signature_and_message(compact, digest, hasher=None)
+    except ValueError:
+        raise ValueError("signature does not recover: no public key") from None
+    return checksum_address(keccak(public.format(compressed=False)[1:])[-20:].hex())

@@ -233,3 +233,27 @@ def test_recovery_failure_is_a_value_error() -> None:
     sig = Signature(27, 5, 1)
     with pytest.raises(ValueError, match="does not recover"):
         recover_signer(_usdc_td(), sig)
+
+
+def test_recovery_is_eth_accounts_for_random_keys_and_both_parities() -> None:
+    """The libsecp256k1 recovery names the signer eth-account names, for either ``v``."""
+    td = _usdc_td()
+    message = encode_typed_data(full_message=td)
+    parities = set()
+    for _ in range(40):
+        account = Account.create()
+        raw = bytes(Account.sign_message(message, account.key).signature)
+        sig = parse_signature(raw)
+        parities.add(sig.v)
+        assert recover_signer(td, sig) == account.address == Account.recover_message(message, signature=raw)
+    assert parities == {27, 28}
+
+
+@pytest.mark.parametrize(
+    "sig",
+    [Signature(29, 1, 1), Signature(26, 1, 1), Signature(27, 0, 1), Signature(27, 1, 0)]
+    + [Signature(27, SECP256K1_N, 1), Signature(28, 1, SECP256K1_N)],
+)
+def test_a_signature_out_of_range_does_not_recover(sig: Signature) -> None:
+    with pytest.raises(ValueError, match="does not recover"):
+        recover_signer(_usdc_td(), sig)
