@@ -54,6 +54,18 @@ class BaseCosts:
                     self._has_oracle = len(bytes(code)) > 0
         return self._has_oracle
 
+    def fresh(self, unsigned_tx_size: int) -> bool:
+        """Whether the L1 data fee of that unsigned size and the ETH/USD answer are known and
+        current (see :meth:`ChainNode.fresh`): awaiting :meth:`l1_fee` and :meth:`eth_usd` now
+        costs no round trip and never waits. The operator fee is not asked (one read a gas
+        limit, seldom asked twice)."""
+        if self._has_oracle is None or (self.eth_usd_feed is not None and self._feed_decimals is None):
+            return False
+        keys = ([f"l1fee:{unsigned_tx_size}"] if self._has_oracle else []) + (
+            ["eth_usd"] if self.eth_usd_feed is not None else []
+        )
+        return self.node.fresh(*keys)
+
     async def l1_fee(self, unsigned_tx_size: int) -> int:
         """Upper bound of the L1 data fee (wei) of a transaction of that unsigned size (bytes)."""
         if not await self.has_oracle():

@@ -39,6 +39,10 @@ class ExecutorChain:
         self.node = node
         self._probing = True  # False once the node refused the batch prober's state override
 
+    def fee_market_fresh(self) -> bool:
+        """Whether :meth:`fee_market` is cached and current: awaiting it costs no round trip."""
+        return self.node.fresh("fee_market")
+
     async def fee_market(self) -> FeeMarket:
         """The next block's base fee and the recent median tip (one ``eth_feeHistory``,
         cached per head).

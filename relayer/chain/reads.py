@@ -89,6 +89,15 @@ class ChainReads:
         (usdc, kvcm), _block = await self.node.cached_view("reserves", self.contracts.pool, _RESERVES)
         return PoolReserves(int(usdc), int(kvcm))
 
+    def reserves_fresh(self) -> bool:
+        """Whether :meth:`reserves` is cached and current: awaiting it costs no round trip."""
+        return self.node.fresh("reserves")
+
+    def pricing_fresh(self) -> bool:
+        """Whether :meth:`reserves` and :meth:`fee_schedule` (what a quote reads at the head)
+        are cached and current: awaiting them costs no round trip."""
+        return self.node.fresh("reserves", "fees")
+
     def catalog_fresh(self) -> bool:
         """Whether the catalogue's per-head reads (classes, listings, pool reserves, fee
         schedule) are cached and current (see :meth:`ChainNode.fresh`)."""

@@ -486,7 +486,7 @@ class Supply:
         if not whole_ok:
             _check_whole_tonnes(fitting[0][0], units)
         credit = whole_ok[0][0]
-        if self.chain.catalog_fresh():
+        if self.chain.pricing_fresh():  # cache hits: one after the other, no task each
             reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()
         else:
             reserves, fee_schedule = await asyncio.gather(self.chain.reserves(), self.chain.fee_schedule())

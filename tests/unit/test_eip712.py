@@ -251,8 +251,14 @@ def test_recovery_is_eth_accounts_for_random_keys_and_both_parities() -> None:
 
 @pytest.mark.parametrize(
     "sig",
-    [Signature(29, 1, 1), Signature(26, 1, 1), Signature(27, 0, 1), Signature(27, 1, 0)]
-    + [Signature(27, SECP256K1_N, 1), Signature(28, 1, SECP256K1_N)],
+    [
+        Signature(29, 1, 1),
+        Signature(26, 1, 1),
+        Signature(27, 0, 1),
+        Signature(27, 1, 0),
+        Signature(27, SECP256K1_N, 1),
+        Signature(28, 1, SECP256K1_N),
+    ],
 )
 def test_a_signature_out_of_range_does_not_recover(sig: Signature) -> None:
     with pytest.raises(ValueError, match="does not recover"):
