@@ -83,10 +83,13 @@ class ExecutorChain:
             raise ChainUnavailable(detail="eth_estimateGas answered no number") from None
 
     async def calls_succeed(
-        self, sender: str, calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]]
+        self,
+        sender: str,
+        calls: Sequence[tuple[str, bytes, int, codec.FunctionAbi]],
+        block: int | None = None,
     ) -> list[bool]:
         """Whether each call (to, data, gas limit, the function it calls) from ``sender``
-        succeeds at the latest block within its gas limit and returns what the function
+        succeeds at ``block`` (default: the latest) within its gas limit and returns what the function
         returns, as its own ``eth_call`` would say: all of them executed in one ``eth_call``
         of the batch prober (:mod:`relayer.chain.prober`, its code placed at ``sender`` by
         state override; more ``eth_call`` s, in the same JSON-RPC batch, when their gas
@@ -104,7 +107,7 @@ class ExecutorChain:
         """
         verdicts: list[bool | None] = [None] * len(calls)
         if self._probing and calls:
-            outcomes = await self._probed(sender, [(to, data, limit) for to, data, limit, _f in calls], None)
+            outcomes = await self._probed(sender, [(to, data, limit) for to, data, limit, _f in calls], block)
             for i, outcome in enumerate(outcomes):
                 if outcome is prober.UNDER_INTRINSIC:
                     verdicts[i] = False  # no transaction runs it
@@ -113,7 +116,7 @@ class ExecutorChain:
                     verdicts[i] = succeeded and _decodes(outcome.data, calls[i][3])
         rest = [i for i, verdict in enumerate(verdicts) if verdict is None]
         if rest:
-            answers = await self.node.batch([_eth_call(sender, *calls[i][:3]) for i in rest])
+            answers = await self.node.batch([_eth_call(sender, *calls[i][:3], block) for i in rest])
             for i, answer in zip(rest, answers, strict=True):
                 verdicts[i] = _returns(answer, calls[i][3])
         return [bool(v) for v in verdicts]
@@ -247,8 +250,9 @@ class ExecutorChain:
         return outcomes
 
 
-def _eth_call(sender: str, to: str, data: bytes, gas: int) -> tuple[str, list[Any]]:
-    return "eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex(), "gas": hex(gas)}, "latest"]
+def _eth_call(sender: str, to: str, data: bytes, gas: int, block: int | None = None) -> tuple[str, list[Any]]:
+    tag = "latest" if block is None else hex(block)
+    return "eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex(), "gas": hex(gas)}, tag]
 
 
 def _returns(answer: dict[str, Any], function: codec.FunctionAbi) -> bool:

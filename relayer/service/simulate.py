@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar, cast
 
 from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert, ChainUnavailable
@@ -56,6 +56,9 @@ MOVE_BATCH_MAX: Final = 256
 """Most jobs moved to simulated in one statement."""
 SupplyKey = tuple[int, int, int]
 """(source, class or listing id, credit token id) of a job's supply."""
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
 
 
 class Simulator:
@@ -255,8 +258,9 @@ class Simulator:
           mined ones alone is rejected with the fill rule's code (insufficient_listing_supply,
           below_min_fill, insufficient_liquidity); one that fits only if a job ahead of it
           fails waits for a later batch.
-        - Each job is executed again as ``sender`` at its gas limit (the whole batch in one
-          ``eth_call``: :meth:`ExecutorChain.calls_succeed`), unless this process simulated it at the very
+        - Each job is executed again as ``sender`` at its gas limit, at the block of the state
+          read (the whole batch in one ``eth_call``: :meth:`ExecutorChain.calls_succeed`, made
+          while the database's figures are read), unless this process simulated it at the very
           block that is the latest now (nothing changed on chain since: that execution would
           repeat the simulation's); one that fails is simulated again
           (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
@@ -280,6 +284,9 @@ class Simulator:
         """
         simulated_at = {job.id: self._simulated_at.pop(job.id, None) for job in batch}
         reserved_at = {job.id: self._reserved_at.pop(job.id, None) for job in batch}
+        # each job's fee ceiling (its operator fee is a read at the head, one a gas limit) is
+        # read beside the checks, not after them
+        ceilings = asyncio.ensure_future(self._ceilings(batch))
         try:
             # the latest block is asked only when a job may be unchanged at the head last
             # seen (the follower sees a new head within a fine look of its arrival)
@@ -295,11 +302,13 @@ class Simulator:
         except ChainUnavailable:
             log.warning("re-check failed; the batch waits for the next one")
             return []
+        finally:
+            ceiling_of = await ceilings  # never raises: each job's failure is its own
         rechecked = {job.id for job in rest}
         checked.update((job.id, True) for job in batch if job.id not in rechecked)  # unchanged since
         ordered = [job for job in batch if job.id in checked]
         outcomes = await asyncio.gather(
-            *(self._still_good(job, sender, checked[job.id]) for job in ordered),
+            *(self._still_good(job, sender, checked[job.id], ceiling_of[job.id]) for job in ordered),
             return_exceptions=True,
         )
         good: list[int] = []
@@ -319,9 +328,13 @@ class Simulator:
         self, batch: Sequence[Job], sender: str, simulated_at: dict[int, int | None]
     ) -> dict[int, bool]:
         """The balance and supply checks of ``batch`` at the latest block (the ones refused
-        are rejected, the ones that must wait are left out), then the execution of the jobs
-        that passed: job id -> whether its execution succeeds. Nothing read for an empty
-        batch.
+        are rejected, the ones that must wait are left out), and the execution of its jobs at
+        that block: job id -> whether its execution succeeds, for the jobs that passed. The
+        state is read first (its block names the block of everything else); then what the
+        signed and older jobs take (the database) and the executions (the chain) are read
+        together, in one round of round trips (the supply's figures read again only when a
+        payer's refusal took back a job with supply, which they counted). Nothing read for an
+        empty batch.
 
         Raises:
             ChainUnavailable: the chain node failed (the state's read or the executions).
@@ -330,19 +343,51 @@ class Simulator:
         if not batch:
             return {}
         state = await self._state_now(batch)
-        fits = await self._fits(batch, state)
-        fits = await self._supply_fits([job for job in batch if job.id in fits], state)
-        passed = [job for job in batch if job.id in fits]
-        succeed = await self._executions(passed, sender, state.block, simulated_at)
-        return {job.id: ok for job, ok in zip(passed, succeed, strict=True)}
+        block = state.block
+        payers: dict[tuple[str, str], list[Job]] = {}
+        for job in sorted(batch, key=lambda j: j.id):
+            payers.setdefault((job.payer, job.input_token), []).append(job)
+        held = sorted((job for job in batch if job.supply is not None), key=lambda j: j.id)
+        committed, ahead, succeed = await _together(
+            self.jobs.committed(self.chain_id, list(payers), block),
+            self._ahead(held, block),
+            self._executions(batch, sender, block, simulated_at),
+        )
+        refused: dict[int, RelayerError] = {}
+        fits = self._fits(payers, committed, state, refused)
+        await self._reject(refused)
+        if any(job.id in refused for job in held):
+            # a refused job's supply was counted ahead of the jobs after it: read again
+            ahead = await self._ahead(held, block)
+        refused = {}
+        fits = self._supply_fits([job for job in held if job.id in fits], ahead, state, refused, fits)
+        await self._reject(refused)
+        return {job.id: ok for job, ok in zip(batch, succeed, strict=True) if job.id in fits}
+
+    async def _reject(self, refusals: dict[int, RelayerError]) -> None:
+        """Move each job of ``refusals`` to rejected with its refusal, oldest first."""
+        for job_id in sorted(refusals):
+            await self.jobs.move(job_id, JobState.REJECTED, error=refusals[job_id])
+
+    async def _ahead(self, held: Sequence[Job], block: int) -> dict[int, SupplyAhead] | None:
+        """What other jobs take from each held supply before each of ``held``, as read at
+        ``block`` (:meth:`RelayJobs.supply_ahead`); None when the database failed (their
+        jobs wait for the next batch)."""
+        if not held:
+            return {}
+        try:
+            return await self.jobs.supply_ahead([job.id for job in held], block)
+        except Unavailable:
+            log.warning("supply re-check failed; its jobs wait for the next batch")
+            return None
 
     async def _executions(
         self, jobs: Sequence[Job], sender: str, block: int, simulated_at: dict[int, int | None]
     ) -> list[bool]:
         """Whether each of ``jobs`` succeeds as ``sender`` at its gas limit at ``block`` (the
-        latest): True without a call for a job simulated at ``block`` itself, the others
-        executed, each as its own ``eth_call`` would (all in one ``eth_call`` of the batch
-        prober: :meth:`ExecutorChain.calls_succeed`).
+        latest, as the state was read): True without a call for a job simulated at ``block``
+        itself, the others executed at ``block``, each as its own ``eth_call`` would (all in
+        one ``eth_call`` of the batch prober: :meth:`ExecutorChain.calls_succeed`).
 
         Raises:
             Unavailable: the batch failed as a whole.
@@ -355,6 +400,7 @@ class Simulator:
                     (j.settlement, j.call_data, j.gas_limit or 0, relayed_function(j.kind, j.scheme))
                     for j in run
                 ],
+                block,
             )
             if run
             else []
@@ -377,57 +423,59 @@ class Simulator:
             any(t.source != SOURCE_LISTING for t in takes),
         )
 
-    async def _fits(self, batch: Sequence[Job], state: StateNow) -> set[int]:
-        """The jobs of ``batch`` whose payers can pay them, oldest first, beside what their
-        signed jobs will take; the others are rejected. A payer with one job in the batch
-        and none signed is not judged on its balance: its own simulation, next, reverts as the
-        token would (one database round trip for the batch; the balances were read in
-        ``state``)."""
+    def _fits(
+        self,
+        payers: dict[tuple[str, str], list[Job]],
+        committed: dict[tuple[str, str], int],
+        state: StateNow,
+        refusals: dict[int, RelayerError],
+    ) -> set[int]:
+        """The jobs whose payers can pay them (``payers``: each (payer, token)'s jobs, oldest
+        first), beside what their signed jobs will take (``committed``, read at the state's
+        block); the others' refusals go into ``refusals``. A payer with one job in the batch
+        and none signed is not judged on its balance: its own execution reverts as the token
+        would."""
         block = state.block
         fits: set[int] = set()
-        payers: dict[tuple[str, str], list[Job]] = {}
-        for job in sorted(batch, key=lambda j: j.id):
-            payers.setdefault((job.payer, job.input_token), []).append(job)
-        committed = await self.jobs.committed(self.chain_id, list(payers), block)
-        shared = [key for key, jobs in payers.items() if len(jobs) > 1 or committed.get(key, 0)]
-        read = {key: TokenBalance(state.balances[(key[1], key[0])], block) for key in shared}
         for key, jobs in payers.items():
-            if key not in read:
-                fits.update(job.id for job in jobs)
-                continue
-            balance = read[key]
             spent = committed.get(key, 0)
+            if len(jobs) == 1 and not spent:
+                fits.add(jobs[0].id)
+                continue
+            balance = TokenBalance(state.balances[(key[1], key[0])], block)
             for job in jobs:
                 if spent + job.auth_value > balance.amount:
-                    refusal = ChainRevert.insufficient_balance(
+                    refusals[job.id] = ChainRevert.insufficient_balance(
                         job.payer, max(0, balance.amount - spent), job.auth_value, _function(job)
                     )
                     log.warning("refused before signing: the payer's balance fell", extra={"job_id": job.id})
-                    await self.jobs.move(job.id, JobState.REJECTED, error=refusal)
                     continue
                 spent += job.auth_value
                 fits.add(job.id)
         return fits
 
-    async def _supply_fits(self, jobs: Sequence[Job], state: StateNow) -> set[int]:
-        """The jobs of ``jobs`` whose fills their supply meets as read at ``block``, oldest
-        first, beside what other jobs take before them (see :meth:`recheck`); the ones it
-        cannot meet are rejected, the ones that must wait are left out (one database round
-        trip, one ``eth_call`` per listing and one for the classes, at one block)."""
-        fits = {job.id for job in jobs if job.supply is None}
-        held = sorted((job for job in jobs if job.supply is not None), key=lambda j: j.id)
-        if not held:
-            return fits
-        block = state.block
-        try:
-            ahead = await self.jobs.supply_ahead([job.id for job in held], block)
-        except Unavailable:
-            log.warning("supply re-check failed; its jobs wait for the next batch")
-            return fits
+    def _supply_fits(
+        self,
+        held: Sequence[Job],
+        ahead: dict[int, SupplyAhead] | None,
+        state: StateNow,
+        refusals: dict[int, RelayerError],
+        fits: set[int],
+    ) -> set[int]:
+        """``fits`` less the jobs of ``held`` (those that passed the payers' check and take
+        supply) whose fills their supply does not meet as read at the state's block, beside
+        what other jobs take before them (``ahead``, read with no refusal of this batch
+        recorded; None: not read, every one of them waits), oldest first; the ones it cannot
+        meet go into ``refusals`` (what each would have taken is given back to the jobs after
+        it), the ones that must wait are left out."""
+        held_ids = {job.id for job in held}
+        out = {job_id for job_id in fits if job_id not in held_ids}
+        if ahead is None:
+            return out
         figures = _supply_figures([job.supply for job in held if job.supply], state)
-        released: dict[SupplyKey, int] = {}  # what this batch's earlier rejected jobs gave back
+        released: dict[SupplyKey, int] = {}  # what this batch's earlier refused jobs gave back
         now = int(time.time())
-        for job in held:
+        for job in sorted(held, key=lambda j: j.id):
             assert job.supply is not None
             key = _key(job.supply)
             behind = ahead.get(job.id, SupplyAhead(0, 0))
@@ -435,18 +483,29 @@ class Simulator:
                 job.supply, figures.get(key), behind.mined_after, behind.ahead - released.get(key, 0), now
             )
             if verdict is True:
-                fits.add(job.id)
+                out.add(job.id)
             elif verdict is False:
                 log.info("waits for the jobs ahead of it on its supply", extra={"job_id": job.id})
             else:
                 log.warning("refused before signing: its supply is taken", extra={"job_id": job.id})
-                await self.jobs.move(job.id, JobState.REJECTED, error=verdict)
+                refusals[job.id] = verdict
                 released[key] = released.get(key, 0) + job.supply.units
-        return fits
+        return out
 
-    async def _still_good(self, job: Job, sender: str, succeeds: bool) -> bool:
+    async def _ceilings(self, jobs: Sequence[Job]) -> dict[int, int | BaseException]:
+        """Each job's fee ceiling at its gas limit (:meth:`_ceiling`), read together (their
+        reads at the head go out together); a job's failure is its own, never raised."""
+        got = await asyncio.gather(
+            *(self._ceiling(job, job.gas_limit or 0) for job in jobs), return_exceptions=True
+        )
+        return {job.id: ceiling for job, ceiling in zip(jobs, got, strict=True)}
+
+    async def _still_good(
+        self, job: Job, sender: str, succeeds: bool, ceiling: int | BaseException | None = None
+    ) -> bool:
         """Whether ``job`` may be signed now: it ``succeeds`` at its gas limit (its
-        ``eth_call`` as ``sender``) and its fee cap stays under what its allowance covers.
+        ``eth_call`` as ``sender``) and its fee cap stays under what its allowance covers
+        (``ceiling``, read already, or its failure; None: read now).
         Otherwise it is simulated again (``eth_estimateGas``) and planned again, and False:
         it is signed in a later batch, once its call succeeds at the new plan's gas limit
         (a job is only ever signed at a gas limit just executed successfully).
@@ -457,8 +516,13 @@ class Simulator:
             Unavailable: the chain node or the database failed.
         """
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
-        if succeeds and job.max_fee_per_gas <= await self._ceiling(job, job.gas_limit):
-            return True
+        if succeeds:
+            if ceiling is None:
+                ceiling = await self._ceiling(job, job.gas_limit)
+            if isinstance(ceiling, BaseException):
+                raise ceiling
+            if job.max_fee_per_gas <= ceiling:
+                return True
         # The plan's margin applies to a fresh estimate, never to the old limit (which
         # already holds one): a re-plan does not inflate the gas limit.
         estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
@@ -529,6 +593,16 @@ class Simulator:
             except RelayerError:
                 pass  # stored with the job
         return len(orphans)
+
+
+async def _together(a: Awaitable[A], b: Awaitable[B], c: Awaitable[C]) -> tuple[A, B, C]:
+    """``a``, ``b`` and ``c`` awaited together: once all three have ended (none is left
+    running), the first failure in that order is raised, else their values."""
+    got = await asyncio.gather(a, b, c, return_exceptions=True)
+    for outcome in got:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return cast(tuple[A, B, C], tuple(got))
 
 
 def _supply_figures(

@@ -105,13 +105,12 @@ async def test_readers_of_a_credit_not_yet_known_share_one_eth_call(
     assert after == len(calls)  # known now: no call at all
 
 
-def _executions(calls: list[tuple[str, str]], *, simulations: bool = False) -> list[list[Any]]:
-    """The params of the pre-signing executions (``eth_call`` s carrying a
-    ``retireWithAuthorization``'s call data, at the latest block) among ``calls``; with
-    ``simulations``, those of the simulations (the same, at a block number)."""
+def _probes(calls: list[tuple[str, str]]) -> list[list[Any]]:
+    """The params of the prober's ``eth_call`` s carrying a ``retireWithAuthorization``'s
+    call data among ``calls``, in order: a job's simulation (at its acceptance), then, when
+    one is made, its execution before signing (at the block of the re-check's state read)."""
     selector = codec.function("RetirementSettlement", "retireWithAuthorization").selector.hex()
-    executions = [json.loads(p) for m, p in calls if m == "eth_call" and selector in p]
-    return [e for e in executions if (e[1] != "latest") == simulations]
+    return [json.loads(p) for m, p in calls if m == "eth_call" and selector in p]
 
 
 def _a_block_comes_first(d: Daemon) -> Callable[[int], Awaitable[list[Any]]]:
@@ -146,8 +145,7 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
         proxy.calls.clear()
         status, answer = await d.post(first)
         assert (status, answer.get("status")) == (200, "settled"), answer
-        same_block = _executions(list(proxy.calls))
-        simulated = _executions(list(proxy.calls), simulations=True)
+        same_block = _probes(list(proxy.calls))  # the simulation only
 
         rt = d.runtime
         real_next = rt.lane.next_simulated
@@ -159,10 +157,12 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
         finally:
             rt.lane.next_simulated = real_next  # type: ignore[method-assign]
         assert (status, answer.get("status")) == (200, "settled"), answer
-        new_block = _executions(list(proxy.calls))
-    assert (len(same_block), len(new_block), len(simulated)) == (0, 1, 1)
+        new_block = _probes(list(proxy.calls))  # the simulation, then the execution
+    assert (len(same_block), len(new_block)) == (1, 2)
+    simulation, execution = new_block
+    assert int(execution[1], 16) > int(simulation[1], 16)  # at the block mined since
     executor = info["executor"]["address"]
-    assert new_block[0][2] == {executor: {"code": runtime_code()}} and new_block[0][0]["to"] == executor
+    assert execution[2] == {executor: {"code": runtime_code()}} and execution[0]["to"] == executor
 
 
 async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_for_that_blocks_number(
@@ -204,14 +204,14 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
             status, answer = await d.post(first)
             assert (status, answer.get("status")) == (200, "settled"), answer
             same_block, reads[:] = list(reads), []
-            unchanged = _executions(list(proxy.calls))
+            unchanged = _probes(list(proxy.calls))[1:]  # after the simulation
             await asyncio.sleep(0.5)
             rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
             proxy.calls.clear()
             status, answer = await d.post(second)
             assert (status, answer.get("status")) == (200, "settled"), answer
             new_block = list(reads)
-            changed = _executions(list(proxy.calls))
+            changed = _probes(list(proxy.calls))[1:]
         finally:
             rt.lane.next_simulated = real_next  # type: ignore[method-assign]
             simulator.reads.state_now = real_state  # type: ignore[method-assign]
@@ -219,6 +219,49 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
             simulator.jobs.supply_ahead = real_ahead  # type: ignore[method-assign]
     assert same_block == [] and len(unchanged) == 0, (same_block, unchanged)
     assert new_block.count("state") == 1 and len(changed) == 1, (new_block, changed)
+
+
+async def test_the_re_checks_database_reads_and_its_executions_go_out_together(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Before signing, once the state is read (its block names the block of the rest), what
+    the payers' signed jobs and the supply's jobs ahead take (the database) is read while the
+    jobs are executed (the prober's ``eth_call`` at that block): one round of round trips, not
+    one after the other (issue 20: a signing batch's re-check under load). Here the database's
+    read waits until the execution has begun: one after the other, it would wait in vain."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
+        payer = info["payers"][0]
+        body = signed_request(
+            await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]
+        )
+        rt = d.runtime
+        simulator = rt.simulator
+        executing = asyncio.Event()
+        real_committed, real_succeed, real_next = (
+            simulator.jobs.committed,
+            simulator.executor.calls_succeed,
+            rt.lane.next_simulated,
+        )
+
+        async def committed(*args: Any) -> Any:
+            await asyncio.wait_for(executing.wait(), 5)  # the execution is under way meanwhile
+            return await real_committed(*args)
+
+        async def calls_succeed(*args: Any) -> Any:
+            executing.set()
+            return await real_succeed(*args)
+
+        simulator.jobs.committed = committed  # type: ignore[method-assign]
+        simulator.executor.calls_succeed = calls_succeed  # type: ignore[method-assign]
+        rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
+        try:
+            status, answer = await d.post(body)
+        finally:
+            simulator.jobs.committed = real_committed  # type: ignore[method-assign]
+            simulator.executor.calls_succeed = real_succeed  # type: ignore[method-assign]
+            rt.lane.next_simulated = real_next  # type: ignore[method-assign]
+    assert (status, answer.get("status")) == (200, "settled"), answer
+    assert executing.is_set()
 
 
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
