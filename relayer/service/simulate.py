@@ -463,7 +463,7 @@ class Simulator:
         fits: set[int],
     ) -> set[int]:
         """``fits`` less the jobs of ``held`` (those that passed the payers' check and take
-        supply) whose fills their supply does not meet as read at the state's block, beside
+        supply, oldest first) whose fills their supply does not meet as read at the state's block, beside
         what other jobs take before them (``ahead``, read with no refusal of this batch
         recorded; None: not read, every one of them waits), oldest first; the ones it cannot
         meet go into ``refusals`` (what each would have taken is given back to the jobs after
@@ -475,7 +475,7 @@ class Simulator:
         figures = _supply_figures([job.supply for job in held if job.supply], state)
         released: dict[SupplyKey, int] = {}  # what this batch's earlier refused jobs gave back
         now = int(time.time())
-        for job in sorted(held, key=lambda j: j.id):
+        for job in held:
             assert job.supply is not None
             key = _key(job.supply)
             behind = ahead.get(job.id, SupplyAhead(0, 0))
@@ -500,12 +500,10 @@ class Simulator:
         )
         return {job.id: ceiling for job, ceiling in zip(jobs, got, strict=True)}
 
-    async def _still_good(
-        self, job: Job, sender: str, succeeds: bool, ceiling: int | BaseException | None = None
-    ) -> bool:
+    async def _still_good(self, job: Job, sender: str, succeeds: bool, ceiling: int | BaseException) -> bool:
         """Whether ``job`` may be signed now: it ``succeeds`` at its gas limit (its
         ``eth_call`` as ``sender``) and its fee cap stays under what its allowance covers
-        (``ceiling``, read already, or its failure; None: read now).
+        (``ceiling``, :meth:`_ceiling` read beside the checks, or that read's failure).
         Otherwise it is simulated again (``eth_estimateGas``) and planned again, and False:
         it is signed in a later batch, once its call succeeds at the new plan's gas limit
         (a job is only ever signed at a gas limit just executed successfully).
@@ -517,8 +515,6 @@ class Simulator:
         """
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
         if succeeds:
-            if ceiling is None:
-                ceiling = await self._ceiling(job, job.gas_limit)
             if isinstance(ceiling, BaseException):
                 raise ceiling
             if job.max_fee_per_gas <= ceiling:

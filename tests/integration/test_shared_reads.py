@@ -11,9 +11,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from eth_account import Account
 
-from relayer.chain import codec
+from relayer.chain import codec, multicall
 from relayer.chain.multicall import MULTICALL3
 from relayer.chain.prober import runtime_code
 from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
@@ -265,7 +266,7 @@ async def test_the_re_checks_database_reads_and_its_executions_go_out_together(
 
 
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
-    tmp_path: Path, admin_database_url: str
+    tmp_path: Path, admin_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reads the jobs of one block share (fee schedule, pool reserves, classes, the
     ETH/USD feed, the L1 fee and the operator fee of each distinct gas limit) go in one
@@ -284,6 +285,10 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
         # drop this head's reads: it did once, under the CI rehearsal's load)
         node.read_ttl_s = 3600.0
         node.head_every_s = 3600.0
+        # the reads asked together join one flush within its gathering window (3 ms): the
+        # operator fees start a loop turn or two after the rest, which on a loaded 2-core
+        # machine took longer than that about once in five runs; a wider window here
+        monkeypatch.setattr(multicall, "GATHER_S", 0.05)
 
         async def block_reads() -> list[Any]:
             return list(

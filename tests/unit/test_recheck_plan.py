@@ -45,6 +45,15 @@ def _simulator(rec: Recorder) -> Simulator:
     return Simulator(rec, rec, rec, "0xexecutor", "0xusdc", lambda: None, rec, 84532)  # type: ignore[arg-type]
 
 
+async def _still_good(rec: Recorder, job: Job, succeeds: bool) -> bool:
+    """The decision, with the job's fee ceiling read as the re-check reads it beside the checks."""
+    simulator = _simulator(rec)
+    assert job.gas_limit is not None
+    return await simulator._still_good(
+        job, "0xexecutor", succeeds, await simulator._ceiling(job, job.gas_limit)
+    )
+
+
 def _job(max_fee: int) -> Job:
     stamps: dict[str, float | None] = {}
     return Job(
@@ -55,20 +64,20 @@ def _job(max_fee: int) -> Job:
 
 async def test_a_job_whose_call_succeeds_under_the_ceiling_is_signed_as_planned() -> None:
     rec = Recorder(ceiling=10)
-    assert await _simulator(rec)._still_good(_job(max_fee=10), "0xexecutor", True) is True
+    assert await _still_good(rec, _job(max_fee=10), True) is True
     assert (rec.estimates, rec.planned, rec.replanned) == (0, [], [])
 
 
 async def test_a_lower_ceiling_replans_from_a_fresh_estimate_and_waits_for_the_next_batch() -> None:
     rec = Recorder(ceiling=9)  # the L1 fee or the ETH price moved: the fee cap no longer fits
-    assert await _simulator(rec)._still_good(_job(max_fee=10), "0xexecutor", True) is False
+    assert await _still_good(rec, _job(max_fee=10), True) is False
     assert rec.planned == [ESTIMATE]  # not OLD_LIMIT: no margin on top of a margin
     assert rec.replanned[0][1] == ESTIMATE * 12 // 10
 
 
 async def test_a_failed_call_is_never_signed_in_this_batch_even_if_the_estimate_fits() -> None:
     rec = Recorder(ceiling=10)
-    assert await _simulator(rec)._still_good(_job(max_fee=10), "0xexecutor", False) is False
+    assert await _still_good(rec, _job(max_fee=10), False) is False
     assert rec.estimates == 1 and rec.planned == [ESTIMATE] and len(rec.replanned) == 1
 
 
