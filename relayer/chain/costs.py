@@ -21,6 +21,20 @@ _OPERATOR_FEE: Final = codec.function("GasPriceOracleDev", "getOperatorFee")
 _LATEST_ROUND: Final = codec.function("EthUsdFeedDev", "latestRoundData")
 _DECIMALS: Final = codec.function("EthUsdFeedDev", "decimals")
 
+OPERATOR_FEE_GAS_STEP: Final = 16_384
+"""The operator fee is read at the gas limit rounded up to a multiple of this many gas: an
+upper bound of the gas limit's own fee (it grows with gas under Isthmus's formula,
+``gas * operatorFeeScalar / 1e6 + operatorFeeConstant``, and Jovian's, ``gas *
+operatorFeeScalar * 100 + operatorFeeConstant``), by at most the fee of 16,383 gas (under 6 %
+of the fee at 300,000 gas; Base charges none today). The jobs of a block then share a few
+such reads, read ahead with the head's other reads, where each gas limit (nearly every job's
+is its own) cost a read of its own, waited for by its plan (issue 20)."""
+
+
+def operator_fee_gas(gas: int) -> int:
+    """``gas`` rounded up to a multiple of :data:`OPERATOR_FEE_GAS_STEP` (gas)."""
+    return -(-gas // OPERATOR_FEE_GAS_STEP) * OPERATOR_FEE_GAS_STEP
+
 
 @dataclass(frozen=True, slots=True)
 class FeedAnswer:
@@ -57,8 +71,8 @@ class BaseCosts:
     def fresh(self, unsigned_tx_size: int) -> bool:
         """Whether the L1 data fee of that unsigned size and the ETH/USD answer are known and
         current (see :meth:`ChainNode.fresh`): awaiting :meth:`l1_fee` and :meth:`eth_usd` now
-        costs no round trip and never waits. The operator fee is not asked (one read a gas
-        limit, seldom asked twice)."""
+        costs no round trip and never waits. The operator fee is not asked (it is read ahead
+        too, but a gas limit's first plan may ask it before its first head's read)."""
         if self._has_oracle is None or (self.eth_usd_feed is not None and self._feed_decimals is None):
             return False
         keys = ([f"l1fee:{unsigned_tx_size}"] if self._has_oracle else []) + (
@@ -77,14 +91,15 @@ class BaseCosts:
         return int(fee)
 
     async def operator_fee(self, gas: int) -> int:
-        """The operator fee (wei) charged for ``gas`` gas (charged on the gas limit up front)."""
+        """An upper bound of the operator fee (wei) charged for ``gas`` gas (charged on the
+        gas limit up front): the oracle's ``getOperatorFee`` of ``gas`` rounded up to
+        :data:`OPERATOR_FEE_GAS_STEP`, read ahead at each head with the other per-head reads."""
         if not await self.has_oracle():
             return 0
-
+        rounded = operator_fee_gas(gas)
         try:
-            # one key a gas limit, and nearly every job's is its own: not read ahead
             (fee,), _block = await self.node.cached_view(
-                f"opfee:{gas}", GAS_PRICE_ORACLE, _OPERATOR_FEE, gas, read_ahead=False
+                f"opfee:{rounded}", GAS_PRICE_ORACLE, _OPERATOR_FEE, rounded
             )
         except ChainRevert:
             return 0  # an oracle from before Isthmus: no operator fee

@@ -134,7 +134,7 @@ class GasPricer:
             Unavailable: the chain node failed.
         """
         size = fees.unsigned_tx_size(call_data_bytes)
-        if self.costs.fresh(size):  # the L1 fee cached: the operator fee is the one read to wait for
+        if self.costs.fresh(size):  # the L1 fee cached: the operator fee is the one read that may wait
             l1, operator = await self.costs.l1_fee(size), await self.costs.operator_fee(gas_limit)
         else:
             l1, operator = await asyncio.gather(self.costs.l1_fee(size), self.costs.operator_fee(gas_limit))

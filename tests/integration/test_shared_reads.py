@@ -18,6 +18,7 @@ from relayer.chain import codec, multicall
 from relayer.chain.multicall import MULTICALL3
 from relayer.chain.prober import runtime_code
 from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
+from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon, free_port
 from tests.integration.test_relay import challenge, signed_request
 from tests.private import Anvil, daemon_settings, private_chain, serving
@@ -279,12 +280,12 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     tmp_path: Path, admin_database_url: str
 ) -> None:
     """The reads the jobs of one block share (fee schedule, pool reserves, classes, the
-    ETH/USD feed, the L1 fee and the operator fee of each distinct gas limit) go in one
-    Multicall3 ``eth_call`` for all of them; asked again at the same head they cost nothing;
-    a new head reads them again, all in one ``eth_call`` as soon as the head is seen (read
-    ahead, before any is asked), with the same answers as one call each; except the operator
-    fee of each gas limit (nearly every job's is its own): never read ahead, they are read
-    together in one more ``eth_call`` when asked."""
+    ETH/USD feed, the L1 fee and the operator fee of each gas limit rounded up to 16,384 gas)
+    go in one Multicall3 ``eth_call`` for all of them; asked again at the same head they cost
+    nothing; a new head reads them again, all in one ``eth_call`` as soon as the head is seen
+    (read ahead, before any is asked; the operator fees with them: the gas limits of a block's
+    jobs, nearly each its own, share a few rounded ones), with the same answers as one call
+    each."""
     async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         gas = d.runtime.services.relay.simulator.gas
@@ -339,14 +340,43 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     assert json.loads(at_first[0][1])[0]["to"] == MULTICALL3
     assert again == first and at_again == [], at_again
     assert [m for m, _ in after_one] == ["eth_call"], after_one
-    assert [m for m, _ in after_rest] == ["eth_call", "eth_call"], after_rest  # the operator fees
-    assert _OPERATOR_FEE_SELECTOR not in after_one[0][1] and _OPERATOR_FEE_SELECTOR in after_rest[1][1]
+    assert after_rest == after_one, after_rest  # the operator fees came with the rest
+    assert _OPERATOR_FEE_SELECTOR in after_one[0][1] and _OPERATOR_FEE_SELECTOR in at_first[0][1]
     assert rest == first
     fees = first[0]
     figures = (fees.class_fee_bps, fees.class_fee_floor_usdc)
     figures += (fees.listing_fee_bps, fees.listing_fee_floor_usdc)
     assert figures == singly[0]
     assert (first[1].usdc, first[1].kvcm) == singly[1]
+
+
+async def test_the_operator_fee_is_the_oracles_at_the_gas_limit_rounded_up_to_16384_gas(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """The operator fee a plan prices in is the oracle's ``getOperatorFee`` at the gas limit
+    rounded up to a multiple of 16,384 gas: never below the gas limit's own fee, above it by
+    at most the fee of 16,383 gas, and the gas limits within one step share one read."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+        costs = d.runtime.services.relay.simulator.gas.costs
+        node = d.runtime.services.supply.chain.node
+        node.read_ttl_s = node.head_every_s = 3600.0  # per head only, for the count
+        oracle = "0x420000000000000000000000000000000000000F"
+        transact_as_deployer(info, oracle, "GasPriceOracleDev", "setOperatorFee", 3_000_000, 7)
+        fee_of = codec.function("GasPriceOracleDev", "getOperatorFee")
+        exact = {g: (await node.call(oracle, fee_of, g))[0] for g in (300_000, 311_296, 311_297)}
+        await costs.operator_fee(1)  # warm: the one-time lookup of the oracle's code
+        node.observe_head(await node.head() + 1000)  # a new head: nothing cached
+        proxy.calls.clear()
+        shared = await asyncio.gather(costs.operator_fee(300_000), costs.operator_fee(311_296))
+        calls = list(proxy.calls)
+        above = await costs.operator_fee(311_297)
+    assert shared == [exact[311_296], exact[311_296]] and exact[311_296] > exact[300_000] > 7
+    assert exact[311_296] - exact[300_000] == (311_296 - 300_000) * 3  # 3 wei a gas (Isthmus)
+    assert above == 327_680 * 3 + 7 and above > exact[311_297]
+    calls = [(m, p) for m, p in calls if m not in ("eth_blockNumber", "eth_getBlockByNumber")]  # the gauges'
+    assert [m for m, _ in calls] == ["eth_call"], calls
+    assert calls[0][1].count(_OPERATOR_FEE_SELECTOR + f"{311_296:064x}") == 1  # one read for both
+    assert _OPERATOR_FEE_SELECTOR + f"{300_000:064x}" not in calls[0][1]
 
 
 async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_call_at_one_block(
