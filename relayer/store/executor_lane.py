@@ -38,12 +38,15 @@ RETURNING next_nonce
 LEASE_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2 FOR SHARE"
 # The lease epoch of executor $2 on chain $1, as it is now.
 CURRENT_EPOCH: Final = "SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $2"
-# The signing transaction's first statement, one round trip where three statements were (the
-# fence, the rejection of expiring jobs, the claim): reject the simulated jobs whose
-# authorization expires within $4 seconds (error $5), claim up to $2 of the others among the
-# ids $3 (oldest first, skipping those another worker holds), and read the lease epoch of
-# executor $6 FOR SHARE (the fence: the caller rolls everything back when it is not its own).
-# One row at least: the epoch, beside each claimed job's columns (NULL when none is claimed).
+# The signing transaction's first statement, one round trip where four statements were (the
+# fence, the rejection of expiring jobs, the claim, the nonces' allocation): reject the
+# simulated jobs whose authorization expires within $4 seconds (error $5), claim up to $2 of
+# the others among the ids $3 (oldest first, skipping those another worker holds), allocate
+# the lane's next nonces for them, one each (first_nonce: the first; NULL when none is claimed
+# or the lane was never reconciled), and read the lease epoch of executor $6 FOR SHARE (the
+# fence: the caller rolls everything back when it is not its own, the allocation with it).
+# One row at least: the epoch and the first nonce, beside each claimed job's columns (NULL
+# when none is claimed).
 FENCE_REJECT_CLAIM: Final = """
 WITH expiring AS (
     UPDATE relay_jobs SET state = 'rejected', error = $5::jsonb, updated_at = now()
@@ -54,9 +57,13 @@ WITH expiring AS (
     WHERE chain_id = $1 AND state = 'simulated' AND id = ANY($3::bigint[])
       AND id NOT IN (SELECT id FROM expiring)
     ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+), nonces AS (
+    UPDATE executor_nonces SET next_nonce = next_nonce + (SELECT count(*) FROM claimed), updated_at = now()
+    WHERE chain_id = $1 AND executor = $6 AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING next_nonce - (SELECT count(*) FROM claimed) AS first_nonce
 )
 SELECT (SELECT epoch FROM executor_leases WHERE chain_id = $1 AND executor = $6 FOR SHARE) AS lease_epoch,
-       claimed.*
+       (SELECT first_nonce FROM nonces) AS first_nonce, claimed.*
 FROM (SELECT 1) AS fence LEFT JOIN claimed ON true ORDER BY claimed.id
 """
 # How many transactions of executor $2 on chain $1 are in flight: the rows LIVE returns.
@@ -76,12 +83,29 @@ UPDATE executor_nonces SET next_nonce = next_nonce + $3, updated_at = now()
 WHERE chain_id = $1 AND executor = $2
 RETURNING next_nonce - $3
 """
-# Move a claimed job simulated -> signed with its transaction.
-MARK_SIGNED: Final = """
-UPDATE relay_jobs SET state = 'signed', signed_at = now(), updated_at = now(),
-       tx_hash = $2, executor = $3, executor_nonce = $4
-WHERE id = $1 AND state = 'simulated'
+# Journal the signed transactions of a batch (arrays $3..$10, one element a transaction: hash,
+# job, nonce, raw bytes, gas limit, max fee, tip, kind; executor $2 on chain $1), then (the
+# statement's UPDATE) move each job to signed with its transaction: one statement, one round
+# trip whatever the batch's size (two before: one for the journal, one for the jobs).
+_JOURNAL: Final = """
+WITH journal AS (
+    INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
+                                    gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
+    SELECT t.tx_hash, t.job_id, $1, $2, t.nonce, t.raw_tx, t.gas_limit, t.max_fee, t.tip, t.kind
+    FROM unnest($3::bytea[], $4::bigint[], $5::bigint[], $6::bytea[], $7::bigint[], $8::numeric[],
+                $9::numeric[], $10::text[])
+         AS t(tx_hash, job_id, nonce, raw_tx, gas_limit, max_fee, tip, kind)
+)
 """
+# Journal a batch (as _JOURNAL) and move its claimed jobs simulated -> signed.
+MARK_SIGNED: Final = (
+    _JOURNAL
+    + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = t.tx_hash, executor = $2, executor_nonce = t.nonce
+FROM unnest($3::bytea[], $4::bigint[], $5::bigint[]) AS t(tx_hash, job_id, nonce)
+WHERE j.id = t.job_id AND j.state = 'simulated'
+"""
+)
 # Record the broadcast of these transactions ($1) and move their jobs ($2) signed -> submitted:
 # one statement, its own transaction (before, BEGIN, two statements and COMMIT: four round trips).
 MARK_SUBMITTED: Final = """
@@ -181,12 +205,15 @@ LOST: Final = "SELECT j.*" + _LOST_JOBS + "ORDER BY j.id LIMIT $2"
 CLAIM_LOST: Final = (
     "SELECT j.*" + _LOST_JOBS + "AND j.id = ANY($2::bigint[]) ORDER BY j.id FOR UPDATE SKIP LOCKED"
 )
-# A lost job signed again at a new nonce ($4) with its new transaction: signed once more.
-MARK_RESIGNED: Final = """
-UPDATE relay_jobs SET state = 'signed', signed_at = now(), updated_at = now(),
-       tx_hash = $2, executor = $3, executor_nonce = $4
-WHERE id = $1 AND state IN ('signed', 'submitted')
+# Journal a batch (as _JOURNAL) of lost jobs signed again at new nonces: signed once more.
+MARK_RESIGNED: Final = (
+    _JOURNAL
+    + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = t.tx_hash, executor = $2, executor_nonce = t.nonce
+FROM unnest($3::bytea[], $4::bigint[], $5::bigint[]) AS t(tx_hash, job_id, nonce)
+WHERE j.id = t.job_id AND j.state IN ('signed', 'submitted')
 """
+)
 # End lost job $1 (dropped, from one of the states $3) with error $2, unless it already
 # holds the error a no-op standing in for it was to end it with.
 DROP_LOST: Final = """
@@ -429,7 +456,8 @@ class ExecutorLane:
             if rows[0]["lease_epoch"] != epoch:  # rolls the rejections and the claim back
                 raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
             claimed = [row for row in rows if row["id"] is not None]
-            return await self._sign_in_order(conn, executor, claimed, sign, MARK_SIGNED)
+            first = rows[0]["first_nonce"]
+            return await self._sign_in_order(conn, executor, claimed, sign, MARK_SIGNED, first)
 
     async def _sign_in_order(
         self,
@@ -438,23 +466,38 @@ class ExecutorLane:
         rows: Sequence[asyncpg.Record],
         sign: Callable[[Job, int], SignedTx],
         mark: str,
+        first: int | Literal["allocate"] | None = "allocate",
     ) -> list[SignedTx]:
         """Sign each claimed job at the lane's next nonce, journal it and mark it with
-        ``mark`` (signed, or signed again), inside the caller's fenced transaction: the
-        batch's nonces allocated, its transactions journaled and its jobs marked in three
-        statements (one round trip each), whatever its size.
+        ``mark`` (:data:`MARK_SIGNED` or :data:`MARK_RESIGNED`), inside the caller's fenced
+        transaction: the batch's transactions journaled and its jobs marked in one statement
+        (one round trip), whatever its size. ``first``: the first of the nonces the claim
+        allocated already (None: the lane has no nonce row), or ``"allocate"`` them here (one
+        round trip more).
 
         Raises:
             LaneNotReconciled: the executor's nonce lane is missing.
         """
         if not rows:
             return []
-        first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
+        if first == "allocate":
+            first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
         if first is None:
             raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
         signed = [sign(Job.from_row(row), int(first) + i) for i, row in enumerate(rows)]
-        await conn.executemany(INSERT_ANY_TRANSACTION, [self._row(executor, tx) for tx in signed])
-        await conn.executemany(mark, [(tx.job_id, tx.tx_hash, executor, tx.nonce) for tx in signed])
+        await conn.execute(
+            mark,
+            self.chain_id,
+            executor,
+            [tx.tx_hash for tx in signed],
+            [tx.job_id for tx in signed],
+            [tx.nonce for tx in signed],
+            [tx.raw for tx in signed],
+            [tx.gas_limit for tx in signed],
+            [tx.max_fee_per_gas for tx in signed],
+            [tx.max_priority_fee_per_gas for tx in signed],
+            [tx.kind for tx in signed],
+        )
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[MovedJob]:

@@ -609,9 +609,10 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     daemon: Daemon, database_url: str
 ) -> None:
     """Nonces allocated, transactions journaled and jobs marked per batch, not per job: the
-    signing transaction's statements (one round trip each) do not grow with the batch, and
-    the fence, the rejection of expiring jobs and the claim are one of them; the broadcast of
-    the batch is recorded in one more."""
+    signing transaction's statements (one round trip each) do not grow with the batch: the
+    fence, the rejection of expiring jobs, the claim and the nonces' allocation are one, the
+    journal of the transactions and the jobs' move to signed another; the broadcast of the
+    batch is recorded in one more."""
     import time
 
     from relayer.domain.errors import Rejection
@@ -668,7 +669,7 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
             "SELECT state, executor_nonce FROM relay_jobs WHERE chain_id = $1 ORDER BY id", chain_id
         )
         assert [(r["state"], r["executor_nonce"]) for r in states] == [("signed", n) for n in range(40, 48)]
-        assert counts[1] == counts[2] == 6, (counts, statements)  # BEGIN, 4 statements, COMMIT
+        assert counts[1] == counts[2] == 4, (counts, statements)  # BEGIN, 2 statements, COMMIT (6 before)
         await lane.mark_broadcast(batches[0])  # prepares the statement
         statements.clear()  # the broadcast of a batch: one statement, one round trip
         submitted = await lane.mark_broadcast(signed)
