@@ -806,13 +806,6 @@ class RelayJobs:
         """The block numbers of the jobs still ``mined`` on ``chain_id`` (any process's)."""
         return [int(r["block_number"]) for r in await self.db.fetch(MINED_BLOCKS, chain_id)]
 
-    async def mark_indexed(self, chain_id: int, tx_hashes: Sequence[bytes]) -> list[MovedJob]:
-        """Move the confirmed jobs of these transactions to indexed; the jobs moved (with
-        their ``mined_at`` and ``indexed_at`` stamps)."""
-        if not tx_hashes:
-            return []
-        return [MovedJob.from_row(r) for r in await self.db.fetch(MARK_INDEXED, chain_id, list(tx_hashes))]
-
 
 def _job_args(new: NewJob) -> tuple[Any, ...]:
     return (

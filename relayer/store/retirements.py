@@ -11,7 +11,7 @@ from typing import Any, Final
 import asyncpg
 
 from relayer.store.pool import Database
-from relayer.store.relay_jobs import Job
+from relayer.store.relay_jobs import MARK_INDEXED, Job, MovedJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +61,31 @@ INSERT INTO retirements ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
                                              $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25::jsonb)
 ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING
 """
-# Advance (never rewind) the cursor named $2 to block $3 with hash $4.
-ADVANCE_CURSOR: Final = """
-INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) VALUES ($1, $2, $3, $4)
-ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number,
-    block_hash = EXCLUDED.block_hash, updated_at = now()
-WHERE indexer_cursor.block_number <= EXCLUDED.block_number
-"""
+# Each column's type, in the order of _COLUMNS (the arrays SAVE_INDEXED unnests).
+_TYPES: Final = (
+    "int", "bytea", "int", "bigint", "bytea", "int", "bigint", "text", "text", "text", "numeric", "numeric",
+    "numeric", "numeric", "numeric", "smallint", "numeric", "text", "numeric", "numeric", "text", "int",
+    "text", "bytea", "jsonb",
+)  # fmt: skip
+# The index of a range on chain $1, in one statement (one round trip, atomic): the retirements
+# (one array a column, $6 onward; nothing for one already there), the cursor named $3 advanced
+# (never rewound) to block $4 with hash $5, and the confirmed jobs of the transactions $2 moved
+# to indexed (relay_jobs.MARK_INDEXED: the jobs moved). Five round trips before: BEGIN, the
+# retirements, the cursor, COMMIT, then the jobs.
+SAVE_INDEXED: Final = (
+    f"""
+WITH saved AS (
+    INSERT INTO retirements ({_COLUMNS})
+    SELECT * FROM unnest({", ".join(f"${i + 6}::{t}[]" for i, t in enumerate(_TYPES))})
+    ON CONFLICT (chain_id, tx_hash, retirement_index) DO NOTHING
+), cursor AS (
+    INSERT INTO indexer_cursor (chain_id, name, block_number, block_hash) VALUES ($1, $3, $4, $5)
+    ON CONFLICT (chain_id, name) DO UPDATE SET block_number = EXCLUDED.block_number,
+        block_hash = EXCLUDED.block_hash, updated_at = now()
+    WHERE indexer_cursor.block_number <= EXCLUDED.block_number
+)"""
+    + MARK_INDEXED
+)
 # Retirements settled with authorization nonce $2, in whatever transaction.
 BY_AUTHORIZATION: Final = f"""
 SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND bound_nonce = $2
@@ -136,6 +154,12 @@ def retirement_args(r: IndexedRetirement) -> tuple[Any, ...]:
     )
 
 
+def retirement_columns(retirements: Sequence[IndexedRetirement]) -> list[list[Any]]:
+    """The column arrays of :data:`SAVE_INDEXED` for ``retirements`` (one array a column)."""
+    rows = [retirement_args(r) for r in retirements]
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in _TYPES]
+
+
 def _from_row(row: asyncpg.Record) -> IndexedRetirement:
     return _from_values(dict(row))
 
@@ -181,15 +205,26 @@ class RetirementStore:
         block_number: int,
         block_hash: bytes | None,
         retirements: Sequence[IndexedRetirement],
-    ) -> None:
-        """Insert retirements (idempotent) and advance the cursor in one transaction."""
-        async with self.db.transaction() as conn:
-            if retirements:
-                await conn.executemany(
-                    INSERT_RETIREMENT,
-                    [retirement_args(r) for r in retirements],
-                )
-            await conn.execute(ADVANCE_CURSOR, chain_id, name, block_number, block_hash)
+        settled: Sequence[bytes] = (),
+    ) -> list[MovedJob]:
+        """Insert ``retirements`` (idempotent), advance the cursor ``name`` and move the
+        confirmed jobs of the transactions ``settled`` to indexed, in one statement
+        (:data:`SAVE_INDEXED`); returns the jobs moved (with their ``mined_at`` and
+        ``indexed_at`` stamps).
+
+        Raises:
+            StoreUnavailable: the database failed (nothing was saved).
+        """
+        rows = await self.db.fetch(
+            SAVE_INDEXED,
+            chain_id,
+            list(settled),
+            name,
+            block_number,
+            block_hash,
+            *retirement_columns(retirements),
+        )
+        return [MovedJob.from_row(r) for r in rows]
 
     async def by_bound_nonce(self, chain_id: int, nonce: bytes) -> list[IndexedRetirement]:
         """Retirements settled with this authorization nonce, in whatever transaction."""

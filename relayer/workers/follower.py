@@ -43,7 +43,7 @@ from relayer.logs import job_fields
 from relayer.metrics import Metrics
 from relayer.store import reorg
 from relayer.store.executor_lane import ExecutorLane, PendingTx
-from relayer.store.relay_jobs import RelayJobs
+from relayer.store.relay_jobs import MovedJob, RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
@@ -356,8 +356,10 @@ class ChainFollower:
     async def _index(self, from_block: int, to_block: int) -> None:
         """Index the ``RetirementSettled`` logs of blocks ``from_block`` through ``to_block``
         (one ``eth_getLogs``, shared with the catalogue indexer's read of the same range at
-        the same hash of ``to_block``; their blocks' timestamps from the logs, or read) and
-        move the cursor to ``to_block``; nothing when the chain moved since the head was read."""
+        the same hash of ``to_block``; their blocks' timestamps from the logs, or read), move
+        the cursor to ``to_block`` and the confirmed jobs of their transactions to indexed (one
+        statement: :data:`~relayer.store.retirements.SAVE_INDEXED`); nothing when the chain
+        moved since the head was read."""
         to_hash = self.watch.memory.get(to_block) or await self.chain.block_hash(to_block)
         logs = await self.chain.settled_logs(from_block, to_block, to_hash)
         stamps = await self.chain.stamps_of(logs) if logs else {}
@@ -366,12 +368,15 @@ class ChainFollower:
             return  # the chain moved since the head was read: the next step sees the reorg
         if self.watch.memory.agrees(to_block, to_hash) is False:
             return  # the chain moved since the head was read: the next step sees the reorg
+        moved: list[MovedJob] = []
         if rows or time.monotonic() - self._cursor_written >= CURSOR_EVERY_S:
-            await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows)
+            # the retirements, the cursor and the move of their jobs to indexed: one statement
+            settled = sorted({r.tx_hash for r in rows})
+            moved = await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows, settled)
             self._cursor_written = time.monotonic()
         self._indexed = to_block
         self.metrics.indexed_block.set(to_block)
-        for job in await self.jobs.mark_indexed(self.chain_id, sorted({r.tx_hash for r in rows})):
+        for job in moved:
             self.metrics.job_transitions.labels("indexed").inc()
             self.metrics.observe_stage(
                 "mined_to_indexed", job.timestamps["mined_at"], job.timestamps["indexed_at"]

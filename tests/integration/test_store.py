@@ -500,3 +500,47 @@ async def test_the_database_s_supply_rule_is_the_fill_rule_s_mirror(database_url
     assert len(rows) == len(cases)
     wrong = [(rule, r) for (rule, r), row in zip(cases, rows, strict=True) if row["ok"] is not rule.admits(r)]
     assert not wrong, wrong[:5]
+
+
+async def test_a_ranges_retirements_its_cursor_and_its_jobs_move_to_indexed_are_one_statement(
+    daemon: Daemon, database_url: str
+) -> None:
+    """The follower's index of a range (issue 20: mined -> indexed under load) is one round
+    trip: the retirements inserted (idempotent), the cursor advanced and the confirmed jobs of
+    their transactions moved to indexed, in one statement, atomic as one. Five round trips
+    before (BEGIN, the retirements, the cursor, COMMIT, then the jobs)."""
+    from relayer.store.pool import Database
+    from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+    chain_id, tx_hash = 97, b"\x97" * 32  # a chain no worker serves
+    job, _ = await daemon.runtime.jobs.reserve(dataclasses.replace(_job(b"\x97" * 32), chain_id=chain_id))
+    confirmed = "UPDATE relay_jobs SET state = 'confirmed', tx_hash = $2, mined_at = now() WHERE id = $1"
+    await daemon.runtime.db.execute(confirmed, job.id, tx_hash)
+    retirement = IndexedRetirement(
+        chain_id=chain_id, tx_hash=tx_hash, retirement_index=0, block_number=12, block_hash=b"\x12" * 32,
+        log_index=3, block_timestamp=1_700_000_000, payer="0xpayer", beneficiary="nul\ufffdname",
+        input_token="0xusdc", value=10**30, fee=7, retirement_cost=2**200, refunded=0, gas_allowance=5,
+        source=1, source_id=9, credit_token="0xcredit", token_id=2**255, amount_units=1000,
+        project_id="VCS-1", vintage=2020, registry="VCS", bound_nonce=b"\x01" * 32,
+        details={"retirementMessage": "ok \u00e9"},
+    )  # fmt: skip
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        store = RetirementStore(db)
+        assert await store.save(chain_id, "test-cursor", 11, b"\x11" * 32, [], []) == []  # prepares it
+        statements.clear()
+        moved = await store.save(chain_id, "test-cursor", 12, b"\x12" * 32, [retirement], [tx_hash])
+        assert len(statements) == 1, statements
+        assert [(j.id, j.state) for j in moved] == [(job.id, JobState.INDEXED)]
+        assert await store.by_transaction(chain_id, tx_hash) == [retirement]
+        again = await store.save(chain_id, "test-cursor", 10, b"\x10" * 32, [retirement], [tx_hash])
+        assert again == []  # idempotent, and the cursor never rewinds
+        cursor = "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1 AND name = $2"
+        assert tuple(await db.fetchrow(cursor, chain_id, "test-cursor")) == (12, b"\x12" * 32)
+        assert await store.save(chain_id, "test-cursor", 13, b"\x13" * 32, [], []) == []  # the cursor alone
+        assert tuple(await db.fetchrow(cursor, chain_id, "test-cursor")) == (13, b"\x13" * 32)
+    finally:
+        await db.close()
