@@ -84,6 +84,49 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+async def postgres_server_pid(dsn: str) -> int | None:
+    """The process id of the Postgres server behind ``dsn`` when it runs on this machine (the
+    parent of its checkpointer, read from ``/proc``), else None (a remote server, or a role
+    that may not see the server's processes)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        pid = await conn.fetchval("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'")
+    finally:
+        await conn.close()
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) if pid else None
+    except OSError:
+        return None
+
+
+def server_cpu(server_pid: int | None) -> dict[int, float]:
+    """User + system CPU seconds of each process the Postgres server ``server_pid`` started
+    (its backends and helpers), by process id; empty for None. The CPU of a span is
+    :func:`server_cpu_between` two of these."""
+    if server_pid is None:
+        return {}
+    tick, found = os.sysconf("SC_CLK_TCK"), {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[1] == str(server_pid):
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def server_cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the server's processes spent between two :func:`server_cpu` snapshots: a
+    process started meanwhile counts whole; one that ended meanwhile is missed (the daemon's
+    pooled connections live through a run)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 def machine_cpu_seconds() -> float:
     """CPU seconds every process of the machine spent so far (``/proc/stat``, not idle)."""
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]

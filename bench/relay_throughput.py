@@ -37,6 +37,9 @@ over the daemon's load less its rate without the relay, a retirement); and, from
 stamps in Postgres, acceptedToSubmittedP50Seconds and confirmationSeconds (median mined ->
 confirmed: the follower's receipt to the daemon's confirmation policy deeming it final; the
 daemon runs at ``--confirmations`` 1 unless told, 0 leaving it its policy for the chain).
+postgresCpuMsPerRetirement is the CPU the Postgres server's processes spent over the daemon's
+load, a retirement (null when the server does not run on this machine): the machine's two
+cores serve it too.
 
     .venv/bin/python bench/relay_throughput.py --retirements 1000 --concurrency 500
     .venv/bin/python bench/relay_throughput.py --retirements 300 --concurrency 50 \
@@ -77,6 +80,9 @@ from bench.common import (  # noqa: E402
     cpu_seconds,
     free_port,
     fund,
+    postgres_server_pid,
+    server_cpu,
+    server_cpu_between,
     start_daemon,
     stop_processes,
     wait_ready,
@@ -521,10 +527,13 @@ async def main(args: argparse.Namespace) -> None:
         await wait_ready(f"{base_url}/readyz", procs, log)
         await asyncio.sleep(1)
         counts.clear()
+        server = await postgres_server_pid(dsn)
         cpu_before = [cpu_seconds(p.pid) for p in procs]
+        server_before = server_cpu(server)
         anvil_before, client_before = cpu_seconds(anvil.pid), time.process_time()
         result = await load(base_url, daemon_bodies, args.concurrency)
         cpu = sum(cpu_seconds(p.pid) - b for p, b in zip(procs, cpu_before, strict=True))
+        postgres_ms = 1000 * server_cpu_between(server_before, server_cpu(server)) / n if server else None
         anvil_cpu, client_cpu = cpu_seconds(anvil.pid) - anvil_before, time.process_time() - client_before
         nonce_errors = counts.pop(NONCE_REFUSALS, 0)
         round_trips = counts.pop(ROUND_TRIPS, 0)
@@ -555,10 +564,11 @@ async def main(args: argparse.Namespace) -> None:
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])),
             flush=True,
         )
+        postgres = "not measured (not on this machine)" if postgres_ms is None else f"{postgres_ms:.1f} ms"
         print(
             f"CPU a retirement: daemon {1000 * cpu / n:.1f} ms, anvil {1000 * anvil_cpu / n:.1f} ms, "
-            f"this client {1000 * client_cpu / n:.1f} ms "
-            f"(the machine has {os.cpu_count()} cores for all of them and Postgres)",
+            f"Postgres {postgres}, this client {1000 * client_cpu / n:.1f} ms "
+            f"(the machine has {os.cpu_count()} cores for all of them)",
             flush=True,
         )
         if stages:
@@ -598,6 +608,7 @@ async def main(args: argparse.Namespace) -> None:
                     "nonceErrors": nonce_errors,
                     "rpcCallsPerRetirement": round(round_trips / n, 2),
                     "daemonCpuMsPerRetirement": round(1000 * cpu / n, 1),
+                    "postgresCpuMsPerRetirement": None if postgres_ms is None else round(postgres_ms, 1),
                     "rpcMethodCallsPerRetirement": round(rpc_calls / n, 2),
                     "steadySettledPerSecond": round(result["steadyPerSecond"], 2),
                     "blockTimeSeconds": args.block_time,

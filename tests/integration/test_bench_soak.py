@@ -2,7 +2,8 @@
 0.2`` on a real anvil at 200 ms blocks with background traffic, the daemon in a process of its
 own on a scratch database, and its last line is one JSON object with the fields the issue names,
 every retirement settled. The targets themselves (lag, RSS growth) are the benchmark's to
-report, not this test's to assert: it checks that they are measured."""
+report, not this test's to assert: it checks that they are measured. And the Postgres server's
+CPU, which the throughput benchmark reports beside the daemon's, is measured from its processes."""
 
 from __future__ import annotations
 
@@ -62,3 +63,25 @@ def test_the_daemons_warnings_are_counted_by_their_level(tmp_path: Path) -> None
     ]
     log.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
     assert soak.log_kinds(log) == {"WARNING dropped": 2, "not JSON": 1}
+
+
+async def test_the_postgres_servers_cpu_is_measured_from_its_processes(database_url: str) -> None:
+    """``bench/relay_throughput.py`` reports the Postgres server's CPU beside the daemon's and
+    anvil's (postgresCpuMsPerRetirement): the server behind the DSN is found (its
+    checkpointer's parent) and a query's CPU shows in the sum over its processes."""
+    import asyncpg
+
+    from bench.common import postgres_server_pid, server_cpu, server_cpu_between
+
+    server = await postgres_server_pid(database_url)
+    assert server is not None
+    assert Path(f"/proc/{server}/comm").read_text().strip() in ("postgres", "postmaster")
+    conn = await asyncpg.connect(database_url)
+    try:
+        before = server_cpu(server)
+        await conn.fetchval("SELECT count(*) FROM generate_series(1, 3000000)")  # about 0.2 s of CPU
+        spent = server_cpu_between(before, server_cpu(server))
+    finally:
+        await conn.close()
+    assert spent >= 0.05, spent
+    assert server_cpu(None) == {}
