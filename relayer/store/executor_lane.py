@@ -161,21 +161,11 @@ UPDATE relay_jobs SET error = $2::jsonb, updated_at = now()
 WHERE id = $1 AND state IN ('signed', 'submitted')
 RETURNING id
 """
-# A block's transactions of ours mined (arrays $7..$11, one element a transaction: hash, block,
-# gas used, what it cost the executor in wei, whether it succeeded), then (the statement's
-# UPDATE: relay_jobs.MOVE_MINED, $1..$6) their jobs moved: one statement, one round trip where
-# a transaction of four was (BEGIN, the transactions, the jobs, COMMIT).
-MARK_MINED: Final = (
-    """
-WITH marked AS (
-    UPDATE relay_transactions t SET mined_block = m.block, gas_used = m.gas_used, paid_wei = m.paid,
-           succeeded = m.ok
-    FROM unnest($7::bytea[], $8::bigint[], $9::bigint[], $10::numeric[], $11::boolean[])
-         AS m(tx_hash, block, gas_used, paid, ok)
-    WHERE t.tx_hash = m.tx_hash
-)"""
-    + MOVE_MINED
-)
+# Transaction $1 was mined in block $2.
+MARK_MINED: Final = """
+UPDATE relay_transactions SET mined_block = $2, gas_used = $3, paid_wei = $4, succeeded = $5
+WHERE tx_hash = $1
+"""
 # -- nonces the chain passed (see relayer.workers.nonces) --------------------------------
 
 # Per executor of chain $1, the lowest nonce holding a transaction neither mined nor passed.
@@ -558,18 +548,15 @@ class ExecutorLane:
         moved: dict[JobState, list[MovedJob]] = {}
         if not mined:
             return moved
-        targets = [(target, jobs) for target, jobs in moves.items() if jobs] or [(JobState.MINED, [])]
-        marks = [list(column) for column in zip(*mined, strict=True)]
-        # the transactions marked and the first target's jobs moved: one statement, atomic on
-        # its own; a transaction only when more moves than that come with it
-        together = self.db.transaction() if len(targets) > 1 or dropped else self.db.connection()
-        async with together as conn:
-            for i, (target, jobs) in enumerate(targets):
-                columns = [list(c) for c in zip(*jobs, strict=True)] if jobs else [[], [], [], []]
-                args = (target.value, [s.value for s in sources_of(target)], *columns)
-                rows = await conn.fetch(MOVE_MINED if i else MARK_MINED, *args, *([] if i else marks))
-                if jobs:
-                    moved[target] = [MovedJob.from_row(r) for r in rows]
+        async with self.db.transaction() as conn:
+            await conn.executemany(MARK_MINED, mined)
+            for target, jobs in moves.items():
+                if not jobs:
+                    continue
+                ids, blocks, hashes, txs = (list(column) for column in zip(*jobs, strict=True))
+                sources = [s.value for s in sources_of(target)]
+                rows = await conn.fetch(MOVE_MINED, target.value, sources, ids, blocks, hashes, txs)
+                moved[target] = [MovedJob.from_row(r) for r in rows]
             if dropped:
                 sources = [s.value for s in sources_of(JobState.DROPPED)]
                 rows = await conn.fetch(MOVE_DROPPED, list(dropped), sources)

@@ -612,8 +612,7 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     signing transaction's statements (one round trip each) do not grow with the batch: the
     fence, the rejection of expiring jobs, the claim and the nonces' allocation are one, the
     journal of the transactions and the jobs' move to signed another; the broadcast of the
-    batch is recorded in one more, and its block's record of them mined (the transactions
-    marked, the jobs moved to mined) in one more, its own transaction."""
+    batch is recorded in one more."""
     import time
 
     from relayer.domain.errors import Rejection
@@ -683,22 +682,5 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
             "SELECT job_id FROM relay_transactions WHERE chain_id = $1 AND broadcast_at IS NOT NULL", chain_id
         )
         assert sorted(r["job_id"] for r in sent) == [batches[0][0].job_id, *ids]
-
-        def block_of(txs: list[SignedTx], number: int) -> tuple[list[Any], dict[JobState, list[Any]]]:
-            mined = [(tx.tx_hash, number, 21_000 + tx.nonce, 10**15 + tx.nonce, True) for tx in txs]
-            moves = [(tx.job_id, number, bytes([number]) * 32, tx.tx_hash) for tx in txs]
-            return mined, {JobState.MINED: moves}
-
-        await lane.record_mined(*block_of(batches[0], 7))  # prepares the statement
-        statements.clear()
-        moved = await lane.record_mined(*block_of(signed, 8))
-        assert len(statements) == 1, statements  # four round trips before: BEGIN, two, COMMIT
-        assert sorted(j.id for j in moved[JobState.MINED]) == ids
-        marked = await db.fetch(
-            "SELECT nonce, mined_block, gas_used, paid_wei, succeeded FROM relay_transactions"
-            " WHERE chain_id = $1 AND mined_block = 8 ORDER BY nonce",
-            chain_id,
-        )
-        assert [tuple(r) for r in marked] == [(n, 8, 21_000 + n, 10**15 + n, True) for n in range(42, 48)]
     finally:
         await db.close()
