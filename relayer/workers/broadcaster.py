@@ -171,8 +171,7 @@ class Broadcaster:
         were signed.
 
         Raises:
-            LeaseLost: the lease's session is gone, or another process took the key (nothing
-                more is signed or sent).
+            LeaseLost: another process took the key (nothing more is signed or sent).
             Incident: the node answers another chain, or a deep reorg halted the follower
                 (nothing is signed or sent).
         """
@@ -181,27 +180,10 @@ class Broadcaster:
             await self.guard.check("broadcaster", lanes=True)
         signed: list[SignedTx] = []
         failed: Unavailable | None = None
-        # the lease's checks (its session lives, it is still at this epoch), the lane's share
-        # and the oldest simulated jobs, read together: one round trip of latency a step where
-        # three were, one after the other (the signing transaction is fenced all the same)
-        alive, holds, claim = await asyncio.gather(
-            self.lease.alive(),
-            self.lane.holds(self.signer.address, epoch),
-            asyncio.gather(self._claim_limit(), self.lane.next_simulated(BATCH)),
-            return_exceptions=True,
-        )
-        if isinstance(alive, BaseException):
-            raise alive
-        if not alive:
-            raise LeaseLost(message="the executor lease's session is gone")
-        if isinstance(holds, BaseException):
-            raise holds
-        if not holds:
-            raise LeaseLost(message="the executor lease moved on")
         try:
-            if isinstance(claim, BaseException):
-                raise claim
-            limit, oldest = claim  # the share is at most BATCH
+            # the lane's share and the oldest simulated jobs, read together (the share is
+            # at most BATCH): one round trip of latency less a step
+            limit, oldest = await asyncio.gather(self._claim_limit(), self.lane.next_simulated(BATCH))
             batch = oldest[:limit]
             good = await self.simulator.recheck(batch, self.signer.address) if batch else []
             signed = await self.lane.sign_simulated(
@@ -223,6 +205,8 @@ class Broadcaster:
         self._send_next(signed)
         if self._sending is not None and self._sending.done():
             await self.sent()  # the sends before are done: a failure surfaces here
+        if not await self.lane.holds(self.signer.address, epoch):
+            raise LeaseLost(message="the executor lease moved on")
         if self.keeper.upkeep_due():
             await self.sent()  # the lane's upkeep judges transactions the node has been sent
             await self.keeper.upkeep(epoch)
@@ -363,6 +347,8 @@ class Broadcaster:
         while not stop.is_set():
             self._new_work.clear()
             try:
+                if not await self.lease.alive():
+                    raise LeaseLost(message="the executor lease's session is gone")
                 signed = await self.step()
                 outage.recovered()
                 if signed:

@@ -276,57 +276,6 @@ async def test_the_re_checks_database_reads_and_its_executions_go_out_together(
     assert executing.is_set()
 
 
-async def test_a_broadcaster_steps_lease_checks_and_its_look_for_simulated_jobs_go_out_together(
-    tmp_path: Path, admin_database_url: str
-) -> None:
-    """A broadcaster step checks that its lease's session lives and that the lease is still at
-    its epoch while it looks for simulated jobs: one round of database round trips before the
-    re-check, not three one after the other (issue 20: under load each waits its turn on the
-    event loop, and a job simulated meanwhile waits for all of them). Here each of the three
-    waits (up to 1 s) until the other two have begun: one after the other, they wait in vain."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
-        payer = info["payers"][0]
-        body = signed_request(
-            await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]
-        )
-        rt = d.runtime
-        assert rt.lease is not None
-        names = {"alive", "holds", "next_simulated"}
-        begun: set[str] = set()
-        passed: list[str] = []
-        alone: list[str] = []
-        together = [asyncio.Event()]
-
-        def waiting_for_the_others(name: str, real: Callable[..., Awaitable[Any]]) -> Any:
-            async def wrapped(*args: Any) -> Any:
-                everyone = together[-1]
-                begun.add(name)
-                if begun >= names:
-                    everyone.set()
-                try:
-                    await asyncio.wait_for(everyone.wait(), 1)
-                except TimeoutError:
-                    alone.append(name)
-                passed.append(name)
-                if len(passed) % 3 == 0:  # the round is over: the next one begins afresh
-                    begun.clear()
-                    together.append(asyncio.Event())
-                return await real(*args)
-
-            return wrapped
-
-        real = rt.lease.alive, rt.lane.holds, rt.lane.next_simulated
-        rt.lease.alive = waiting_for_the_others("alive", real[0])  # type: ignore[method-assign]
-        rt.lane.holds = waiting_for_the_others("holds", real[1])  # type: ignore[method-assign]
-        rt.lane.next_simulated = waiting_for_the_others("next_simulated", real[2])  # type: ignore[method-assign]
-        try:
-            status, answer = await d.post(body)
-        finally:
-            rt.lease.alive, rt.lane.holds, rt.lane.next_simulated = real  # type: ignore[method-assign]
-    assert (status, answer.get("status")) == (200, "settled"), answer
-    assert len(together) > 1 and alone == [], (len(together), alone)
-
-
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
     tmp_path: Path, admin_database_url: str
 ) -> None:
