@@ -161,7 +161,9 @@ UPDATE relay_jobs SET error = $2::jsonb, updated_at = now()
 WHERE id = $1 AND state IN ('signed', 'submitted')
 RETURNING id
 """
-# Transaction $1 was mined in block $2.
+# Transaction $1 was mined in block $2. Recorded before its job moves, by a statement of its own
+# in the same transaction: the trigger that settles an API key's gas day (migration 0015) reads
+# the transactions' paid_wei as the job moves, and a move in the same statement would not see it.
 MARK_MINED: Final = """
 UPDATE relay_transactions SET mined_block = $2, gas_used = $3, paid_wei = $4, succeeded = $5
 WHERE tx_hash = $1
