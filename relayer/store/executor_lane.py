@@ -83,26 +83,24 @@ UPDATE executor_nonces SET next_nonce = next_nonce + $3, updated_at = now()
 WHERE chain_id = $1 AND executor = $2
 RETURNING next_nonce - $3
 """
-# Journal the signed transactions of a batch (arrays $3..$10, one element a transaction: hash,
-# job, nonce, raw bytes, gas limit, max fee, tip, kind; executor $2 on chain $1), then (the
-# statement's UPDATE) move each job to signed with its transaction: one statement, one round
-# trip whatever the batch's size (two before: one for the journal, one for the jobs).
+# Journal the signed transactions of a batch (arrays $1..$10, one element a transaction, in
+# INSERT_ANY_TRANSACTION's order: ExecutorLane._row), then (the statement's UPDATE) move each
+# job to signed with its transaction: one statement, one round trip whatever the batch's size
+# (two before: one for the journal, one for the jobs).
 _JOURNAL: Final = """
 WITH journal AS (
     INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
                                     gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
-    SELECT t.tx_hash, t.job_id, $1, $2, t.nonce, t.raw_tx, t.gas_limit, t.max_fee, t.tip, t.kind
-    FROM unnest($3::bytea[], $4::bigint[], $5::bigint[], $6::bytea[], $7::bigint[], $8::numeric[],
-                $9::numeric[], $10::text[])
-         AS t(tx_hash, job_id, nonce, raw_tx, gas_limit, max_fee, tip, kind)
+    SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], $6::bytea[],
+                         $7::bigint[], $8::numeric[], $9::numeric[], $10::text[])
 )
 """
 # Journal a batch (as _JOURNAL) and move its claimed jobs simulated -> signed.
 MARK_SIGNED: Final = (
     _JOURNAL
     + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
-       tx_hash = t.tx_hash, executor = $2, executor_nonce = t.nonce
-FROM unnest($3::bytea[], $4::bigint[], $5::bigint[]) AS t(tx_hash, job_id, nonce)
+       tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
+FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
 WHERE j.id = t.job_id AND j.state = 'simulated'
 """
 )
@@ -211,8 +209,8 @@ CLAIM_LOST: Final = (
 MARK_RESIGNED: Final = (
     _JOURNAL
     + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
-       tx_hash = t.tx_hash, executor = $2, executor_nonce = t.nonce
-FROM unnest($3::bytea[], $4::bigint[], $5::bigint[]) AS t(tx_hash, job_id, nonce)
+       tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
+FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
 WHERE j.id = t.job_id AND j.state IN ('signed', 'submitted')
 """
 )
@@ -468,38 +466,24 @@ class ExecutorLane:
         rows: Sequence[asyncpg.Record],
         sign: Callable[[Job, int], SignedTx],
         mark: str,
-        first: int | Literal["allocate"] | None = "allocate",
+        first: int | None,
     ) -> list[SignedTx]:
         """Sign each claimed job at the lane's next nonce, journal it and mark it with
         ``mark`` (:data:`MARK_SIGNED` or :data:`MARK_RESIGNED`), inside the caller's fenced
         transaction: the batch's transactions journaled and its jobs marked in one statement
-        (one round trip), whatever its size. ``first``: the first of the nonces the claim
-        allocated already (None: the lane has no nonce row), or ``"allocate"`` them here (one
-        round trip more).
+        (one round trip), whatever its size. ``first``: the first of the nonces allocated to
+        the batch (None: the lane has no nonce row).
 
         Raises:
             LaneNotReconciled: the executor's nonce lane is missing.
         """
         if not rows:
             return []
-        if first == "allocate":
-            first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
         if first is None:
             raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
         signed = [sign(Job.from_row(row), int(first) + i) for i, row in enumerate(rows)]
-        await conn.execute(
-            mark,
-            self.chain_id,
-            executor,
-            [tx.tx_hash for tx in signed],
-            [tx.job_id for tx in signed],
-            [tx.nonce for tx in signed],
-            [tx.raw for tx in signed],
-            [tx.gas_limit for tx in signed],
-            [tx.max_fee_per_gas for tx in signed],
-            [tx.max_priority_fee_per_gas for tx in signed],
-            [tx.kind for tx in signed],
-        )
+        columns = zip(*(self._row(executor, tx) for tx in signed), strict=True)  # an array a column
+        await conn.execute(mark, *(list(column) for column in columns))
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[MovedJob]:
@@ -693,7 +677,10 @@ class ExecutorLane:
         async with self.db.transaction() as conn:
             await self._fence(conn, executor, epoch)
             rows = await conn.fetch(CLAIM_LOST, self.chain_id, list(job_ids))
-            return await self._sign_in_order(conn, executor, rows, sign, MARK_RESIGNED)
+            if not rows:
+                return signed
+            first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
+            return await self._sign_in_order(conn, executor, rows, sign, MARK_RESIGNED, first)
 
     async def drop_lost(self, job_id: int, error: RelayerError) -> Job | None:
         """End a lost job (dropped) with ``error``, or with the error it already holds (a
@@ -710,7 +697,8 @@ class ExecutorLane:
         await conn.execute(INSERT_ANY_TRANSACTION, *self._row(executor, tx))
 
     def _row(self, executor: str, tx: SignedTx) -> tuple[object, ...]:
-        """The arguments of :data:`INSERT_ANY_TRANSACTION` for ``tx``."""
+        """The arguments of :data:`INSERT_ANY_TRANSACTION` for ``tx`` (a batch's, transposed:
+        :data:`MARK_SIGNED`'s and :data:`MARK_RESIGNED`'s arrays)."""
         return (
             tx.tx_hash,
             tx.job_id,
