@@ -53,10 +53,22 @@ async def test_a_key_below_the_floor_is_drained_and_the_other_carries_on(
             while len(await _leased(d)) < 2:  # the second key is taken after the spread
                 assert time.monotonic() < deadline, "both leases not taken"
                 await asyncio.sleep(0.1)
-            anvil.automine(False)  # a block a second: in flight long enough to spread the work
-            anvil.rpc("evm_setIntervalMining", 1)
+            # Nothing is mined until every job is signed: in flight, the work spreads by the
+            # lanes' rule (one lane stays within half a batch of the other), whatever the order
+            # the lanes step in. With blocks coming meanwhile (a block a second, as before), a
+            # lane whose transactions were mined could take each trickle of jobs alone: on the
+            # loaded CI machine one lane took all 20.
+            anvil.automine(False)
             before = [await _signed(d, i % 3) for i in range(20)]
-            answers = await asyncio.gather(*(d.post(b) for b in before))
+            posts = [asyncio.ensure_future(d.post(b)) for b in before]
+            salts = [bytes.fromhex(b["salt"][2:]) for b in before]
+            deadline = time.monotonic() + 60
+            signed = "SELECT count(*) FROM relay_jobs WHERE salt = ANY($1::bytea[]) AND executor IS NOT NULL"
+            while await d.runtime.db.fetchval(signed, salts) < len(before):
+                assert time.monotonic() < deadline, "not every job was signed"
+                await asyncio.sleep(0.1)
+            anvil.rpc("evm_setIntervalMining", 1)  # a block a second from now on
+            answers = await asyncio.gather(*posts)
             assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
             spread = await _executors_of(d, before)
             assert set(spread) == {first, second}, spread  # both lanes took work
