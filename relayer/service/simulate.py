@@ -566,15 +566,15 @@ class Simulator:
                 await self.simulate(claimed)
 
     async def sweep(self, stop: asyncio.Event | None = None) -> int:
-        """Take over and simulate the jobs left in ``accepted`` by processes that died;
-        returns how many. A refusal is stored with its job (the identical request answers it).
-        Once ``stop`` is set the jobs taken and not yet simulated are handed back (orphans
-        again at once, for the next process).
+        """Take over and simulate the jobs of this chain left in ``accepted`` by processes
+        that died; returns how many. A refusal is stored with its job (the identical request
+        answers it). Once ``stop`` is set the jobs taken and not yet simulated are handed back
+        (orphans again at once, for the next process).
 
         Raises:
             Unavailable: the database failed before anything was taken.
         """
-        orphans = await self.jobs.claim_orphans(ORPHAN_AFTER_S, ORPHAN_BATCH)
+        orphans = await self.jobs.claim_orphans(self.chain_id, ORPHAN_AFTER_S, ORPHAN_BATCH)
         for position, job in enumerate(orphans):
             if stop is not None and stop.is_set():
                 rest = [j.id for j in orphans[position:]]

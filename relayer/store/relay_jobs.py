@@ -240,11 +240,14 @@ UPDATE relay_jobs SET accepted_at = now(), attempts = attempts + 1, updated_at =
 WHERE id = $1 AND state = 'accepted' AND accepted_at < now() - make_interval(secs => $2)
 RETURNING *
 """
-# Take over up to $2 jobs left in accepted for longer than $1 seconds, skipping locked ones.
+# Take over up to $2 jobs of chain $3 left in accepted for longer than $1 seconds, skipping
+# locked ones (a process simulates only its own chain's jobs: another chain's settlement and
+# call data mean nothing to its node).
 CLAIM_ORPHANS: Final = """
 UPDATE relay_jobs SET accepted_at = now(), attempts = attempts + 1, updated_at = now()
 WHERE id IN (SELECT id FROM relay_jobs
-             WHERE state = 'accepted' AND accepted_at < now() - make_interval(secs => $1)
+             WHERE state = 'accepted' AND chain_id = $3
+               AND accepted_at < now() - make_interval(secs => $1)
              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING *
 """
@@ -746,9 +749,11 @@ class RelayJobs:
         row = await self.db.fetchrow(CLAIM_ORPHAN, job_id, older_than_s)
         return None if row is None else Job.from_row(row)
 
-    async def claim_orphans(self, older_than_s: float, limit: int) -> list[Job]:
-        """Take over up to ``limit`` jobs that have sat in ``accepted`` for ``older_than_s``."""
-        return [Job.from_row(r) for r in await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit)]
+    async def claim_orphans(self, chain_id: int, older_than_s: float, limit: int) -> list[Job]:
+        """Take over up to ``limit`` jobs of ``chain_id`` that have sat in ``accepted`` for
+        ``older_than_s`` seconds (oldest first)."""
+        rows = await self.db.fetch(CLAIM_ORPHANS, older_than_s, limit, chain_id)
+        return [Job.from_row(r) for r in rows]
 
     async def hand_back_orphans(self, job_ids: Sequence[int], orphan_after_s: float) -> None:
         """Give back orphans this process took over but did not simulate (it is stopping):

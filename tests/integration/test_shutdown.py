@@ -277,9 +277,9 @@ async def _epoch_is(db: Database, epoch: int) -> bool:
     return await _epoch(db) == epoch
 
 
-def _orphan(salt: bytes) -> NewJob:
+def _orphan(salt: bytes, chain_id: int = 98) -> NewJob:
     return NewJob(
-        chain_id=98,
+        chain_id=chain_id,
         bound_nonce=b"orphan" + salt,
         permit_key=None,
         salt=salt,
@@ -316,7 +316,7 @@ async def test_on_stop_taken_orphans_are_handed_back_and_waiting_relays_answer_a
         simulator = Simulator(none, none, jobs, "0xexecutor", "0xusdc", lambda: None, none, 98)
         assert await simulator.sweep(stop) == 0  # took all three, simulated none
         assert await jobs.claim_orphan(ids[0], ORPHAN_AFTER_S) is not None  # an orphan at once
-        again = await jobs.claim_orphans(ORPHAN_AFTER_S, 10)
+        again = await jobs.claim_orphans(98, ORPHAN_AFTER_S, 10)
         assert sorted(j.id for j in again) == ids[1:]
 
         @contextlib.contextmanager
@@ -331,5 +331,31 @@ async def test_on_stop_taken_orphans_are_handed_back_and_waiting_relays_answer_a
         answer = await asyncio.wait_for(waiting, 2)
         assert answer.status == "accepted" and answer.body["jobId"] == ids[0]
         assert (await asyncio.wait_for(outcomes.wait(ids[1]), 2)).status == "accepted"  # later ones too
+    finally:
+        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+
+
+async def test_a_sweeper_takes_over_only_its_own_chains_orphans(admin_database_url: str, db_of: Any) -> None:
+    """Processes serving different chains share one database: a sweeper takes over the jobs
+    left in accepted on its chain only. (A clean-clone run once failed when the session
+    daemon's sweeper took a store test's job of chain 98, settlement "0xsettlement", into a
+    real simulation batch.)"""
+    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_shutdown")
+    try:
+        migrate(dsn)
+        db = await db_of(dsn)
+        jobs = RelayJobs(db)
+        ours = (await jobs.reserve(_orphan(b"\x01" * 32, chain_id=98)))[0].id
+        theirs = (await jobs.reserve(_orphan(b"\x02" * 32, chain_id=99)))[0].id
+        await db.execute("UPDATE relay_jobs SET accepted_at = now() - interval '1 hour'")
+        stop = asyncio.Event()
+        stop.set()
+        none: Any = None  # never reached once stopping
+        simulator = Simulator(none, none, jobs, "0xexecutor", "0xusdc", lambda: None, none, 98)
+        assert await simulator.sweep(stop) == 0  # took its chain's one orphan, handed it back
+        attempts = dict(await db.fetch("SELECT id, attempts FROM relay_jobs"))
+        assert attempts[theirs] == 1 < attempts[ours]  # the other chain's job was never taken
+        assert [j.id for j in await jobs.claim_orphans(98, ORPHAN_AFTER_S, 10)] == [ours]
+        assert [j.id for j in await jobs.claim_orphans(99, ORPHAN_AFTER_S, 10)] == [theirs]
     finally:
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
