@@ -104,6 +104,42 @@ FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, j
 WHERE j.id = t.job_id AND j.state = 'simulated'
 """
 )
+# A signing batch signed before its claim, in one statement, its own transaction (issue 20:
+# one round trip where BEGIN, FENCE_REJECT_CLAIM, MARK_SIGNED and COMMIT are four): the batch's
+# transactions (arrays $1..$10 as _JOURNAL's, signed at the lane's next nonces from $13) are
+# journaled and their jobs moved simulated -> signed only if every job is claimed (still
+# simulated, at the plan it was signed with, its authorization not expiring within $14 seconds,
+# locked by no other lane), the lane's next nonce is still $13 and the lease of executor $12 on
+# chain $11 is still at epoch $15. Otherwise nothing is written (no row returned) and the
+# batch goes the general way (ExecutorLane.sign_simulated).
+SIGN_CLAIMED: Final = """
+WITH claimed AS (
+    SELECT j.id FROM relay_jobs j
+    JOIN unnest($2::bigint[], $7::bigint[], $8::numeric[], $9::numeric[])
+         AS t(job_id, gas_limit, max_fee, tip) ON j.id = t.job_id
+    WHERE j.chain_id = $11 AND j.state = 'simulated' AND j.gas_limit = t.gas_limit
+      AND j.max_fee_per_gas = t.max_fee AND coalesce(j.max_priority_fee_per_gas, 0) = t.tip
+      AND j.auth_expires_at > extract(epoch FROM now())::bigint + $14
+    FOR UPDATE OF j SKIP LOCKED
+), nonces AS (
+    UPDATE executor_nonces SET next_nonce = next_nonce + cardinality($2::bigint[]), updated_at = now()
+    WHERE chain_id = $11 AND executor = $12 AND next_nonce = $13
+      AND (SELECT count(*) FROM claimed) = cardinality($2::bigint[])
+      AND (SELECT epoch FROM executor_leases WHERE chain_id = $11 AND executor = $12 FOR SHARE) = $15
+    RETURNING next_nonce
+), journal AS (
+    INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
+                                    gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
+    SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], $6::bytea[],
+                         $7::bigint[], $8::numeric[], $9::numeric[], $10::text[])
+    WHERE EXISTS (SELECT 1 FROM nonces)
+)
+UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
+FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
+WHERE j.id = t.job_id AND j.state = 'simulated' AND EXISTS (SELECT 1 FROM nonces)
+RETURNING j.id
+"""
 # Record the broadcast of these transactions ($1) and move their jobs ($2) signed -> submitted:
 # one statement, its own transaction (before, BEGIN, two statements and COMMIT: four round trips).
 MARK_SUBMITTED: Final = """
@@ -406,10 +442,16 @@ class ExecutorLane:
     def __init__(self, db: Database, chain_id: int) -> None:
         self.db = db
         self.chain_id = chain_id
+        # executor -> the lane's next nonce as this process last wrote or read it: the lease
+        # holder's guess when it signs before the claim (a wrong one costs the general way)
+        self._next: dict[str, int] = {}
 
     async def reconcile_nonce(self, executor: str, chain_pending: int) -> int:
         """Set the lane's next nonce to max(stored, chain pending count); returns it."""
-        return int(await self.db.fetchval(RECONCILE_NONCE, self.chain_id, executor, chain_pending))
+        self._next.pop(executor, None)
+        nxt = int(await self.db.fetchval(RECONCILE_NONCE, self.chain_id, executor, chain_pending))
+        self._next[executor] = nxt
+        return nxt
 
     async def holds(self, executor: str, epoch: int) -> bool:
         """Whether the lease of ``executor`` is still at ``epoch`` (this process's)."""
@@ -443,21 +485,69 @@ class ExecutorLane:
             LeaseLost: another process took the lease; nothing was signed.
             LaneNotReconciled: the lane has no nonce row yet.
         """
-        async with self.db.transaction() as conn:
-            rows = await conn.fetch(
-                FENCE_REJECT_CLAIM,
-                self.chain_id,
-                len(job_ids),
-                list(job_ids),
-                expiry_margin_s,
-                json.dumps(expired.record()),
-                executor,
+        try:
+            async with self.db.transaction() as conn:
+                rows = await conn.fetch(
+                    FENCE_REJECT_CLAIM,
+                    self.chain_id,
+                    len(job_ids),
+                    list(job_ids),
+                    expiry_margin_s,
+                    json.dumps(expired.record()),
+                    executor,
+                )
+                if rows[0]["lease_epoch"] != epoch:  # rolls the rejections and the claim back
+                    raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
+                claimed = [row for row in rows if row["id"] is not None]
+                first = rows[0]["first_nonce"]
+                signed = await self._sign_in_order(conn, executor, claimed, sign, MARK_SIGNED, first)
+        except BaseException:
+            self._next.pop(executor, None)  # its commit's fate may be unknown: read again
+            raise
+        if first is not None:  # this transaction allocated nonces: the next one is known
+            self._next[executor] = int(first) + len(signed)
+        return signed
+
+    async def sign_batch(
+        self,
+        executor: str,
+        epoch: int,
+        jobs: Sequence[Job],
+        sign: Callable[[Job, int], SignedTx],
+        expiry_margin_s: int,
+        expired: RelayerError,
+    ) -> list[SignedTx]:
+        """:meth:`sign_simulated` for ``jobs`` as the broadcaster read them (simulated, then
+        checked again), in one round trip when it can: each job is signed first, in id order
+        at the lane's next nonces as this process last knew them, and :data:`SIGN_CLAIMED`
+        journals the transactions and moves the jobs to ``signed`` in one statement, only if
+        every job is still simulated at the plan it was signed with and not expiring within
+        ``expiry_margin_s`` seconds, the next nonce is the one guessed and the lease is at
+        ``epoch``. Otherwise (a job another lane took or planned again meanwhile, an
+        expiring one, a lane this process has not read) nothing was written, the signatures
+        are dropped and the batch goes :meth:`sign_simulated`'s way (four round trips; it
+        rejects the chain's expiring jobs). Nothing is broadcast before either commits.
+
+        Raises:
+            LeaseLost: another process took the lease; nothing was signed.
+            LaneNotReconciled: the lane has no nonce row yet.
+        """
+        ordered = sorted(jobs, key=lambda job: job.id)  # nonce order is id order, as the claim's
+        first = self._next.get(executor) if ordered else None
+        if first is not None:
+            del self._next[executor]  # known again once the statement answers
+            signed = [sign(job, first + i) for i, job in enumerate(ordered)]
+            columns = zip(*(self._row(executor, tx) for tx in signed), strict=True)  # an array a column
+            arrays = [list(column) for column in columns]
+            rows = await self.db.fetch(
+                SIGN_CLAIMED, *arrays, self.chain_id, executor, first, expiry_margin_s, epoch
             )
-            if rows[0]["lease_epoch"] != epoch:  # rolls the rejections and the claim back
-                raise LeaseLost(message=f"the lease of {executor} moved past epoch {epoch}")
-            claimed = [row for row in rows if row["id"] is not None]
-            first = rows[0]["first_nonce"]
-            return await self._sign_in_order(conn, executor, claimed, sign, MARK_SIGNED, first)
+            if len(rows) == len(signed):
+                self._next[executor] = first + len(signed)
+                return signed
+            assert not rows, "SIGN_CLAIMED writes the whole batch or nothing"
+        ids = [job.id for job in ordered]
+        return await self.sign_simulated(executor, epoch, ids, sign, expiry_margin_s, expired)
 
     async def _sign_in_order(
         self,
@@ -674,13 +764,16 @@ class ExecutorLane:
         signed: list[SignedTx] = []
         if not job_ids:
             return signed
+        self._next.pop(executor, None)  # known again once this transaction commits
         async with self.db.transaction() as conn:
             await self._fence(conn, executor, epoch)
             rows = await conn.fetch(CLAIM_LOST, self.chain_id, list(job_ids))
             if not rows:
                 return signed
             first = await conn.fetchval(NEXT_NONCES, self.chain_id, executor, len(rows))
-            return await self._sign_in_order(conn, executor, rows, sign, MARK_RESIGNED, first)
+            signed = await self._sign_in_order(conn, executor, rows, sign, MARK_RESIGNED, first)
+        self._next[executor] = int(first) + len(signed)
+        return signed
 
     async def drop_lost(self, job_id: int, error: RelayerError) -> Job | None:
         """End a lost job (dropped) with ``error``, or with the error it already holds (a

@@ -386,7 +386,8 @@ class Job:
     """A relay job row. ``error`` is the ``{code, message, context}`` record of a rejection;
     ``kind`` as :class:`NewJob`'s (a ``transfer`` is final at confirmed); ``gas_reserved_wei``
     what it holds of its API key's daily gas budget while in flight (None: nothing);
-    ``request_id`` the id of the HTTP request that made it (None: none did)."""
+    ``request_id`` the id of the HTTP request that made it (None: none did);
+    ``auth_expires_at`` the unix second its authorization expires (None: not read)."""
 
     id: int
     chain_id: int
@@ -418,6 +419,7 @@ class Job:
     api_key_id: int | None = None
     gas_reserved_wei: int | None = None
     request_id: str | None = None
+    auth_expires_at: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
@@ -455,6 +457,7 @@ class Job:
             api_key_id=opt_int(row["api_key_id"]),
             gas_reserved_wei=opt_int(row.get("gas_reserved_wei")),
             request_id=row.get("request_id"),
+            auth_expires_at=opt_int(row.get("auth_expires_at")),
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -39,6 +40,9 @@ BATCH: Final = 32
 IDLE_WAIT_S: Final = 1.0
 LEASE_RETRY_S: Final = 5.0
 SIGN_EXPIRY_MARGIN_S: Final = 20
+EXPIRY_SLACK_S: Final = 2
+"""A job expiring within the margin and this many seconds more (clocks differ) sends its
+step's batch the general way, which rejects the chain's expiring jobs."""
 EXPIRED: Final = Rejection("invalid_auth_payload", "the authorization expired before it could be sent")
 
 
@@ -180,15 +184,15 @@ class Broadcaster:
             await self.guard.check("broadcaster", lanes=True)
         signed: list[SignedTx] = []
         failed: Unavailable | None = None
+        fenced = False  # a signing statement found the lease at this epoch, this step
         try:
             # the lane's share and the oldest simulated jobs, read together (the share is
             # at most BATCH): one round trip of latency less a step
             limit, oldest = await asyncio.gather(self._claim_limit(), self.lane.next_simulated(BATCH))
             batch = oldest[:limit]
-            good = await self.simulator.recheck(batch, self.signer.address) if batch else []
-            signed = await self.lane.sign_simulated(
-                self.signer.address, epoch, good, self._sign, SIGN_EXPIRY_MARGIN_S, EXPIRED
-            )
+            good = set(await self.simulator.recheck(batch, self.signer.address) if batch else [])
+            signed = await self._sign_batch(epoch, [job for job in batch if job.id in good], oldest)
+            fenced = True
             if signed and len(batch) < len(oldest):
                 # Simulated jobs beyond this lane's share are left: the other lanes look now,
                 # not at their idle timeout (they may have found nothing to take a moment ago,
@@ -205,7 +209,7 @@ class Broadcaster:
         self._send_next(signed)
         if self._sending is not None and self._sending.done():
             await self.sent()  # the sends before are done: a failure surfaces here
-        if not await self.lane.holds(self.signer.address, epoch):
+        if not fenced and not await self.lane.holds(self.signer.address, epoch):
             raise LeaseLost(message="the executor lease moved on")
         if self.keeper.upkeep_due():
             await self.sent()  # the lane's upkeep judges transactions the node has been sent
@@ -213,6 +217,22 @@ class Broadcaster:
         if failed is not None:
             raise failed
         return len(signed)
+
+    async def _sign_batch(self, epoch: int, good: list[Job], oldest: list[Job]) -> list[SignedTx]:
+        """Sign ``good`` (checked again, oldest first) at ``epoch``: in one round trip
+        (:meth:`ExecutorLane.sign_batch`) unless one of ``oldest`` (the simulated jobs looked
+        at) expires within the margin; then, and for an empty batch, the general way
+        (:meth:`ExecutorLane.sign_simulated`), which rejects the chain's expiring jobs.
+
+        Raises:
+            LeaseLost: another process took the lease; nothing was signed.
+        """
+        soon = time.time() + SIGN_EXPIRY_MARGIN_S + EXPIRY_SLACK_S
+        address, margin = self.signer.address, SIGN_EXPIRY_MARGIN_S
+        if good and all((job.auth_expires_at or 0) > soon for job in oldest):
+            return await self.lane.sign_batch(address, epoch, good, self._sign, margin, EXPIRED)
+        ids = [job.id for job in good]
+        return await self.lane.sign_simulated(address, epoch, ids, self._sign, margin, EXPIRED)
 
     def _send_next(self, signed: list[SignedTx]) -> None:
         """Send ``signed`` (journaled already) after the batches before it, in the background:

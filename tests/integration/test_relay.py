@@ -684,3 +684,121 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
         assert sorted(r["job_id"] for r in sent) == [batches[0][0].job_id, *ids]
     finally:
         await db.close()
+
+
+async def test_a_batch_signed_before_its_claim_is_one_statement_or_nothing_written(
+    daemon: Daemon, database_url: str
+) -> None:
+    """The broadcaster's batch (jobs as it read them) is signed first at the lane's next nonce
+    as the process last knew it, then journaled and moved to signed in one statement: one
+    round trip. When anything differs (a job planned again or taken meanwhile, the next nonce
+    moved, an expiring authorization) that statement writes nothing and the batch is signed
+    the general way from the rows it claims; when the lease moved on, nothing is signed."""
+    import time
+
+    from relayer.domain.errors import Rejection
+    from relayer.domain.states import JobState
+    from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import Job, NewJob
+
+    chain_id, executor = 94, "0xoneexecutor"  # a chain no broadcaster or other test uses
+    expired = Rejection("invalid_auth_payload")
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        await db.execute(
+            "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, 'test')",
+            chain_id,
+            executor,
+        )
+        lane = ExecutorLane(db, chain_id)
+        await lane.reconcile_nonce(executor, 40)
+
+        async def simulated(count: int, tag: bytes, expires_in: int = 3_600) -> list[Job]:
+            for i in range(count):
+                salt = tag + bytes([i]) * 31
+                new = NewJob(
+                    chain_id=chain_id, bound_nonce=b"one" + salt, permit_key=None, salt=salt,
+                    scheme="eip3009", payer="0xpayer", input_token="0xusdc", auth_value=1,
+                    auth_expires_at=int(time.time()) + expires_in, gas_allowance=0, request_hash=salt,
+                    settlement="0xsettlement", call_data=b"", summary={}, quote_total=0,
+                )  # fmt: skip
+                job, _ = await daemon.runtime.jobs.reserve(new)
+                plan = {"gas_limit": 100_000, "max_fee_per_gas": 7, "max_priority_fee_per_gas": 1}
+                await daemon.runtime.jobs.move(job.id, JobState.SIMULATED, **plan)  # type: ignore[arg-type]
+            return await lane.next_simulated(32)  # as the broadcaster reads them
+
+        def sign(job: Job, nonce: int) -> SignedTx:
+            assert job.gas_limit is not None and job.max_fee_per_gas is not None
+            tx_hash = bytes([job.id % 256, nonce % 256, job.gas_limit % 256]) + b"\x00" * 29
+            tip = job.max_priority_fee_per_gas or 0
+            return SignedTx(job.id, tx_hash, b"raw", nonce, job.gas_limit, job.max_fee_per_gas, tip)
+
+        async def signed_rows() -> list[tuple[int, str, int | None]]:
+            rows = await db.fetch(
+                "SELECT id, state, executor_nonce FROM relay_jobs WHERE chain_id = $1 ORDER BY id", chain_id
+            )
+            return [(r["id"], r["state"], r["executor_nonce"]) for r in rows]
+
+        async def journal() -> list[tuple[int, int, int]]:
+            rows = await db.fetch(
+                "SELECT job_id, nonce, gas_limit FROM relay_transactions WHERE chain_id = $1 ORDER BY nonce",
+                chain_id,
+            )
+            return [(r["job_id"], r["nonce"], r["gas_limit"]) for r in rows]
+
+        # the way it goes: one statement, the nonces from the reconciled 40
+        await lane.sign_batch(executor, 1, await simulated(1, b"\x70"), sign, 20, expired)  # prepares it
+        jobs = await simulated(3, b"\x71")
+        statements.clear()
+        signed = await lane.sign_batch(executor, 1, jobs, sign, 20, expired)
+        assert len(statements) == 1, statements
+        assert [(tx.job_id, tx.nonce) for tx in signed] == [(j.id, 41 + i) for i, j in enumerate(jobs)]
+        assert (await signed_rows())[1:] == [(j.id, "signed", 41 + i) for i, j in enumerate(jobs)]
+
+        # a job planned again after the read: nothing of the first try is written, and the
+        # batch is signed from the rows claimed (the new gas limit), at the same nonces
+        jobs = await simulated(2, b"\x72")
+        await db.execute("UPDATE relay_jobs SET gas_limit = 123456 WHERE id = $1", jobs[1].id)
+        statements.clear()
+        signed = await lane.sign_batch(executor, 1, jobs, sign, 20, expired)
+        assert len(statements) > 1
+        assert [(tx.job_id, tx.nonce, tx.gas_limit) for tx in signed] == [
+            (jobs[0].id, 44, 100_000),
+            (jobs[1].id, 45, 123_456),
+        ]
+
+        # the next nonce moved under the guess (another writer of the lane): the claim's
+        # allocation stands, and nothing was journaled at the guessed nonce
+        await db.execute("UPDATE executor_nonces SET next_nonce = 50 WHERE chain_id = $1", chain_id)
+        jobs = await simulated(1, b"\x73")
+        signed = await lane.sign_batch(executor, 1, jobs, sign, 20, expired)
+        assert [(tx.job_id, tx.nonce) for tx in signed] == [(jobs[0].id, 50)]
+
+        # a job another lane took meanwhile: the rest is signed, at consecutive nonces
+        jobs = await simulated(3, b"\x74")
+        await db.execute("UPDATE relay_jobs SET state = 'signed' WHERE id = $1", jobs[0].id)
+        signed = await lane.sign_batch(executor, 1, jobs, sign, 20, expired)
+        assert [(tx.job_id, tx.nonce) for tx in signed] == [(jobs[1].id, 51), (jobs[2].id, 52)]
+
+        # an authorization expiring within the margin is rejected, never signed
+        jobs = await simulated(1, b"\x75", expires_in=10)
+        assert await lane.sign_batch(executor, 1, jobs, sign, 20, expired) == []
+        assert (await signed_rows())[-1] == (jobs[0].id, "rejected", None)
+
+        # the lease moved on: nothing is signed, and the jobs stay simulated
+        jobs = await simulated(2, b"\x76")
+        await db.execute("UPDATE executor_leases SET epoch = 2 WHERE chain_id = $1", chain_id)
+        with pytest.raises(LeaseLost):
+            await lane.sign_batch(executor, 1, jobs, sign, 20, expired)
+        assert (await signed_rows())[-2:] == [(j.id, "simulated", None) for j in jobs]
+
+        # the journal holds exactly what was signed: no transaction of a try that wrote nothing
+        journaled = await journal()
+        assert [n for _, n, _ in journaled] == [40, 41, 42, 43, 44, 45, 50, 51, 52]
+        assert len({job_id for job_id, _, _ in journaled}) == len(journaled)
+    finally:
+        await db.close()
