@@ -127,7 +127,8 @@ class Broadcaster:
         self._new_work = notifications.new_work()  # set when a job becomes simulated
         self.metrics = metrics
         self.lost = LostNonces(chain, lane, metrics, signer.address, self._sign, SIGN_EXPIRY_MARGIN_S)
-        self._sending: asyncio.Future[None] | None = None
+        self._sending: asyncio.Future[None] | None = None  # the last batch's send and record
+        self._out: asyncio.Future[None] | None = None  # set when the last batch's broadcast ended
 
     def _sign(self, job: Job, nonce: int) -> SignedTx:
         assert job.gas_limit is not None and job.max_fee_per_gas is not None
@@ -236,17 +237,29 @@ class Broadcaster:
 
     def _send_next(self, signed: list[SignedTx]) -> None:
         """Send ``signed`` (journaled already) after the batches before it, in the background:
-        the next batch is claimed, checked and signed while this one is on its way. Sends
-        keep their order (nonce order); a failure of the send task surfaces at :meth:`sent`."""
+        the next batch is claimed, checked and signed while this one is on its way. The
+        broadcasts keep their order (nonce order): each goes out once the node has the batch
+        before it, not once that batch's broadcast is recorded (the records run beside the
+        next broadcasts). A batch's task ends after the tasks before it, so a failure of any
+        surfaces at :meth:`sent`."""
         if not signed:
             return
-        before = self._sending
+        before, before_out = self._sending, self._out
+        out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def send() -> None:
+            try:
+                if before_out is not None:
+                    await asyncio.shield(before_out)  # never fails: set when that broadcast ended
+                taken = await self.keeper.broadcast(signed)
+            finally:
+                if not out.done():
+                    out.set_result(None)
+            await self.keeper.record(taken)
             if before is not None:
                 await asyncio.shield(before)
-            await self.keeper.send(signed)
 
+        self._out = out
         self._sending = asyncio.ensure_future(send())
 
     async def sent(self) -> None:
@@ -255,7 +268,7 @@ class Broadcaster:
         Raises:
             Unavailable: recording a send failed (its bytes are re-sent by the upkeep).
         """
-        sending, self._sending = self._sending, None
+        sending, self._sending, self._out = self._sending, None, None
         if sending is not None:
             await sending
 

@@ -74,12 +74,22 @@ class LaneKeeper:
         self._next_upkeep = 0.0
 
     async def send(self, txs: list[SignedTx]) -> None:
-        """Broadcast journaled transactions and record which the node took; a refusal is
+        """Broadcast journaled transactions and record which the node took
+        (:meth:`broadcast`, then :meth:`record`).
+
+        Raises:
+            Unavailable: recording failed (the bytes went out; the upkeep re-sends them).
+        """
+        await self.record(await self.broadcast(txs))
+
+    async def broadcast(self, txs: list[SignedTx]) -> list[SignedTx]:
+        """Broadcast journaled transactions; returns the ones the node took. A refusal is
         remembered for the next upkeep (replace, fill a hole), a failure re-sent later. The
-        bytes go out in JSON-RPC batches, in nonce order."""
+        bytes go out in JSON-RPC batches, in nonce order. Never raises for the node's
+        failures (each transaction's is logged and counted)."""
         taken: list[SignedTx] = []
         if not txs:
-            return
+            return taken
         try:
             outcomes = await self.chain.send_raw_many([tx.raw for tx in txs])
         except ChainUnavailable as exc:
@@ -105,6 +115,16 @@ class LaneKeeper:
                 self._next_upkeep = 0.0
                 continue
             taken.append(tx)
+        return taken
+
+    async def record(self, taken: list[SignedTx]) -> None:
+        """Record that the node took ``taken``: their jobs move to submitted (one statement).
+
+        Raises:
+            Unavailable: the database failed.
+        """
+        if not taken:
+            return
         for job in await self.lane.mark_broadcast(taken):
             self.metrics.job_transitions.labels("submitted").inc()
             self.metrics.observe_stage(

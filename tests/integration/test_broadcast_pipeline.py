@@ -88,3 +88,61 @@ async def test_the_next_batch_is_signed_while_the_batch_before_is_still_being_se
         states = await _states(dsn)
     assert [a.get("status") for _s, a in answers] == ["settled", "settled"], answers
     assert [keccak(raw) for raw in sent] == [h for _s, h in states]  # in order, once each
+
+
+async def test_the_next_batch_goes_out_while_the_broadcast_before_is_still_being_recorded(
+    tmp_path: Path, admin_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of the first job's broadcast (its move to submitted) is held in the
+    database; a second job accepted meanwhile is signed and its bytes reach the node before
+    that record ends (a broadcast waits for the node to have the batch before it, not for the
+    database to record it). Both settle, each sent once, in the order they were signed."""
+    monkeypatch.setattr(LaneKeeper, "upkeep_due", lambda _self: False)
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        serving(daemon_settings(info, dsn, free_port()), info) as d,
+    ):
+        executor, lane = d.runtime.executor, d.runtime.lane
+        real_send, real_mark = executor.send_raw_many, lane.mark_broadcast
+        release = asyncio.Event()
+        sent: list[bytes] = []
+        marks: list[int] = []
+
+        async def send(raws: Sequence[bytes]) -> list[SendOutcome | ChainUnavailable]:
+            sent.extend(raws)
+            return await real_send(raws)
+
+        async def held(txs: Sequence[object]) -> object:
+            marks.append(len(txs))
+            if len(marks) == 1:
+                await release.wait()
+            return await real_mark(txs)  # type: ignore[arg-type]
+
+        executor.send_raw_many = send  # type: ignore[method-assign]
+        lane.mark_broadcast = held  # type: ignore[method-assign]
+        a, b = info["payers"][0], info["payers"][1]
+        bodies = [
+            signed_request(
+                await challenge(d, p, carbonClass="RE", amount="0.01", inputToken="USDC"), p["privateKey"]
+            )
+            for p in (a, b)
+        ]
+        first = asyncio.create_task(d.post(bodies[0]))
+
+        async def first_recording() -> bool:
+            return bool(marks)
+
+        await _until(first_recording, "the first broadcast was never recorded")
+        second = asyncio.create_task(d.post(bodies[1]))
+
+        async def second_sent() -> bool:
+            return len(sent) == 2
+
+        try:
+            await _until(second_sent, "the second job's bytes waited for the record of the first's")
+        finally:
+            release.set()
+        answers = await asyncio.gather(first, second)
+        states = await _states(dsn)
+    assert [a.get("status") for _s, a in answers] == ["settled", "settled"], answers
+    assert [keccak(raw) for raw in sent] == [h for _s, h in states]  # in order, once each
