@@ -132,12 +132,16 @@ SELECT pg_advisory_xact_lock(
 # read at block $5 (credit units): every job not yet mined whose authorization has not expired,
 # and every job mined after that block (the figure does not show it taken yet). $6 is the new
 # job's own bound nonce.
+# (Two sums, each over its partial index, as migration 0022's relay_supply_reserved: the index
+# scans mark the entries of dead row versions, which a bitmap scan of an OR never does.)
 RESERVED_SUPPLY: Final = """
-SELECT coalesce(sum(supply_units), 0) FROM relay_jobs
-WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_id = $4 AND bound_nonce <> $6
-  AND ((state IN ('accepted', 'simulated', 'signed', 'submitted')
-        AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
-       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $5))
+SELECT (SELECT coalesce(sum(supply_units), 0) FROM relay_jobs
+        WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_id = $4
+          AND bound_nonce <> $6 AND state IN ('accepted', 'simulated', 'signed', 'submitted')
+          AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
+     + (SELECT coalesce(sum(supply_units), 0) FROM relay_jobs
+        WHERE chain_id = $1 AND supply_source = $2 AND supply_id = $3 AND supply_token_id = $4
+          AND bound_nonce <> $6 AND state IN ('mined', 'confirmed', 'indexed') AND block_number > $5)
 """
 # For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
 # read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,

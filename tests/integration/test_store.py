@@ -380,6 +380,57 @@ async def test_a_reservation_waits_for_the_last_release_s_lock_and_counts_what_i
         await db.close()
 
 
+async def test_what_a_supply_reserves_is_its_jobs_in_flight_and_mined_after_the_block_read(
+    database_url: str,
+) -> None:
+    """The supply's sum under its lock (migration 0022: two sums, one over each partial index):
+    the units of the supply's other jobs in flight whose authorization has not expired, plus
+    those mined after the block the figure was read at; never the job's own, another supply's,
+    an expired one's or a job mined at or below that block. The statement twin agrees."""
+    from relayer.store import relay_jobs as store
+    from relayer.store.relay_jobs import SupplyTake
+
+    take = SupplyTake(source=0, source_id=31, token_id=5, units=0)
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():  # rolled back: nothing is left for other tests
+            layout = [  # (state, units, block, expires in seconds, another supply)
+                ("accepted", 1, None, 3_600, False), ("simulated", 2, None, 3_600, False),
+                ("signed", 4, None, 3_600, False), ("submitted", 8, None, 3_600, False),
+                ("submitted", 16, None, -3_600, False),  # expired: can no longer take anything
+                ("mined", 32, 11, 3_600, False), ("confirmed", 64, 12, 3_600, False),
+                ("indexed", 128, 10, 3_600, False),  # mined at the block read: the figure shows it
+                ("indexed", 256, 9, 3_600, False), ("rejected", 512, None, 3_600, False),
+                ("signed", 1_024, None, 3_600, True),
+            ]  # fmt: skip
+            for n, (state, units, block, expires_in, other) in enumerate(layout):
+                supply = dataclasses.replace(take, source_id=32 if other else 31, units=units)
+                new = dataclasses.replace(
+                    _reserving(bytes([0x40 + n]), "sum", "0xsum", supply),
+                    chain_id=93,
+                    auth_expires_at=int(time.time()) + expires_in,
+                )
+                row = await conn.fetchrow(store.INSERT_JOB, *store._job_args(new))
+                moved = "UPDATE relay_jobs SET state = $2, block_number = $3 WHERE id = $1"
+                await conn.execute(moved, row["id"], state, block)
+            own = _reserving(b"\x4f", "sum", "0xsum", dataclasses.replace(take, units=2_048))
+            await conn.fetchrow(store.INSERT_JOB, *store._job_args(dataclasses.replace(own, chain_id=93)))
+            args = (93, take.source, take.source_id, take.token_id, 10, own.bound_nonce)
+            expected = 1 + 2 + 4 + 8 + 32 + 64
+            function = "SELECT relay_supply_reserved($1, $2, $3, $4, $5, $6)"
+            assert await conn.fetchval(function, *args) == expected
+            assert await conn.fetchval(store.RESERVED_SUPPLY, *args) == expected
+            raise _RollBack
+    except _RollBack:
+        pass
+    finally:
+        await conn.close()
+
+
+class _RollBack(Exception):
+    pass
+
+
 async def test_a_reservation_is_one_statement_that_commits_without_waiting_for_its_flush(
     database_url: str,
 ) -> None:
