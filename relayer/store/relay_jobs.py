@@ -146,23 +146,41 @@ SELECT (SELECT coalesce(sum(supply_units), 0) FROM relay_jobs
 # For each job $1 of a signing batch, what other jobs of its supply take from it before it, as
 # read at block $2 (credit units): ``mined_after``, the jobs mined after that block; ``ahead``,
 # the jobs signed or sent and not yet mined, and the older ones not yet signed (they are
-# signed first). Jobs whose authorization expired are not counted.
+# signed first). Jobs whose authorization expired are not counted. Each supply of the batch
+# is read once a part, each part over its partial index (relay_jobs_supply_in_flight,
+# relay_jobs_supply_mined), as migration 0022's supply sum; the batch's jobs sum what was read.
+# Before, a join on an OR of the two parts for each job was a bitmap scan, which never marks
+# the index entries of dead row versions dead, so every batch read them all again.
 SUPPLY_AHEAD: Final = """
+WITH b AS (
+    SELECT id, chain_id, supply_source, supply_id, supply_token_id FROM relay_jobs
+    WHERE id = ANY($1::bigint[]) AND supply_units IS NOT NULL
+), supplies AS (
+    SELECT DISTINCT chain_id, supply_source, supply_id, supply_token_id FROM b
+), flight AS MATERIALIZED (
+    SELECT o.id, o.state, o.supply_units, o.chain_id, o.supply_source, o.supply_id, o.supply_token_id
+    FROM supplies s JOIN relay_jobs o
+      ON o.chain_id = s.chain_id AND o.supply_source = s.supply_source AND o.supply_id = s.supply_id
+     AND o.supply_token_id = s.supply_token_id
+    WHERE o.state IN ('accepted', 'simulated', 'signed', 'submitted')
+      AND o.auth_expires_at > extract(epoch FROM now())::bigint - 60
+), mined AS MATERIALIZED (
+    SELECT o.id, o.supply_units, o.chain_id, o.supply_source, o.supply_id, o.supply_token_id
+    FROM supplies s JOIN relay_jobs o
+      ON o.chain_id = s.chain_id AND o.supply_source = s.supply_source AND o.supply_id = s.supply_id
+     AND o.supply_token_id = s.supply_token_id
+    WHERE o.state IN ('mined', 'confirmed', 'indexed') AND o.block_number > $2
+)
 SELECT b.id,
-       coalesce(sum(o.supply_units) FILTER (WHERE o.state IN ('mined', 'confirmed', 'indexed')), 0)
-           AS mined_after,
-       coalesce(sum(o.supply_units)
-                FILTER (WHERE o.state IN ('accepted', 'simulated', 'signed', 'submitted')), 0) AS ahead
-FROM relay_jobs b
-LEFT JOIN relay_jobs o
-  ON o.chain_id = b.chain_id AND o.supply_source = b.supply_source AND o.supply_id = b.supply_id
- AND o.supply_token_id = b.supply_token_id AND o.id <> b.id
- AND ((o.state IN ('signed', 'submitted') AND o.auth_expires_at > extract(epoch FROM now())::bigint - 60)
-      OR (o.state IN ('accepted', 'simulated') AND o.id < b.id
-          AND o.auth_expires_at > extract(epoch FROM now())::bigint - 60)
-      OR (o.state IN ('mined', 'confirmed', 'indexed') AND o.block_number > $2))
-WHERE b.id = ANY($1::bigint[]) AND b.supply_units IS NOT NULL
-GROUP BY b.id
+       (SELECT coalesce(sum(m.supply_units), 0) FROM mined m
+        WHERE (m.chain_id, m.supply_source, m.supply_id, m.supply_token_id)
+              = (b.chain_id, b.supply_source, b.supply_id, b.supply_token_id)
+          AND m.id <> b.id) AS mined_after,
+       (SELECT coalesce(sum(f.supply_units), 0) FROM flight f
+        WHERE (f.chain_id, f.supply_source, f.supply_id, f.supply_token_id)
+              = (b.chain_id, b.supply_source, b.supply_id, b.supply_token_id) AND f.id <> b.id
+          AND (f.state IN ('signed', 'submitted') OR f.id < b.id)) AS ahead
+FROM b
 """
 # Re-plan simulated job $1 with the gas and fees of a fresh simulation (still simulated only).
 REPLAN: Final = """

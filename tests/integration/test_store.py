@@ -427,6 +427,54 @@ async def test_what_a_supply_reserves_is_its_jobs_in_flight_and_mined_after_the_
         await conn.close()
 
 
+async def test_what_takes_a_supply_before_each_job_of_a_signing_batch(database_url: str) -> None:
+    """SUPPLY_AHEAD, per job of a batch that takes supply: ``mined_after``, the units of its
+    supply's other jobs mined after the block read; ``ahead``, those signed or sent and not
+    mined, and the older ones not yet signed, whose authorization has not expired. Never
+    another supply's, a younger unsigned job's or a rejected one's."""
+    from relayer.store import relay_jobs as store
+    from relayer.store.relay_jobs import SupplyTake
+
+    take = SupplyTake(source=0, source_id=41, token_id=5, units=0)
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():  # rolled back: nothing is left for other tests
+            layout = [  # (name, state, units, block, expires in seconds, another supply)
+                ("old", "accepted", 1, None, 3_600, False),
+                ("signed", "signed", 2, None, 3_600, False),
+                ("expired", "submitted", 4, None, -3_600, False),
+                ("mined", "mined", 8, 11, 3_600, False),
+                ("at_block", "indexed", 16, 10, 3_600, False),
+                ("b1", "simulated", 32, None, 3_600, False),
+                ("between", "simulated", 64, None, 3_600, False),
+                ("b2", "simulated", 128, None, 3_600, False),
+                ("young", "accepted", 256, None, 3_600, False),
+                ("other", "submitted", 512, None, 3_600, True),
+                ("rejected", "rejected", 1_024, None, 3_600, False),
+            ]  # fmt: skip
+            ids = {}
+            for n, (name, state, units, block, expires_in, other) in enumerate(layout):
+                supply = dataclasses.replace(take, source_id=42 if other else 41, units=units)
+                new = dataclasses.replace(
+                    _reserving(bytes([0x60 + n]), "ahead", "0xahead", supply),
+                    chain_id=93,
+                    auth_expires_at=int(time.time()) + expires_in,
+                )
+                ids[name] = (await conn.fetchrow(store.INSERT_JOB, *store._job_args(new)))["id"]
+                moved = "UPDATE relay_jobs SET state = $2, block_number = $3 WHERE id = $1"
+                await conn.execute(moved, ids[name], state, block)
+            bare = _reserving(b"\x6f", "ahead", "0xahead", None)  # a job that takes no supply
+            ids["bare"] = (await conn.fetchrow(store.INSERT_JOB, *store._job_args(bare)))["id"]
+            rows = await conn.fetch(store.SUPPLY_AHEAD, [ids["b1"], ids["b2"], ids["bare"]], 10)
+            got = {r["id"]: (r["mined_after"], r["ahead"]) for r in rows}
+            assert got == {ids["b1"]: (8, 1 + 2), ids["b2"]: (8, 1 + 2 + 32 + 64)}
+            raise _RollBack
+    except _RollBack:
+        pass
+    finally:
+        await conn.close()
+
+
 class _RollBack(Exception):
     pass
 
