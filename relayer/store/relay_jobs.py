@@ -96,11 +96,13 @@ SELECT pg_advisory_xact_lock(hashtextextended('payer:' || $1::integer || ':' || 
 # can no longer pull funds; a minute of grace for clocks), and of every job mined after that
 # block (the balance does not show it spent yet). $5 is the new job's own authorization key.
 RESERVED_BY_PAYER: Final = """
-SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
-WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
-  AND ((state IN ('accepted', 'simulated', 'signed', 'submitted')
-        AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
-       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $4))
+SELECT (SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+        WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
+          AND state IN ('accepted', 'simulated', 'signed', 'submitted')
+          AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
+     + (SELECT coalesce(sum(auth_value), 0) FROM relay_jobs
+        WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $5
+          AND state IN ('mined', 'confirmed', 'indexed') AND block_number > $4)
 """
 # What the payer's jobs not yet mined may still take from its token balance (their
 # authorization not expired; a minute of grace for clocks): beside a balance read at the
@@ -111,15 +113,22 @@ WHERE chain_id = $1 AND payer = $2 AND input_token = $3 AND bound_nonce <> $4
   AND state IN ('accepted', 'simulated', 'signed', 'submitted')
   AND auth_expires_at > extract(epoch FROM now())::bigint - 60
 """
-# What the signed jobs of payers $2 will take from their token balances as read at block $3
-# (signed or sent and not yet mined, or mined after that block), per payer and token: a
-# signing batch must fit beside it.
+# What the signed jobs of payers $2 (each with its token, $4) will take from their token
+# balances as read at block $3 (signed or sent and not yet mined, or mined after that block):
+# a signing batch must fit beside it. A row a part a (payer, token), over the part's partial
+# index (migration 0023); the caller adds the two.
 COMMITTED_BY_PAYERS: Final = """
-SELECT payer, input_token, sum(auth_value) AS committed FROM relay_jobs
-WHERE chain_id = $1 AND payer = ANY($2::text[])
-  AND ((state IN ('signed', 'submitted') AND auth_expires_at > extract(epoch FROM now())::bigint - 60)
-       OR (state IN ('mined', 'confirmed', 'indexed') AND block_number > $3))
-GROUP BY payer, input_token
+SELECT w.payer, w.token AS input_token, sum(j.auth_value) AS committed
+FROM unnest($2::text[], $4::text[]) AS w(payer, token)
+JOIN relay_jobs j ON j.chain_id = $1 AND j.payer = w.payer AND j.input_token = w.token
+ AND j.state IN ('signed', 'submitted') AND j.auth_expires_at > extract(epoch FROM now())::bigint - 60
+GROUP BY w.payer, w.token
+UNION ALL
+SELECT w.payer, w.token, sum(j.auth_value)
+FROM unnest($2::text[], $4::text[]) AS w(payer, token)
+JOIN relay_jobs j ON j.chain_id = $1 AND j.payer = w.payer AND j.input_token = w.token
+ AND j.state IN ('mined', 'confirmed', 'indexed') AND j.block_number > $3
+GROUP BY w.payer, w.token
 """
 # Serialise the reservations of one supply until the transaction ends ($1 chain id, $2 source,
 # $3 class or listing id, $4 credit token id); always taken after the payer's lock.
@@ -799,15 +808,15 @@ class RelayJobs:
         """What the signed jobs of each (payer, token) will still take from its balance as
         read at ``block_number`` (atomic units; absent: nothing; see
         :data:`COMMITTED_BY_PAYERS`). One round trip for all of them."""
-        wanted = set(payers)
+        wanted = sorted(set(payers))
         rows = await self.db.fetch(
-            COMMITTED_BY_PAYERS, chain_id, sorted({p for p, _ in wanted}), block_number
+            COMMITTED_BY_PAYERS, chain_id, [p for p, _ in wanted], block_number, [t for _, t in wanted]
         )
-        return {
-            (r["payer"], r["input_token"]): int(r["committed"])
-            for r in rows
-            if (r["payer"], r["input_token"]) in wanted
-        }
+        committed: dict[tuple[str, str], int] = {}
+        for r in rows:  # a row a part
+            key = (r["payer"], r["input_token"])
+            committed[key] = committed.get(key, 0) + int(r["committed"])
+        return committed
 
     async def replan(
         self,

@@ -475,6 +475,54 @@ async def test_what_takes_a_supply_before_each_job_of_a_signing_batch(database_u
         await conn.close()
 
 
+async def test_what_a_payer_reserves_and_what_its_signed_jobs_commit(database_url: str) -> None:
+    """A payer's sums (migration 0023: each part over its partial index). Under the payer's
+    lock, a reservation counts the payer's other jobs of that token in flight whose
+    authorization has not expired, and those mined after the block read. A signing batch's
+    check counts, per (payer, token), the jobs signed or sent and not expired, and those mined
+    after the block read. Never another token's, another payer's, a rejected or an expired job."""
+    from relayer.store import relay_jobs as store
+    from relayer.store.pool import Database
+    from relayer.store.relay_jobs import RelayJobs
+
+    layout = [  # (payer, token, state, value, block, expires in seconds)
+        ("0xpa", "0xusdc", "accepted", 1, None, 3_600),
+        ("0xpa", "0xusdc", "simulated", 2, None, 3_600),
+        ("0xpa", "0xusdc", "signed", 4, None, 3_600),
+        ("0xpa", "0xusdc", "submitted", 8, None, 3_600),
+        ("0xpa", "0xusdc", "submitted", 16, None, -3_600),  # expired
+        ("0xpa", "0xusdc", "mined", 32, 11, 3_600),
+        ("0xpa", "0xusdc", "indexed", 64, 10, 3_600),  # at the block read: the balance shows it
+        ("0xpa", "0xusdc", "rejected", 128, None, 3_600),
+        ("0xpa", "0xkvcm", "signed", 256, None, 3_600),  # another token
+        ("0xpb", "0xusdc", "confirmed", 512, 12, 3_600),  # another payer
+    ]
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    try:
+        for n, (payer, token, state, value, block, expires_in) in enumerate(layout):
+            new = dataclasses.replace(
+                _reserving(bytes([0x80 + n]), "payer", payer, None, value),
+                chain_id=92,
+                input_token=token,
+                auth_expires_at=int(time.time()) + expires_in,
+            )
+            row = await db.fetchrow(store.INSERT_JOB, *store._job_args(new))
+            moved = "UPDATE relay_jobs SET state = $2, block_number = $3 WHERE id = $1"
+            await db.execute(moved, row["id"], state, block)
+        args = (92, "0xpa", "0xusdc", 10, b"none")
+        expected = 1 + 2 + 4 + 8 + 32
+        function = "SELECT relay_payer_reserved($1, $2, $3, $4, $5)"
+        async with db.transaction() as conn:  # the function's lock is the transaction's
+            assert await conn.fetchval(function, *args) == expected
+        assert await db.fetchval(store.RESERVED_BY_PAYER, *args) == expected
+        wanted = [("0xpa", "0xusdc"), ("0xpa", "0xkvcm"), ("0xpb", "0xusdc"), ("0xpc", "0xusdc")]
+        committed = await RelayJobs(db).committed(92, wanted, 10)
+        assert committed == {("0xpa", "0xusdc"): 4 + 8 + 32, ("0xpa", "0xkvcm"): 256, ("0xpb", "0xusdc"): 512}
+    finally:
+        await db.execute("DELETE FROM relay_jobs WHERE chain_id = 92")
+        await db.close()
+
+
 class _RollBack(Exception):
     pass
 
