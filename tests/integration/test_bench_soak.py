@@ -3,7 +3,8 @@
 own on a scratch database, and its last line is one JSON object with the fields the issue names,
 every retirement settled. The targets themselves (lag, RSS growth) are the benchmark's to
 report, not this test's to assert: it checks that they are measured. And the Postgres server's
-CPU, which the throughput benchmark reports beside the daemon's, is measured from its processes."""
+CPU, which the throughput benchmark reports beside the daemon's, is measured from its processes.
+The history benchmark of the reservation's sums runs shortened too."""
 
 from __future__ import annotations
 
@@ -85,3 +86,20 @@ async def test_the_postgres_servers_cpu_is_measured_from_its_processes(database_
         await conn.close()
     assert spent >= 0.05, spent
     assert server_cpu(None) == {}
+
+
+def test_the_history_benchmark_times_each_sum_in_both_forms_which_agree() -> None:
+    """``bench/reservation_history.py``, shortened: each sum of the reservation and the
+    re-check is timed before and after migrations 0022 and 0023 on the same rows, churned
+    and vacuumed; the benchmark stops if the two forms' answers differ, so a report means
+    they agreed. Figures are reported, not asserted."""
+    bench = ROOT / "bench" / "reservation_history.py"
+    argv = [sys.executable, str(bench), "--history", "2000", "--runs", "1"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (report["historyJobs"], report["batch"]) == (2000, 17)
+    for condition in ("churned", "vacuumed"):
+        assert set(report[condition]) == {"payerSum", "supplySum", "supplyAhead"}
+        for figures in report[condition].values():
+            assert figures["before"] > 0 and figures["after"] > 0
