@@ -255,9 +255,11 @@ class Broadcaster:
             finally:
                 if not out.done():
                     out.set_result(None)
-            await self.keeper.record(taken)
-            if before is not None:
-                await asyncio.shield(before)
+            try:
+                await self.keeper.record(taken)
+            finally:  # ends after the batches before it, whatever its record did
+                if before is not None:
+                    await asyncio.shield(before)
 
         self._out = out
         self._sending = asyncio.ensure_future(send())
