@@ -189,11 +189,16 @@ class ChainReads:
         return await self.node.cached("listings", load)
 
     async def state_now(
-        self, balances: Sequence[tuple[str, str]], listing_ids: Sequence[int], classes: bool
+        self,
+        balances: Sequence[tuple[str, str]],
+        listing_ids: Sequence[int],
+        classes: bool,
+        block: int | None = None,
     ) -> StateNow:
         """The balances of ``balances`` (token, owner), the listings ``listing_ids`` and (when
-        ``classes``) the classes, all at the latest block now and with its number: one
-        Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`), past the cache.
+        ``classes``) the classes, all at ``block`` (None: the latest block now) and with its
+        number: one Multicall3 ``eth_call`` (:class:`~relayer.chain.multicall.Views`), past
+        the cache.
 
         Raises:
             ChainUnavailable: the node failed, or the reads did not come from one block.
@@ -203,9 +208,9 @@ class ChainReads:
         wanted = list(dict.fromkeys(balances))
         ids = list(dict.fromkeys(listing_ids))
         answers = await asyncio.gather(
-            *(views.call_at(token, _BALANCE_OF, owner) for token, owner in wanted),
-            *(views.call_at(self.contracts.marketplace, _GET_LISTING, i) for i in ids),
-            *([views.call_at(self.contracts.carbon_classes, _ALL_CLASSES)] if classes else []),
+            *(views.call_at(token, _BALANCE_OF, owner, block=block) for token, owner in wanted),
+            *(views.call_at(self.contracts.marketplace, _GET_LISTING, i, block=block) for i in ids),
+            *([views.call_at(self.contracts.carbon_classes, _ALL_CLASSES, block=block)] if classes else []),
             return_exceptions=True,
         )
         blocks: set[int] = set()
@@ -233,7 +238,10 @@ class ChainReads:
             found = _classes(last[0])
         if len(blocks) > 1:
             raise ChainUnavailable(detail="the re-check's reads came from more than one block")
-        block = blocks.pop() if blocks else await self.latest_block()
+        if blocks:
+            block = blocks.pop()
+        elif block is None:
+            block = await self.latest_block()
         return StateNow(block, held, listings, found)
 
     async def permit_nonce(self, owner: str) -> int:

@@ -59,6 +59,7 @@ SupplyKey = tuple[int, int, int]
 A = TypeVar("A")
 B = TypeVar("B")
 C = TypeVar("C")
+D = TypeVar("D")
 
 
 class Simulator:
@@ -245,7 +246,8 @@ class Simulator:
         return [(head, limit) for limit in gas]
 
     async def recheck(self, batch: Sequence[Job], sender: str) -> list[int]:
-        """Check a signing batch again, at the latest block, just before ``sender`` (the
+        """Check a signing batch again, at the latest block (asked first: one
+        ``eth_blockNumber``; every read below is at that block), just before ``sender`` (the
         lane's executor) signs it: what changed since acceptance is refused now, before the
         executor pays for a revert. Returns the ids of the jobs still good, oldest first.
 
@@ -258,9 +260,9 @@ class Simulator:
           mined ones alone is rejected with the fill rule's code (insufficient_listing_supply,
           below_min_fill, insufficient_liquidity); one that fits only if a job ahead of it
           fails waits for a later batch.
-        - Each job is executed again as ``sender`` at its gas limit, at the block of the state
-          read (the whole batch in one ``eth_call``: :meth:`ExecutorChain.calls_succeed`, made
-          while the database's figures are read), unless this process simulated it at the very
+        - Each job is executed again as ``sender`` at its gas limit, at that block (the whole
+          batch in one ``eth_call``: :meth:`ExecutorChain.calls_succeed`, made while the state
+          and the database's figures are read), unless this process simulated it at the very
           block that is the latest now (nothing changed on chain since: that execution would
           repeat the simulation's); one that fails is simulated again
           (``eth_estimateGas``): a revert rejects it (``contract_revert``); otherwise it is
@@ -270,9 +272,8 @@ class Simulator:
           allowance no longer covers it.
         - A job whose check could not be made (the node failed) stays simulated for the next
           batch. Nothing refused here was signed: the identical request may be retried.
-        - A job this process reserved and simulated at the block that is the latest now
-          (one ``eth_blockNumber``, asked only when that block is the head this process
-          last saw) is not read again: its reservation checked its payer's
+        - A job this process reserved and simulated at the block that is the latest now is
+          not read again: its reservation checked its payer's
           balance beside every job of that payer in flight then, and its supply beside
           every job of that supply, at this very block, and the jobs reserved after it were
           checked beside it; nothing on chain changed since. Only its fee cap is checked
@@ -288,17 +289,11 @@ class Simulator:
         # read beside the checks, not after them
         ceilings = asyncio.ensure_future(self._ceilings(batch))
         try:
-            # the latest block is asked only when a job may be unchanged at the head last
-            # seen (the follower sees a new head within a fine look of its arrival)
-            seen = self.reads.node.last_head
-            maybe = seen is not None and any(simulated_at[i] == reserved_at[i] == seen for i in reserved_at)
-            latest = await self.reads.latest_block() if maybe else None
-            rest = [
-                j
-                for j in batch
-                if not (latest is not None and simulated_at[j.id] == reserved_at[j.id] == latest)
-            ]
-            checked = await self._checked(rest, sender, simulated_at)
+            # the latest block first: the state, the database's figures and the executions
+            # are then read together at it (one round of round trips, not two)
+            latest = await self.reads.latest_block()
+            rest = [j for j in batch if not simulated_at[j.id] == reserved_at[j.id] == latest]
+            checked = await self._checked(rest, sender, simulated_at, latest)
         except ChainUnavailable:
             log.warning("re-check failed; the batch waits for the next one")
             return []
@@ -325,16 +320,15 @@ class Simulator:
         return good
 
     async def _checked(
-        self, batch: Sequence[Job], sender: str, simulated_at: dict[int, int | None]
+        self, batch: Sequence[Job], sender: str, simulated_at: dict[int, int | None], block: int
     ) -> dict[int, bool]:
-        """The balance and supply checks of ``batch`` at the latest block (the ones refused
-        are rejected, the ones that must wait are left out), and the execution of its jobs at
-        that block: job id -> whether its execution succeeds, for the jobs that passed. The
-        state is read first (its block names the block of everything else); then what the
-        signed and older jobs take (the database) and the executions (the chain) are read
-        together, in one round of round trips (the supply's figures read again only when a
-        payer's refusal took back a job with supply, which they counted). Nothing read for an
-        empty batch.
+        """The balance and supply checks of ``batch`` at ``block`` (the latest, just asked:
+        the ones refused are rejected, the ones that must wait are left out), and the
+        execution of its jobs at that block: job id -> whether its execution succeeds, for the
+        jobs that passed. The state (the chain), what the signed and older jobs take (the
+        database) and the executions (the chain) are read together, all at that block, in one
+        round of round trips (the supply's figures read again only when a payer's refusal took
+        back a job with supply, which they counted). Nothing read for an empty batch.
 
         Raises:
             ChainUnavailable: the chain node failed (the state's read or the executions).
@@ -342,13 +336,12 @@ class Simulator:
         """
         if not batch:
             return {}
-        state = await self._state_now(batch)
-        block = state.block
         payers: dict[tuple[str, str], list[Job]] = {}
         for job in sorted(batch, key=lambda j: j.id):
             payers.setdefault((job.payer, job.input_token), []).append(job)
         held = sorted((job for job in batch if job.supply is not None), key=lambda j: j.id)
-        committed, ahead, succeed = await _together(
+        state, committed, ahead, succeed = await _together(
+            self._state_now(batch, block),
             self.jobs.committed(self.chain_id, list(payers), block),
             self._ahead(held, block),
             self._executions(batch, sender, block, simulated_at),
@@ -408,10 +401,10 @@ class Simulator:
         executed = {job.id: ok for job, ok in zip(run, succeed, strict=True)}
         return [executed.get(job.id, True) for job in jobs]
 
-    async def _state_now(self, batch: Sequence[Job]) -> StateNow:
-        """What the re-check of ``batch`` reads on chain, at the latest block and with its
-        number: every payer's balance, every listing its jobs fill and (for a class fill) the
-        classes, in one ``eth_call``.
+    async def _state_now(self, batch: Sequence[Job], block: int) -> StateNow:
+        """What the re-check of ``batch`` reads on chain, at ``block``: every payer's
+        balance, every listing its jobs fill and (for a class fill) the classes, in one
+        ``eth_call``.
 
         Raises:
             Unavailable: the chain node failed.
@@ -421,6 +414,7 @@ class Simulator:
             [(job.input_token, job.payer) for job in batch],
             sorted({t.source_id for t in takes if t.source == SOURCE_LISTING}),
             any(t.source != SOURCE_LISTING for t in takes),
+            block,
         )
 
     def _fits(
@@ -591,14 +585,14 @@ class Simulator:
         return len(orphans)
 
 
-async def _together(a: Awaitable[A], b: Awaitable[B], c: Awaitable[C]) -> tuple[A, B, C]:
-    """``a``, ``b`` and ``c`` awaited together: once all three have ended (none is left
+async def _together(a: Awaitable[A], b: Awaitable[B], c: Awaitable[C], d: Awaitable[D]) -> tuple[A, B, C, D]:
+    """``a``, ``b``, ``c`` and ``d`` awaited together: once all have ended (none is left
     running), the first failure in that order is raised, else their values."""
-    got = await asyncio.gather(a, b, c, return_exceptions=True)
+    got = await asyncio.gather(a, b, c, d, return_exceptions=True)
     for outcome in got:
         if isinstance(outcome, BaseException):
             raise outcome
-    return cast(tuple[A, B, C], tuple(got))
+    return cast(tuple[A, B, C, D], tuple(got))
 
 
 def _supply_figures(

@@ -114,12 +114,13 @@ class _Chain:
     """The state at block 7: payer A holds 15 (its two jobs take 10 each), the class credit
     holds 2,000 units; every execution succeeds."""
 
-    async def state_now(self, *_args: Any) -> StateNow:
+    async def state_now(self, *args: Any) -> StateNow:
+        assert args[-1] == 7  # at the block asked
         credit = ClassInfo(1, "RE", "Renewable", 10**18, 1, ((5, 2_000),))
         return StateNow(7, {("0xusdc", PAYER_A): 15, ("0xusdc", PAYER_B): 10}, {}, [credit])
 
     async def calls_succeed(self, _sender: str, calls: list[Any], block: int | None = None) -> list[bool]:
-        assert block == 7  # at the state's block
+        assert block == 7  # at the block asked, the state's
         return [True] * len(calls)
 
 
@@ -139,6 +140,6 @@ async def test_a_job_its_payer_cannot_pay_gives_its_supply_back_to_the_jobs_afte
     batch = [_held(1, PAYER_A), _held(2, PAYER_A), _held(3, PAYER_B)]
     store, chain = _Store(batch), _Chain()
     simulator = Simulator(chain, Recorder(10), store, "0xexecutor", "0xusdc", lambda: None, chain, 84532)  # type: ignore[arg-type]
-    checked = await simulator._checked(batch, "0xexecutor", {})
+    checked = await simulator._checked(batch, "0xexecutor", {}, 7)  # block 7, the latest
     assert checked == {1: True, 3: True}
     assert store.rejected == [2] and store.ahead_reads == 2
