@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -26,6 +27,15 @@ async def _states(dsn: str) -> list[tuple[str, bytes | None]]:
     finally:
         await conn.close()
     return [(str(r["state"]), None if r["tx_hash"] is None else bytes(r["tx_hash"])) for r in rows]
+
+
+async def _two_retirements(d: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two signed retirements of the class credit "RE", by the devnet's first two payers."""
+    bodies = []
+    for payer in info["payers"][:2]:
+        terms = await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
+        bodies.append(signed_request(terms, payer["privateKey"]))
+    return bodies
 
 
 async def _until(check: object, what: str, timeout_s: float = 30.0) -> None:
@@ -60,13 +70,7 @@ async def test_the_next_batch_is_signed_while_the_batch_before_is_still_being_se
             return await real(raws)
 
         executor.send_raw_many = held  # type: ignore[method-assign]
-        a, b = info["payers"][0], info["payers"][1]
-        bodies = [
-            signed_request(
-                await challenge(d, p, carbonClass="RE", amount="0.01", inputToken="USDC"), p["privateKey"]
-            )
-            for p in (a, b)
-        ]
+        bodies = await _two_retirements(d, info)
         first = asyncio.create_task(d.post(bodies[0]))
 
         async def first_on_its_way() -> bool:
@@ -120,13 +124,7 @@ async def test_the_next_batch_goes_out_while_the_broadcast_before_is_still_being
 
         executor.send_raw_many = send  # type: ignore[method-assign]
         lane.mark_broadcast = held  # type: ignore[method-assign]
-        a, b = info["payers"][0], info["payers"][1]
-        bodies = [
-            signed_request(
-                await challenge(d, p, carbonClass="RE", amount="0.01", inputToken="USDC"), p["privateKey"]
-            )
-            for p in (a, b)
-        ]
+        bodies = await _two_retirements(d, info)
         first = asyncio.create_task(d.post(bodies[0]))
 
         async def first_recording() -> bool:

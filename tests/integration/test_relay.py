@@ -605,6 +605,48 @@ async def test_a_retirement_with_nul_and_invalid_utf8_details_does_not_stall_the
     assert cert["retirements"][0]["beneficiaryName"] == "nul\ufffdname"
 
 
+async def _held_lane(db: Any, chain_id: int, executor: str, next_nonce: int) -> Any:
+    """An executor lane of ``executor`` on ``chain_id`` (one no broadcaster serves) whose
+    lease is held at epoch 1, its next nonce ``next_nonce``."""
+    from relayer.store.executor_lane import ExecutorLane
+
+    await db.execute(
+        "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, 'test')",
+        chain_id,
+        executor,
+    )
+    lane = ExecutorLane(db, chain_id)
+    await lane.reconcile_nonce(executor, next_nonce)
+    return lane
+
+
+async def _simulated(
+    daemon: Daemon, chain_id: int, tag: bytes, count: int, expires_in: int = 3_600, **plan: int
+) -> list[int]:
+    """``count`` jobs reserved on ``chain_id`` and moved to simulated at ``plan`` (gas limit
+    100,000 and max fee 1 unless given), their authorizations expiring in ``expires_in``
+    seconds; their ids."""
+    import time
+
+    from relayer.domain.states import JobState
+    from relayer.store.relay_jobs import NewJob
+
+    ids = []
+    for i in range(count):
+        salt = tag + bytes([i]) * 31
+        new = NewJob(
+            chain_id=chain_id, bound_nonce=b"batch" + salt, permit_key=None, salt=salt,
+            scheme="eip3009", payer="0xpayer", input_token="0xusdc", auth_value=1,
+            auth_expires_at=int(time.time()) + expires_in, gas_allowance=0, request_hash=salt,
+            settlement="0xsettlement", call_data=b"", summary={}, quote_total=0,
+        )  # fmt: skip
+        job, _ = await daemon.runtime.jobs.reserve(new)
+        fields = {"gas_limit": 100_000, "max_fee_per_gas": 1, **plan}
+        await daemon.runtime.jobs.move(job.id, JobState.SIMULATED, **fields)  # type: ignore[arg-type]
+        ids.append(job.id)
+    return ids
+
+
 async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     daemon: Daemon, database_url: str
 ) -> None:
@@ -613,13 +655,11 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     fence, the rejection of expiring jobs, the claim and the nonces' allocation are one, the
     journal of the transactions and the jobs' move to signed another; the broadcast of the
     batch is recorded in one more."""
-    import time
-
     from relayer.domain.errors import Rejection
     from relayer.domain.states import JobState
-    from relayer.store.executor_lane import ExecutorLane, SignedTx
+    from relayer.store.executor_lane import SignedTx
     from relayer.store.pool import Database
-    from relayer.store.relay_jobs import Job, NewJob
+    from relayer.store.relay_jobs import Job
 
     chain_id, executor = 96, "0xbatchexecutor"  # a chain no broadcaster or other test uses
     db = await Database.connect(database_url, min_size=1, max_size=1)
@@ -627,30 +667,10 @@ async def test_a_signing_batch_costs_the_same_statements_whatever_its_size(
     try:
         async with db.connection() as conn:
             conn.add_query_logger(lambda record: statements.append(record.query))
-        await db.execute(
-            "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, 'test')",
-            chain_id,
-            executor,
-        )
-        lane = ExecutorLane(db, chain_id)
-        await lane.reconcile_nonce(executor, 40)
+        lane = await _held_lane(db, chain_id, executor, 40)
 
         async def simulated(count: int, tag: bytes) -> list[int]:
-            ids = []
-            for i in range(count):
-                salt = tag + bytes([i]) * 31
-                new = NewJob(
-                    chain_id=chain_id, bound_nonce=b"batch" + salt, permit_key=None, salt=salt,
-                    scheme="eip3009", payer="0xpayer", input_token="0xusdc", auth_value=1,
-                    auth_expires_at=int(time.time()) + 3_600, gas_allowance=0, request_hash=salt,
-                    settlement="0xsettlement", call_data=b"", summary={}, quote_total=0,
-                )  # fmt: skip
-                job, _ = await daemon.runtime.jobs.reserve(new)
-                await daemon.runtime.jobs.move(
-                    job.id, JobState.SIMULATED, gas_limit=100_000, max_fee_per_gas=1
-                )
-                ids.append(job.id)
-            return ids
+            return await _simulated(daemon, chain_id, tag, count)
 
         def sign(job: Job, nonce: int) -> SignedTx:
             tx_hash = bytes([job.id % 256, nonce % 256]) + b"\x00" * 30
@@ -694,13 +714,10 @@ async def test_a_batch_signed_before_its_claim_is_one_statement_or_nothing_writt
     round trip. When anything differs (a job planned again or taken meanwhile, the next nonce
     moved, an expiring authorization) that statement writes nothing and the batch is signed
     the general way from the rows it claims; when the lease moved on, nothing is signed."""
-    import time
-
     from relayer.domain.errors import Rejection
-    from relayer.domain.states import JobState
-    from relayer.store.executor_lane import ExecutorLane, LeaseLost, SignedTx
+    from relayer.store.executor_lane import LeaseLost, SignedTx
     from relayer.store.pool import Database
-    from relayer.store.relay_jobs import Job, NewJob
+    from relayer.store.relay_jobs import Job
 
     chain_id, executor = 94, "0xoneexecutor"  # a chain no broadcaster or other test uses
     expired = Rejection("invalid_auth_payload")
@@ -709,26 +726,11 @@ async def test_a_batch_signed_before_its_claim_is_one_statement_or_nothing_writt
     try:
         async with db.connection() as conn:
             conn.add_query_logger(lambda record: statements.append(record.query))
-        await db.execute(
-            "INSERT INTO executor_leases (chain_id, executor, epoch, holder) VALUES ($1, $2, 1, 'test')",
-            chain_id,
-            executor,
-        )
-        lane = ExecutorLane(db, chain_id)
-        await lane.reconcile_nonce(executor, 40)
+        lane = await _held_lane(db, chain_id, executor, 40)
 
         async def simulated(count: int, tag: bytes, expires_in: int = 3_600) -> list[Job]:
-            for i in range(count):
-                salt = tag + bytes([i]) * 31
-                new = NewJob(
-                    chain_id=chain_id, bound_nonce=b"one" + salt, permit_key=None, salt=salt,
-                    scheme="eip3009", payer="0xpayer", input_token="0xusdc", auth_value=1,
-                    auth_expires_at=int(time.time()) + expires_in, gas_allowance=0, request_hash=salt,
-                    settlement="0xsettlement", call_data=b"", summary={}, quote_total=0,
-                )  # fmt: skip
-                job, _ = await daemon.runtime.jobs.reserve(new)
-                plan = {"gas_limit": 100_000, "max_fee_per_gas": 7, "max_priority_fee_per_gas": 1}
-                await daemon.runtime.jobs.move(job.id, JobState.SIMULATED, **plan)  # type: ignore[arg-type]
+            plan = {"max_fee_per_gas": 7, "max_priority_fee_per_gas": 1}
+            await _simulated(daemon, chain_id, tag, count, expires_in, **plan)
             return await lane.next_simulated(32)  # as the broadcaster reads them
 
         def sign(job: Job, nonce: int) -> SignedTx:

@@ -233,57 +233,16 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
     assert new_block.count("state") == 1 and len(changed) == 1, (new_block, changed)
 
 
-async def test_the_re_checks_database_reads_and_its_executions_go_out_together(
-    tmp_path: Path, admin_database_url: str
-) -> None:
-    """Before signing, once the state is read (its block names the block of the rest), what
-    the payers' signed jobs and the supply's jobs ahead take (the database) is read while the
-    jobs are executed (the prober's ``eth_call`` at that block): one round of round trips, not
-    one after the other (issue 20: a signing batch's re-check under load). Here the database's
-    read waits until the execution has begun: one after the other, it would wait in vain."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
-        payer = info["payers"][0]
-        body = signed_request(
-            await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]
-        )
-        rt = d.runtime
-        simulator = rt.simulator
-        executing = asyncio.Event()
-        real_committed, real_succeed, real_next = (
-            simulator.jobs.committed,
-            simulator.executor.calls_succeed,
-            rt.lane.next_simulated,
-        )
-
-        async def committed(*args: Any) -> Any:
-            await asyncio.wait_for(executing.wait(), 5)  # the execution is under way meanwhile
-            return await real_committed(*args)
-
-        async def calls_succeed(*args: Any) -> Any:
-            executing.set()
-            return await real_succeed(*args)
-
-        simulator.jobs.committed = committed  # type: ignore[method-assign]
-        simulator.executor.calls_succeed = calls_succeed  # type: ignore[method-assign]
-        rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
-        try:
-            status, answer = await d.post(body)
-        finally:
-            simulator.jobs.committed = real_committed  # type: ignore[method-assign]
-            simulator.executor.calls_succeed = real_succeed  # type: ignore[method-assign]
-            rt.lane.next_simulated = real_next  # type: ignore[method-assign]
-    assert (status, answer.get("status")) == (200, "settled"), answer
-    assert executing.is_set()
-
-
-async def test_the_re_checks_state_read_goes_out_with_its_executions_at_the_block_asked_first(
+async def test_the_re_checks_reads_go_out_with_its_executions_at_the_block_asked_first(
     tmp_path: Path, admin_database_url: str
 ) -> None:
     """Before signing, the latest block is asked first, and the state (balances, listings,
-    classes) is read at it while the jobs are executed at it (the prober's ``eth_call``):
-    one round of round trips after the block's number, where the state's read went first
-    and named the block of the rest. Here the state's read waits until the execution has
-    begun: one after the other, it would wait in vain."""
+    classes) and what the payers' signed jobs and the supply's jobs ahead take (the
+    database) are read at it while the jobs are executed at it (the prober's ``eth_call``):
+    one round of round trips after the block's number (issue 20: a signing batch's re-check
+    under load), where the state's read went first and named the block of the rest. Here
+    the state's and the database's reads wait until the execution has begun: one after the
+    other, they would wait in vain."""
     async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
         payer = info["payers"][0]
         body = signed_request(
@@ -293,8 +252,9 @@ async def test_the_re_checks_state_read_goes_out_with_its_executions_at_the_bloc
         simulator = rt.simulator
         executing = asyncio.Event()
         blocks: list[Any] = []
-        real_state, real_succeed, real_next = (
+        real_state, real_committed, real_succeed, real_next = (
             simulator.reads.state_now,
+            simulator.jobs.committed,
             simulator.executor.calls_succeed,
             rt.lane.next_simulated,
         )
@@ -305,23 +265,30 @@ async def test_the_re_checks_state_read_goes_out_with_its_executions_at_the_bloc
             blocks.append(("state", state.block))
             return state
 
+        async def committed(*args: Any) -> Any:
+            await asyncio.wait_for(executing.wait(), 5)
+            blocks.append(("committed", args[-1]))
+            return await real_committed(*args)
+
         async def calls_succeed(*args: Any) -> Any:
             executing.set()
             blocks.append(("executions", args[-1]))
             return await real_succeed(*args)
 
         simulator.reads.state_now = state_now  # type: ignore[method-assign]
+        simulator.jobs.committed = committed  # type: ignore[method-assign]
         simulator.executor.calls_succeed = calls_succeed  # type: ignore[method-assign]
         rt.lane.next_simulated = _a_block_comes_first(d)  # type: ignore[method-assign]
         try:
             status, answer = await d.post(body)
         finally:
             simulator.reads.state_now = real_state  # type: ignore[method-assign]
+            simulator.jobs.committed = real_committed  # type: ignore[method-assign]
             simulator.executor.calls_succeed = real_succeed  # type: ignore[method-assign]
             rt.lane.next_simulated = real_next  # type: ignore[method-assign]
     assert (status, answer.get("status")) == (200, "settled"), answer
-    assert sorted(name for name, _ in blocks) == ["executions", "state"], blocks
-    assert len({block for _, block in blocks}) == 1, blocks  # both at the block asked first
+    assert sorted(name for name, _ in blocks) == ["committed", "executions", "state"], blocks
+    assert len({block for _, block in blocks}) == 1, blocks  # all at the block asked first
 
 
 async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_them_again(
