@@ -4,14 +4,17 @@
 -- had, and an entry for each of its steps: a payer that retires often (an agent paying
 -- from one wallet) had every reservation, under that payer's lock, and every signing batch's
 -- check read its whole history. The two partial indexes replace it: a job's step enters at
--- most one of them, where it entered the full one every time.
+-- most one of them, where it entered the full one every time. The indexes are built here
+-- without CONCURRENTLY (as migration 0012's), which blocks writes to relay_jobs while they
+-- build; an operator with a large table may build them CONCURRENTLY, with these names and
+-- definitions, before migrating (IF NOT EXISTS then skips them).
 -- depends: 0022_supply_sum_by_index
 
-CREATE INDEX relay_jobs_payer_in_flight ON relay_jobs (chain_id, payer, input_token)
+CREATE INDEX IF NOT EXISTS relay_jobs_payer_in_flight ON relay_jobs (chain_id, payer, input_token)
     WHERE state IN ('accepted', 'simulated', 'signed', 'submitted');
-CREATE INDEX relay_jobs_payer_mined ON relay_jobs (chain_id, payer, input_token, block_number)
+CREATE INDEX IF NOT EXISTS relay_jobs_payer_mined ON relay_jobs (chain_id, payer, input_token, block_number)
     WHERE state IN ('mined', 'confirmed', 'indexed');
-DROP INDEX relay_jobs_payer;
+DROP INDEX IF EXISTS relay_jobs_payer;
 
 CREATE OR REPLACE FUNCTION relay_payer_reserved(
     p_chain_id integer, p_payer text, p_token text, p_block bigint, p_bound_nonce bytea
