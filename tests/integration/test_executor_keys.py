@@ -163,7 +163,8 @@ async def test_jobs_beyond_one_lanes_share_are_taken_by_the_other_lane_at_once(
             anvil.automine(False)  # a block a second: the first lane's share stays in flight
             anvil.rpc("evm_setIntervalMining", 1)
             lane, simulator = d.runtime.lane, d.runtime.simulator
-            real_next, real_sign, real_recheck = lane.next_simulated, lane.sign_simulated, simulator.recheck
+            real_next, real_recheck = lane.next_simulated, simulator.recheck
+            real_sign, real_sign_batch = lane.sign_simulated, lane.sign_batch
             racing: list[str] = []  # the lanes whose re-check took part in the race, in order
             both_read, first_signed = asyncio.Event(), asyncio.Event()
 
@@ -184,14 +185,18 @@ async def test_jobs_beyond_one_lanes_share_are_taken_by_the_other_lane_at_once(
                         await asyncio.wait_for(both_read.wait(), 10)
                 return await real_recheck(batch, sender)
 
-            async def signing(executor: str, *args: Any, **kwargs: Any) -> Any:
-                signed = await real_sign(executor, *args, **kwargs)
-                if signed and racing and executor == racing[0]:
-                    first_signed.set()
-                return signed
+            def watched(real: Any) -> Any:  # a lane's signing, in one statement or the general way
+                async def signing(executor: str, *args: Any, **kwargs: Any) -> Any:
+                    signed = await real(executor, *args, **kwargs)
+                    if signed and racing and executor == racing[0]:
+                        first_signed.set()
+                    return signed
+
+                return signing
 
             lane.next_simulated = held_off  # type: ignore[method-assign]
-            lane.sign_simulated = signing  # type: ignore[method-assign]
+            lane.sign_simulated = watched(real_sign)  # type: ignore[method-assign]
+            lane.sign_batch = watched(real_sign_batch)  # type: ignore[method-assign]
             simulator.recheck = raced  # type: ignore[method-assign]
             try:
                 bodies = [await _signed(d, i % 3) for i in range(20)]
@@ -199,6 +204,7 @@ async def test_jobs_beyond_one_lanes_share_are_taken_by_the_other_lane_at_once(
             finally:
                 lane.next_simulated = real_next  # type: ignore[method-assign]
                 lane.sign_simulated = real_sign  # type: ignore[method-assign]
+                lane.sign_batch = real_sign_batch  # type: ignore[method-assign]
                 simulator.recheck = real_recheck  # type: ignore[method-assign]
             assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
             assert len(racing) == 2 and first_signed.is_set(), f"the race was not made: {racing}"
