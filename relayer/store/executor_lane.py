@@ -84,26 +84,26 @@ WHERE chain_id = $1 AND executor = $2
 RETURNING next_nonce - $3
 """
 # Journal the signed transactions of a batch (arrays $1..$10, one element a transaction, in
-# INSERT_ANY_TRANSACTION's order: ExecutorLane._arrays), as a statement's first part (_JOURNAL);
-# the statement's UPDATE (_TO_SIGNED) then moves each job to signed with its transaction: one
-# statement, one round trip whatever the batch's size (two before: the journal, the jobs).
-_INSERT_BATCH: Final = """
+# INSERT_ANY_TRANSACTION's order: ExecutorLane._row), then (the statement's UPDATE) move each
+# job to signed with its transaction: one statement, one round trip whatever the batch's size
+# (two before: one for the journal, one for the jobs).
+_JOURNAL: Final = """
+WITH journal AS (
     INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
                                     gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
     SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], $6::bytea[],
-                         $7::bigint[], $8::numeric[], $9::numeric[], $10::text[])"""
-_JOURNAL: Final = f"""
-WITH journal AS ({_INSERT_BATCH}
+                         $7::bigint[], $8::numeric[], $9::numeric[], $10::text[])
 )
 """
-# Move each job of the batch's arrays to signed with its transaction (the statement's last
-# part; which states it moves from, the caller's WHERE clause ends).
-_TO_SIGNED: Final = """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+# Journal a batch (as _JOURNAL) and move its claimed jobs simulated -> signed.
+MARK_SIGNED: Final = (
+    _JOURNAL
+    + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
        tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
 FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
-WHERE j.id = t.job_id"""
-# Journal a batch (as _JOURNAL) and move its claimed jobs simulated -> signed.
-MARK_SIGNED: Final = _JOURNAL + _TO_SIGNED + " AND j.state = 'simulated'\n"
+WHERE j.id = t.job_id AND j.state = 'simulated'
+"""
+)
 # A signing batch signed before its claim, in one statement, its own transaction (issue 20:
 # one round trip where BEGIN, FENCE_REJECT_CLAIM, MARK_SIGNED and COMMIT are four): the batch's
 # transactions (arrays $1..$10 as _JOURNAL's, signed at the lane's next nonces from $13) are
@@ -112,7 +112,7 @@ MARK_SIGNED: Final = _JOURNAL + _TO_SIGNED + " AND j.state = 'simulated'\n"
 # locked by no other lane), the lane's next nonce is still $13 and the lease of executor $12 on
 # chain $11 is still at epoch $15. Otherwise nothing is written (no row returned) and the
 # batch goes the general way (ExecutorLane.sign_simulated).
-SIGN_CLAIMED: Final = f"""
+SIGN_CLAIMED: Final = """
 WITH claimed AS (
     SELECT j.id FROM relay_jobs j
     JOIN unnest($2::bigint[], $7::bigint[], $8::numeric[], $9::numeric[])
@@ -127,10 +127,17 @@ WITH claimed AS (
       AND (SELECT count(*) FROM claimed) = cardinality($2::bigint[])
       AND (SELECT epoch FROM executor_leases WHERE chain_id = $11 AND executor = $12 FOR SHARE) = $15
     RETURNING next_nonce
-), journal AS ({_INSERT_BATCH}
+), journal AS (
+    INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx,
+                                    gas_limit, max_fee_per_gas, max_priority_fee_per_gas, kind)
+    SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], $6::bytea[],
+                         $7::bigint[], $8::numeric[], $9::numeric[], $10::text[])
     WHERE EXISTS (SELECT 1 FROM nonces)
 )
-{_TO_SIGNED} AND j.state = 'simulated' AND EXISTS (SELECT 1 FROM nonces)
+UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
+FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
+WHERE j.id = t.job_id AND j.state = 'simulated' AND EXISTS (SELECT 1 FROM nonces)
 RETURNING j.id
 """
 # Record the broadcast of these transactions ($1) and move their jobs ($2) signed -> submitted:
@@ -235,7 +242,14 @@ CLAIM_LOST: Final = (
     "SELECT j.*" + _LOST_JOBS + "AND j.id = ANY($2::bigint[]) ORDER BY j.id FOR UPDATE SKIP LOCKED"
 )
 # Journal a batch (as _JOURNAL) of lost jobs signed again at new nonces: signed once more.
-MARK_RESIGNED: Final = _JOURNAL + _TO_SIGNED + " AND j.state IN ('signed', 'submitted')\n"
+MARK_RESIGNED: Final = (
+    _JOURNAL
+    + """UPDATE relay_jobs j SET state = 'signed', signed_at = now(), updated_at = now(),
+       tx_hash = t.tx_hash, executor = t.executor, executor_nonce = t.nonce
+FROM unnest($1::bytea[], $2::bigint[], $4::text[], $5::bigint[]) AS t(tx_hash, job_id, executor, nonce)
+WHERE j.id = t.job_id AND j.state IN ('signed', 'submitted')
+"""
+)
 # End lost job $1 (dropped, from one of the states $3) with error $2, unless it already
 # holds the error a no-op standing in for it was to end it with.
 DROP_LOST: Final = """
@@ -523,7 +537,8 @@ class ExecutorLane:
         if first is not None:
             del self._next[executor]  # known again once the statement answers
             signed = [sign(job, first + i) for i, job in enumerate(ordered)]
-            arrays = self._arrays(executor, signed)
+            columns = zip(*(self._row(executor, tx) for tx in signed), strict=True)  # an array a column
+            arrays = [list(column) for column in columns]
             rows = await self.db.fetch(
                 SIGN_CLAIMED, *arrays, self.chain_id, executor, first, expiry_margin_s, epoch
             )
@@ -557,7 +572,8 @@ class ExecutorLane:
         if first is None:
             raise LaneNotReconciled(message=f"executor nonce lane missing for {executor}")
         signed = [sign(Job.from_row(row), int(first) + i) for i, row in enumerate(rows)]
-        await conn.execute(mark, *self._arrays(executor, signed))
+        columns = zip(*(self._row(executor, tx) for tx in signed), strict=True)  # an array a column
+        await conn.execute(mark, *(list(column) for column in columns))
         return signed
 
     async def mark_broadcast(self, txs: Sequence[SignedTx]) -> list[MovedJob]:
@@ -773,13 +789,9 @@ class ExecutorLane:
     async def _insert(self, conn: PoolConnectionProxy[asyncpg.Record], executor: str, tx: SignedTx) -> None:
         await conn.execute(INSERT_ANY_TRANSACTION, *self._row(executor, tx))
 
-    def _arrays(self, executor: str, batch: Sequence[SignedTx]) -> list[list[object]]:
-        """A batch's :meth:`_row` arguments transposed, an array a column: arguments $1..$10
-        of :data:`MARK_SIGNED`, :data:`MARK_RESIGNED` and :data:`SIGN_CLAIMED`."""
-        return [list(column) for column in zip(*(self._row(executor, tx) for tx in batch), strict=True)]
-
     def _row(self, executor: str, tx: SignedTx) -> tuple[object, ...]:
-        """The arguments of :data:`INSERT_ANY_TRANSACTION` for ``tx``."""
+        """The arguments of :data:`INSERT_ANY_TRANSACTION` for ``tx`` (a batch's, transposed:
+        :data:`MARK_SIGNED`'s and :data:`MARK_RESIGNED`'s arrays)."""
         return (
             tx.tx_hash,
             tx.job_id,
