@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
+from relayer.coalesce import Coalescer
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.reorg import confirmed_through
 from relayer.domain.states import JobState
@@ -28,6 +29,10 @@ OUTAGE_RETRY_S: Final = 0.25
 # every change of state is notified (the trigger), and a re-opened LISTEN connection wakes
 # every waiter, so this only bounds what a lost notification costs.
 POLL_FALLBACK_S: Final = 5.0
+READ_BATCH_MAX: Final = 200
+"""Most waiting requests whose jobs one statement reads (:meth:`Outcomes.wait`): a block's
+indexed jobs wake their requests together, and their reads share statements of at most this
+many jobs (the rest go in the next)."""
 ANSWERING_STATES: Final = frozenset(
     {JobState.INDEXED.value, JobState.REJECTED.value, JobState.DROPPED.value, JobState.REVERTED.value}
 )
@@ -123,6 +128,15 @@ class Outcomes:
         self._watch = watch
         self._draining = False
         self._waiting: set[asyncio.Event] = set()
+        # each woken request's job with its retirements: the reads that come while one
+        # statement runs go together in the next (a block's answers in one or two statements)
+        self._reads: Coalescer[int, tuple[Job, list[IndexedRetirement]] | None] = Coalescer(
+            self._read_jobs, READ_BATCH_MAX
+        )
+
+    async def _read_jobs(self, job_ids: Sequence[int]) -> list[tuple[Job, list[IndexedRetirement]] | None]:
+        """The jobs (with their retirements once indexed) of the waits that read together."""
+        return await self.retirements.jobs_and_retirements(job_ids)
 
     def drain(self) -> None:
         """The process is stopping: every wait, now and from now on, answers at once with
@@ -140,7 +154,9 @@ class Outcomes:
         :meth:`drain` is called) until the job settles or fails, then answer. ``made_now``:
         the caller has just made the job (accepted or simulated, states that do not answer)
         and awaited nothing since, so nothing could have moved it to one that does: the
-        first read is skipped (one database round trip a retirement).
+        first read is skipped (one database round trip a retirement). The requests woken
+        together (a block's jobs indexed in one statement) read their jobs in one statement
+        (at most :data:`READ_BATCH_MAX` a statement).
 
         Raises:
             RelayerError: the error stored with a rejected job (its spec code), or
@@ -155,9 +171,7 @@ class Outcomes:
             try:
                 if made_now and not self._draining:
                     await self._changed_or_late(changed, deadline)
-                return await self._wait(
-                    job_id, deadline, changed, self.retirements.job_and_retirements, self._answer
-                )
+                return await self._wait(job_id, deadline, changed, self._reads, self._answer)
             finally:
                 self._waiting.discard(changed)
 

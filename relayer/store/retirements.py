@@ -91,15 +91,15 @@ BY_AUTHORIZATION: Final = f"""
 SELECT {_COLUMNS} FROM retirements WHERE chain_id = $1 AND bound_nonce = $2
 ORDER BY block_number, retirement_index
 """
-# A relay job ($1 its id) and, once it is indexed, the retirements of its transaction by index:
-# the job's columns, then each retirement's prefixed "r_" (NULLs when there is none), a row
-# each (one round trip for a request's answer).
-JOB_AND_RETIREMENTS: Final = f"""
+# Relay jobs ($1 their ids) and, for each one indexed, the retirements of its transaction by
+# index: the job's columns, then each retirement's prefixed "r_" (NULLs when there is none), a
+# row each, by job id (one round trip for the answers of many waiting requests).
+JOBS_AND_RETIREMENTS: Final = f"""
 SELECT j.*, {", ".join(f"r.{c} AS r_{c}" for c in _NAMES)}
 FROM relay_jobs j
 LEFT JOIN retirements r ON j.state = 'indexed' AND r.chain_id = j.chain_id AND r.tx_hash = j.tx_hash
-WHERE j.id = $1
-ORDER BY r.retirement_index
+WHERE j.id = ANY($1::bigint[])
+ORDER BY j.id, r.retirement_index
 """
 # Retirements of one transaction (one index when $3 is not NULL), by index.
 BY_TRANSACTION: Final = f"""
@@ -233,16 +233,29 @@ class RetirementStore:
 
     async def job_and_retirements(self, job_id: int) -> tuple[Job, list[IndexedRetirement]] | None:
         """A relay job and, once it is ``indexed``, its transaction's retirements by index
-        (:data:`JOB_AND_RETIREMENTS`: one round trip); None when there is no such job."""
-        rows = await self.db.fetch(JOB_AND_RETIREMENTS, job_id)
-        if not rows:
-            return None
-        found = [
-            _from_values({name: row["r_" + name] for name in _NAMES})
-            for row in rows
-            if row["r_tx_hash"] is not None
-        ]
-        return Job.from_row(rows[0]), found
+        (:meth:`jobs_and_retirements` of one); None when there is no such job."""
+        return (await self.jobs_and_retirements([job_id]))[0]
+
+    async def jobs_and_retirements(
+        self, job_ids: Sequence[int]
+    ) -> list[tuple[Job, list[IndexedRetirement]] | None]:
+        """For each of ``job_ids``, in their order: the relay job and, once it is ``indexed``,
+        its transaction's retirements by index; None for an id with no job. One statement
+        (:data:`JOBS_AND_RETIREMENTS`) whatever the count: the requests a block answers read
+        their jobs together (:class:`~relayer.service.outcome.Outcomes`).
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        rows = await self.db.fetch(JOBS_AND_RETIREMENTS, list(dict.fromkeys(job_ids)))
+        found: dict[int, tuple[Job, list[IndexedRetirement]]] = {}
+        for row in rows:
+            job_id = int(row["id"])
+            if job_id not in found:
+                found[job_id] = (Job.from_row(row), [])
+            if row["r_tx_hash"] is not None:
+                found[job_id][1].append(_from_values({name: row["r_" + name] for name in _NAMES}))
+        return [found.get(job_id) for job_id in job_ids]
 
     async def by_transaction(
         self, chain_id: int, tx_hash: bytes, index: int | None = None

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -186,25 +187,25 @@ async def test_a_change_between_the_waiters_read_and_its_wait_is_not_missed(daem
     rt = daemon.runtime
     outcomes = rt.services.relay.outcomes
     job, _ = await rt.jobs.reserve(_job(b"\x07" * 32))
-    real_get = outcomes.retirements.job_and_retirements
+    real_get = outcomes.retirements.jobs_and_retirements
     reads = 0
 
-    async def get_then_change(job_id: int) -> Any:
+    async def get_then_change(job_ids: Sequence[int]) -> Any:
         nonlocal reads
         reads += 1
-        seen = await real_get(job_id)
+        seen = await real_get(job_ids)
         if reads == 1:  # the job changes right after this read; its NOTIFY arrives at once
-            await rt.jobs.move(job_id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
+            await rt.jobs.move(job.id, JobState.REJECTED, error=Rejection("gas_limit_exceeds_cap", gasCap=1))
             await asyncio.sleep(0.3)
         return seen
 
-    outcomes.retirements.job_and_retirements = get_then_change  # type: ignore[method-assign]
+    outcomes.retirements.jobs_and_retirements = get_then_change  # type: ignore[method-assign]
     started = asyncio.get_running_loop().time()
     try:
         with pytest.raises(RelayerError) as refused:
             await outcomes.wait(job.id)
     finally:
-        outcomes.retirements.job_and_retirements = real_get  # type: ignore[method-assign]
+        outcomes.retirements.jobs_and_retirements = real_get  # type: ignore[method-assign]
     assert refused.value.code == "gas_limit_exceeds_cap"
     assert asyncio.get_running_loop().time() - started < 2.0
 
@@ -215,15 +216,15 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
     the id); a wait that runs out reads it once to say where it is."""
     rt = daemon.runtime
     outcomes = rt.services.relay.outcomes
-    real_get = outcomes.retirements.job_and_retirements
+    real_get = outcomes.retirements.jobs_and_retirements
     reads = 0
 
-    async def counted(job_id: int) -> Any:
+    async def counted(job_ids: Sequence[int]) -> Any:
         nonlocal reads
-        reads += 1
-        return await real_get(job_id)
+        reads += len(job_ids)
+        return await real_get(job_ids)
 
-    outcomes.retirements.job_and_retirements = counted  # type: ignore[method-assign]
+    outcomes.retirements.jobs_and_retirements = counted  # type: ignore[method-assign]
     try:
         for salt, fresh, expected in ((b"\x31", True, 1), (b"\x32", False, 2)):
             reads = 0
@@ -242,7 +243,7 @@ async def test_a_job_made_now_is_read_once_its_answer_comes_not_before(daemon: D
         answer = await outcomes.wait(job.id, 0.3, made_now=True)
         assert (answer.status, reads) == ("accepted", 1)
     finally:
-        outcomes.retirements.job_and_retirements = real_get  # type: ignore[method-assign]
+        outcomes.retirements.jobs_and_retirements = real_get  # type: ignore[method-assign]
 
 
 async def test_a_waiter_for_answers_sleeps_through_the_steps_between(daemon: Daemon) -> None:
@@ -691,3 +692,90 @@ async def test_a_ranges_retirements_its_cursor_and_its_jobs_move_to_indexed_are_
         assert tuple(await db.fetchrow(cursor, chain_id, "test-cursor")) == (13, b"\x13" * 32)
     finally:
         await db.close()
+
+
+async def test_jobs_and_their_retirements_are_read_in_one_statement_in_the_order_asked(
+    daemon: Daemon, database_url: str
+) -> None:
+    """The answers' read (issue 20: a block's indexed jobs wake their requests together) is
+    one statement for many jobs: each id's job in the order asked (a repeated id answered
+    twice, an unknown one None), an indexed job with its transaction's retirements by index,
+    a job not indexed with none even when its transaction has retirements."""
+    from relayer.store.pool import Database
+    from relayer.store.retirements import IndexedRetirement, RetirementStore
+
+    chain_id, tx_hash = 96, b"\x96" * 32  # a chain no worker serves
+    indexed, _ = await daemon.runtime.jobs.reserve(dataclasses.replace(_job(b"\x96" * 32), chain_id=chain_id))
+    mined, _ = await daemon.runtime.jobs.reserve(dataclasses.replace(_job(b"\x95" * 32), chain_id=chain_id))
+    stamp = "UPDATE relay_jobs SET state = $3, tx_hash = $2, mined_at = now() WHERE id = $1"
+    await daemon.runtime.db.execute(stamp, indexed.id, tx_hash, "indexed")
+    await daemon.runtime.db.execute(stamp, mined.id, tx_hash, "mined")  # a replacement's view
+    retirements = [
+        IndexedRetirement(
+            chain_id=chain_id, tx_hash=tx_hash, retirement_index=i, block_number=12, block_hash=b"\x12" * 32,
+            log_index=3 + i, block_timestamp=1_700_000_000, payer="0xpayer", beneficiary=f"b{i}",
+            input_token="0xusdc", value=10**30, fee=7, retirement_cost=2**200, refunded=0, gas_allowance=5,
+            source=1, source_id=9, credit_token="0xcredit", token_id=2**255, amount_units=1000 + i,
+            project_id="VCS-1", vintage=2020, registry="VCS", bound_nonce=bytes([i + 1]) * 32,
+            details={"retirementMessage": "ok"},
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        store = RetirementStore(db)
+        await store.save(chain_id, "test-answers", 12, b"\x12" * 32, retirements[::-1], [])
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        missing = indexed.id + 10**9
+        read = await store.jobs_and_retirements([mined.id, indexed.id, missing, mined.id])
+        assert len(statements) == 1, statements
+        assert read[2] is None
+        assert [(got[0].id, got[0].state, got[1]) for got in read if got is not None] == [
+            (mined.id, JobState.MINED, []),
+            (indexed.id, JobState.INDEXED, retirements),
+            (mined.id, JobState.MINED, []),
+        ]
+        assert await store.jobs_and_retirements([]) == []
+        assert await store.job_and_retirements(indexed.id) == read[1]
+        assert await store.job_and_retirements(missing) is None
+    finally:
+        await db.close()
+
+
+async def test_the_requests_woken_together_read_their_jobs_together(daemon: Daemon) -> None:
+    """Requests waiting for jobs that one statement moves to an answering state (the
+    follower's index of a block) read their jobs in one or two statements between them, not
+    one each (issue 20: a block's answers went out one database round trip after another),
+    and each gets its own job's answer."""
+    rt = daemon.runtime
+    outcomes = rt.services.relay.outcomes
+    jobs = [(await rt.jobs.reserve(_job(bytes([0x60 + i]) * 32)))[0] for i in range(12)]
+    real_read = outcomes.retirements.jobs_and_retirements
+    batches: list[list[int]] = []
+
+    async def counted(job_ids: Sequence[int]) -> Any:
+        batches.append(list(job_ids))
+        return await real_read(job_ids)
+
+    outcomes.retirements.jobs_and_retirements = counted  # type: ignore[method-assign]
+    try:
+        waits = [asyncio.ensure_future(outcomes.wait(job.id, 10, made_now=True)) for job in jobs]
+        await asyncio.sleep(0.3)
+        assert batches == []  # made now: nothing read before a change
+        errors = [json.dumps(Rejection("gas_limit_exceeds_cap", gasCap=i).record()) for i in range(len(jobs))]
+        await rt.db.execute(
+            "UPDATE relay_jobs AS j SET state = 'rejected', error = e.error::jsonb, updated_at = now()"
+            " FROM unnest($1::bigint[], $2::text[]) AS e(id, error) WHERE j.id = e.id",
+            [job.id for job in jobs],
+            errors,
+        )
+        outcomes_ = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
+    finally:
+        outcomes.retirements.jobs_and_retirements = real_read  # type: ignore[method-assign]
+    assert [(o.code, o.context.get("gasCap")) if isinstance(o, RelayerError) else o for o in outcomes_] == [
+        ("gas_limit_exceeds_cap", i) for i in range(len(jobs))
+    ]
+    assert sorted(i for batch in batches for i in batch) == sorted(job.id for job in jobs)
+    assert len(batches) <= 2, batches
