@@ -37,7 +37,7 @@ from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.errors import Unavailable
 from relayer.domain.head_clock import HeadClock
 from relayer.domain.incidents import Incident
-from relayer.domain.reorg import Ancestor
+from relayer.domain.reorg import Ancestor, confirmed_through
 from relayer.domain.states import JobState
 from relayer.logs import job_fields
 from relayer.metrics import Metrics
@@ -149,6 +149,7 @@ class ChainFollower:
             return  # the chain moved again since the head was read: the next step sees it
         assert self._indexed is not None and self._scanned is not None
         indexed = self._indexed
+        self._read_logs_ahead(head, indexed)
         if head.number > self._scanned and not await self._scan(head):
             return  # the chain moved under this step: the next one sees the reorg from its head
         self.metrics.follower_lag.set(head.number - self._scanned)
@@ -160,6 +161,33 @@ class ChainFollower:
         await self._confirm(safe)
         if safe > indexed:
             await self._index(indexed + 1, min(safe, indexed + MAX_LOG_RANGE))
+
+    def _read_logs_ahead(self, head: BlockHeader, indexed: int) -> None:
+        """Start the read of the ``RetirementSettled`` logs this step will index (blocks after
+        ``indexed`` up to the confirmed block under ``head``, as far as the scan will reach),
+        so that it runs beside the scan and the confirmation, whose reads and writes it does
+        not need; :meth:`_index` then takes it from the node's log feed (the same range at the
+        same hash: one read). Only under a depth policy (the confirmed block is known without
+        a read) and when the range's last block is remembered; otherwise :meth:`_index` reads
+        after them as before. A read this step ends up not using is never waited for (the
+        feed keeps it a moment for whoever asks), and its failure is its reader's."""
+        assert self._scanned is not None
+        if self.policy.tag is not None:
+            return
+        scanned = (
+            self._scanned
+            if head.number <= self._scanned
+            else min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
+        )
+        safe = min(confirmed_through(head.number, self.policy.depth), scanned)
+        if safe <= indexed:
+            return
+        to_block = min(safe, indexed + MAX_LOG_RANGE)
+        to_hash = self.watch.memory.get(to_block)
+        if to_hash is None:
+            return
+        read = asyncio.ensure_future(self.chain.settled_logs(indexed + 1, to_block, to_hash))
+        read.add_done_callback(_retrieved)
 
     async def _confirm(self, safe: int) -> None:
         """Move the mined jobs at or below block ``safe`` to confirmed: one database write, only
@@ -408,3 +436,9 @@ class ChainFollower:
             except Exception:
                 log.exception("follower step failed")
             await sleep_or_stop(stop, wait_s)
+
+
+def _retrieved(read: asyncio.Future[list[SettledLog]]) -> None:
+    """A read ahead ended: its failure is seen by the step that reads the range again, not here."""
+    if not read.cancelled():
+        read.exception()

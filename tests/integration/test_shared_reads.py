@@ -539,3 +539,50 @@ async def test_with_work_the_daemon_reads_the_head_a_few_times_a_block_and_fees_
     assert _count(calls, "eth_feeHistory") <= blocks + 1, calls
     assert _count(calls, "eth_getBalance") <= seconds / ETH_BALANCE_MAX_AGE_S + 1, calls
     assert _count(calls, "eth_getLogs") <= blocks + 1, calls
+
+
+async def test_the_followers_logs_of_a_range_are_read_beside_its_receipts_and_confirmation(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """A follower step that indexes a range asks for its ``RetirementSettled`` logs as it
+    starts, beside the scan of the head's receipts and the confirmation of the jobs mined
+    (issue 20: a block's answers waited for the scan, the confirmation, then the logs' read,
+    then the index, one after the other); the index takes that read (one ``eth_getLogs``)."""
+    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
+        payer = info["payers"][0]
+        body = signed_request(
+            await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]
+        )
+        rt = d.runtime
+        events: list[tuple[str, int]] = []
+        real_logs, real_confirm = rt.blocks.settled_logs, rt.jobs.confirm_mined
+
+        async def settled_logs(from_block: int, to_block: int, to_hash: bytes | None = None) -> Any:
+            events.append(("logs", to_block))
+            return await real_logs(from_block, to_block, to_hash)
+
+        async def confirm_mined(chain_id: int, through: int) -> Any:
+            events.append(("confirm", through))
+            await asyncio.sleep(0.05)  # a slow write: the logs' read is under way meanwhile
+            events.append(("confirmed", through))
+            return await real_confirm(chain_id, through)
+
+        rt.blocks.settled_logs = settled_logs  # type: ignore[method-assign]
+        rt.jobs.confirm_mined = confirm_mined  # type: ignore[method-assign]
+        try:
+            proxy.calls.clear()
+            status, answer = await d.post(body)
+            calls = list(proxy.calls)
+        finally:
+            rt.blocks.settled_logs = real_logs  # type: ignore[method-assign]
+            rt.jobs.confirm_mined = real_confirm  # type: ignore[method-assign]
+    assert (status, answer.get("status")) == (200, "settled"), answer
+    confirms = [i for i, (kind, _) in enumerate(events) if kind == "confirm"]
+    assert confirms, events
+    for i in confirms:  # the range that step indexes was asked for before its confirmation
+        through = events[i][1]
+        assert ("logs", through) in events[:i], events
+    mined = int(answer["retirements"][0]["blockNumber"])
+    # one eth_getLogs a range: the index took the read made ahead
+    ranges = [json.loads(p)[0] for m, p in calls if m == "eth_getLogs"]
+    assert sum(int(r["fromBlock"], 16) <= mined <= int(r["toBlock"], 16) for r in ranges) == 1, ranges
