@@ -98,6 +98,7 @@ class ChainFollower:
         self._scanned: int | None = None  # receipts read up to here
         self._indexed: int | None = None  # retirements indexed up to here (the cursor)
         self._cursor_written = float("-inf")  # monotonic time the cursor was last written
+        self._logs_ahead: asyncio.Future[list[SettledLog]] | None = None  # see _read_logs_ahead
         self._audited = float("-inf")  # monotonic time of the last nonce audit
         # a pass skipped the audit (one ran within the second): the next pass audits, whether
         # or not a new head came (a head that stands still must not leave a passed nonce unjudged)
@@ -188,6 +189,7 @@ class ChainFollower:
             return
         read = asyncio.ensure_future(self.chain.settled_logs(indexed + 1, to_block, to_hash))
         read.add_done_callback(_retrieved)
+        self._logs_ahead = read  # held until the next step's: the loop keeps only weak references
 
     async def _confirm(self, safe: int) -> None:
         """Move the mined jobs at or below block ``safe`` to confirmed: one database write, only
