@@ -22,7 +22,7 @@ from asyncpg.pool import PoolConnectionProxy
 from relayer.domain.errors import RelayerError
 from relayer.domain.states import JobState, sources_of
 from relayer.store.pool import Database
-from relayer.store.relay_jobs import MOVE_DROPPED, MOVE_MINED, Job, MovedJob
+from relayer.store.relay_jobs import Job, MovedJob
 
 # -- statements -------------------------------------------------------------------------
 
@@ -195,12 +195,18 @@ UPDATE relay_jobs SET error = $2::jsonb, updated_at = now()
 WHERE id = $1 AND state IN ('signed', 'submitted')
 RETURNING id
 """
-# Transaction $1 was mined in block $2. Recorded before its job moves, by a statement of its own
-# in the same transaction: the trigger that settles an API key's gas day (migration 0015) reads
-# the transactions' paid_wei as the job moves, and a move in the same statement would not see it.
-MARK_MINED: Final = """
-UPDATE relay_transactions SET mined_block = $2, gas_used = $3, paid_wei = $4, succeeded = $5
-WHERE tx_hash = $1
+# A block's transactions of ours mined ($1-$5: hash, block, gas used, wei paid, success each)
+# and their jobs moved ($6-$10: id, target state, block number, block hash, transaction hash
+# each; a move to mined only from the states $11, to reverted from $12), then the jobs $13
+# whose nonces no-ops took moved to dropped (from the states $14): migration 0024's
+# relay_record_mined, one round trip. Inside it the transactions are marked by a statement of
+# their own before the jobs move: the trigger that settles an API key's gas day (migration
+# 0015) reads the transactions' paid_wei as a job moves, and a move in the same statement
+# would not see it. The jobs moved, each with its new state.
+RECORD_MINED: Final = """
+SELECT * FROM relay_record_mined($1::bytea[], $2::bigint[], $3::bigint[], $4::numeric[], $5::boolean[],
+    $6::bigint[], $7::text[], $8::bigint[], $9::bytea[], $10::bytea[], $11::text[], $12::text[],
+    $13::bigint[], $14::text[])
 """
 # -- nonces the chain passed (see relayer.workers.nonces) --------------------------------
 
@@ -607,7 +613,8 @@ class ExecutorLane:
     ) -> dict[JobState, list[MovedJob]]:
         """Record a block's transactions of ours mined and move their jobs, in one
         transaction: a transaction is never seen mined (and so no longer looked for) while
-        its job still waits for it, even if the process dies in between.
+        its job still waits for it, even if the process dies in between. One round trip
+        (:data:`RECORD_MINED`; four before: BEGIN, the transactions, the jobs, COMMIT).
 
         Args:
             mined: (transaction hash, block number, gas used, what it cost the executor in
@@ -624,19 +631,31 @@ class ExecutorLane:
         moved: dict[JobState, list[MovedJob]] = {}
         if not mined:
             return moved
-        async with self.db.transaction() as conn:
-            await conn.executemany(MARK_MINED, mined)
-            for target, jobs in moves.items():
-                if not jobs:
-                    continue
-                ids, blocks, hashes, txs = (list(column) for column in zip(*jobs, strict=True))
-                sources = [s.value for s in sources_of(target)]
-                rows = await conn.fetch(MOVE_MINED, target.value, sources, ids, blocks, hashes, txs)
-                moved[target] = [MovedJob.from_row(r) for r in rows]
-            if dropped:
-                sources = [s.value for s in sources_of(JobState.DROPPED)]
-                rows = await conn.fetch(MOVE_DROPPED, list(dropped), sources)
-                moved[JobState.DROPPED] = [MovedJob.from_row(r) for r in rows]
+        unknown = set(moves) - {JobState.MINED, JobState.REVERTED}
+        if unknown:
+            raise ValueError(f"a mined transaction moves its job to mined or reverted, not {unknown}")
+        txs, blocks, gas_used, paid_wei, succeeded = (list(column) for column in zip(*mined, strict=True))
+        jobs = [(target, *job) for target, targets_jobs in moves.items() for job in targets_jobs]
+        rows = await self.db.fetch(
+            RECORD_MINED,
+            txs,
+            blocks,
+            gas_used,
+            paid_wei,
+            succeeded,
+            [job_id for _, job_id, *_rest in jobs],
+            [target.value for target, *_rest in jobs],
+            [job[2] for job in jobs],
+            [job[3] for job in jobs],
+            [job[4] for job in jobs],
+            [s.value for s in sources_of(JobState.MINED)],
+            [s.value for s in sources_of(JobState.REVERTED)],
+            list(dropped),
+            [s.value for s in sources_of(JobState.DROPPED)],
+        )
+        for row in rows:
+            job = MovedJob.from_row(row)
+            moved.setdefault(job.state, []).append(job)
         return moved
 
     async def ledger(self) -> list[LedgerRow]:

@@ -247,24 +247,6 @@ UPDATE relay_jobs SET
 WHERE id = $1 AND state = ANY($3::text[])
 RETURNING *
 """
-# Move the jobs $3 whose transactions $6 a block $4 (hash $5) holds to $1 (mined or
-# reverted), each only from one of the states $2; stamp mined_at for mined.
-MOVE_MINED: Final = """
-UPDATE relay_jobs AS j SET
-    state = $1, updated_at = now(),
-    mined_at = CASE WHEN $1 = 'mined' THEN now() ELSE j.mined_at END,
-    block_number = u.block_number, block_hash = u.block_hash, tx_hash = u.tx_hash
-FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::bytea[]) AS u(id, block_number, block_hash, tx_hash)
-WHERE j.id = u.id AND j.state = ANY($2::text[])
-RETURNING j.id, j.kind, j.state, j.tx_hash, j.request_id, j.block_number, j.allowance_wei,
-          j.signed_at, j.submitted_at, j.mined_at
-"""
-# Move the jobs $1 whose nonces no-ops took to dropped, each only from one of the states $2.
-MOVE_DROPPED: Final = """
-UPDATE relay_jobs SET state = 'dropped', updated_at = now()
-WHERE id = ANY($1::bigint[]) AND state = ANY($2::text[])
-RETURNING id, kind, state, tx_hash, request_id
-"""
 # Take over job $1 left in accepted for longer than $2 seconds (its owner died mid-check).
 CLAIM_ORPHAN: Final = """
 UPDATE relay_jobs SET accepted_at = now(), attempts = attempts + 1, updated_at = now()

@@ -779,3 +779,86 @@ async def test_the_requests_woken_together_read_their_jobs_together(daemon: Daem
     ]
     assert sorted(i for batch in batches for i in batch) == sorted(job.id for job in jobs)
     assert len(batches) <= 2, batches
+
+
+async def test_a_blocks_transactions_are_recorded_mined_and_their_jobs_moved_in_one_statement(
+    daemon: Daemon, database_url: str
+) -> None:
+    """The follower's record of a block (issue 20: four round trips a block before: BEGIN, the
+    transactions, the jobs, COMMIT) is one statement (migration 0024's relay_record_mined):
+    each transaction marked with its block, gas and cost; each job moved to mined (stamped)
+    or reverted with its block, hash and transaction, only from a state the table allows;
+    the jobs whose nonces no-ops took moved to dropped; the moved jobs returned by state."""
+    from relayer.store.executor_lane import ExecutorLane
+    from relayer.store.pool import Database
+
+    chain_id = 95  # a chain no worker serves
+    made = [
+        (
+            await daemon.runtime.jobs.reserve(
+                dataclasses.replace(_job(bytes([0x90 + i]) * 32), chain_id=chain_id)
+            )
+        )[0]
+        for i in range(5)
+    ]
+    mined, reverted, dropped, unmoved, _stays = made
+    states = ("submitted", "submitted", "signed", "indexed", "submitted")
+    for job, state in zip(made, states, strict=True):
+        await daemon.runtime.db.execute("UPDATE relay_jobs SET state = $2 WHERE id = $1", job.id, state)
+    txs = [bytes([0xA0 + i]) * 32 for i in range(5)]
+    for job, tx in zip(made, txs, strict=True):
+        await daemon.runtime.db.execute(
+            "INSERT INTO relay_transactions (tx_hash, job_id, chain_id, executor, nonce, raw_tx, gas_limit,"
+            " max_fee_per_gas, max_priority_fee_per_gas) VALUES ($1, $2, $3, '0xexec', $4, '\\x00', 1, 1, 1)",
+            tx, job.id, chain_id, job.id,
+        )  # fmt: skip
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        lane = ExecutorLane(db, chain_id)
+        assert await lane.record_mined([(b"\x00" * 32, 1, 1, 1, True)], {}) == {}  # prepares it
+        statements.clear()
+        block_hash = b"\x77" * 32
+        moved = await lane.record_mined(
+            [(txs[0], 77, 50_000, 10**18, True), (txs[1], 77, 60_000, 2 * 10**18, False),
+             (txs[3], 77, 1, 1, True)],
+            {
+                JobState.MINED: [(mined.id, 77, block_hash, txs[0]), (unmoved.id, 77, block_hash, txs[3])],
+                JobState.REVERTED: [(reverted.id, 77, block_hash, txs[1])],
+            },
+            [dropped.id],
+        )  # fmt: skip
+        assert len(statements) == 1, statements
+        assert {state: [j.id for j in jobs] for state, jobs in moved.items()} == {
+            JobState.MINED: [mined.id],
+            JobState.REVERTED: [reverted.id],
+            JobState.DROPPED: [dropped.id],
+        }
+        assert moved[JobState.MINED][0].block_number == 77 and moved[JobState.MINED][0].timestamps["mined_at"]
+        rows = {
+            r["id"]: r
+            for r in await db.fetch(
+                "SELECT id, state, block_number, block_hash, tx_hash, mined_at FROM relay_jobs"
+                " WHERE id = ANY($1)",
+                [j.id for j in made],
+            )
+        }
+        assert [rows[j.id]["state"] for j in made] == ["mined", "reverted", "dropped", "indexed", "submitted"]
+        assert (rows[mined.id]["block_number"], bytes(rows[mined.id]["block_hash"])) == (77, block_hash)
+        assert bytes(rows[reverted.id]["tx_hash"]) == txs[1] and rows[reverted.id]["mined_at"] is None
+        marks = {
+            bytes(r["tx_hash"]): tuple(r)[1:]
+            for r in await db.fetch(
+                "SELECT tx_hash, mined_block, gas_used, paid_wei, succeeded FROM relay_transactions"
+                " WHERE tx_hash = ANY($1)",
+                txs,
+            )
+        }
+        assert marks[txs[0]] == (77, 50_000, 10**18, True)
+        assert marks[txs[1]] == (77, 60_000, 2 * 10**18, False)
+        assert marks[txs[4]] == (None, None, None, None)
+        assert await lane.record_mined([], {JobState.MINED: []}) == {}
+    finally:
+        await db.close()
