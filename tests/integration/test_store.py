@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -17,11 +17,24 @@ import pytest
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.states import JobState
 from relayer.logs import request_scope
-from relayer.store.pool import StoreUnavailable
+from relayer.store.pool import Database, StoreUnavailable
 from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
 
 pytestmark = pytest.mark.integration
+
+
+@contextlib.asynccontextmanager
+async def _logged(database_url: str) -> AsyncIterator[tuple[Database, list[str]]]:
+    """A pool of one connection to ``database_url`` and the statements sent on it."""
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    statements: list[str] = []
+    try:
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        yield db, statements
+    finally:
+        await db.close()
 
 
 async def _changed(notifications: Any, job_id: int, timeout_s: float) -> None:
@@ -537,14 +550,9 @@ async def test_a_reservation_is_one_statement_that_commits_without_waiting_for_i
     synchronous commit (the job's simulation, its signing) flushes the WAL through it."""
     from relayer.domain.fill import liquidity_rule
     from relayer.store import relay_jobs as store
-    from relayer.store.pool import Database
     from relayer.store.relay_jobs import NewJob, RelayJobs, SupplyTake
 
-    db = await Database.connect(database_url, min_size=1, max_size=1)
-    statements: list[str] = []
-    try:
-        async with db.connection() as conn:
-            conn.add_query_logger(lambda record: statements.append(record.query))
+    async with _logged(database_url) as (db, statements):
         salt = b"\x0c" * 32
         new = NewJob(
             chain_id=95, bound_nonce=b"async" + salt, permit_key=None, salt=salt, scheme="eip3009",
@@ -568,8 +576,6 @@ async def test_a_reservation_is_one_statement_that_commits_without_waiting_for_i
                 )
                 assert await conn.fetchval("SHOW synchronous_commit") == "off"
             assert await conn.fetchval("SHOW synchronous_commit") == "on"
-    finally:
-        await db.close()
 
 
 async def test_a_refused_reservation_records_nothing_and_says_why(database_url: str) -> None:
@@ -657,7 +663,6 @@ async def test_a_ranges_retirements_its_cursor_and_its_jobs_move_to_indexed_are_
     trip: the retirements inserted (idempotent), the cursor advanced and the confirmed jobs of
     their transactions moved to indexed, in one statement, atomic as one. Five round trips
     before (BEGIN, the retirements, the cursor, COMMIT, then the jobs)."""
-    from relayer.store.pool import Database
     from relayer.store.retirements import IndexedRetirement, RetirementStore
 
     chain_id, tx_hash = 97, b"\x97" * 32  # a chain no worker serves
@@ -672,11 +677,7 @@ async def test_a_ranges_retirements_its_cursor_and_its_jobs_move_to_indexed_are_
         project_id="VCS-1", vintage=2020, registry="VCS", bound_nonce=b"\x01" * 32,
         details={"retirementMessage": "ok \u00e9"},
     )  # fmt: skip
-    db = await Database.connect(database_url, min_size=1, max_size=1)
-    statements: list[str] = []
-    try:
-        async with db.connection() as conn:
-            conn.add_query_logger(lambda record: statements.append(record.query))
+    async with _logged(database_url) as (db, statements):
         store = RetirementStore(db)
         assert await store.save(chain_id, "test-cursor", 11, b"\x11" * 32, [], []) == []  # prepares it
         statements.clear()
@@ -690,8 +691,6 @@ async def test_a_ranges_retirements_its_cursor_and_its_jobs_move_to_indexed_are_
         assert tuple(await db.fetchrow(cursor, chain_id, "test-cursor")) == (12, b"\x12" * 32)
         assert await store.save(chain_id, "test-cursor", 13, b"\x13" * 32, [], []) == []  # the cursor alone
         assert tuple(await db.fetchrow(cursor, chain_id, "test-cursor")) == (13, b"\x13" * 32)
-    finally:
-        await db.close()
 
 
 async def test_jobs_and_their_retirements_are_read_in_one_statement_in_the_order_asked(
@@ -701,7 +700,6 @@ async def test_jobs_and_their_retirements_are_read_in_one_statement_in_the_order
     one statement for many jobs: each id's job in the order asked (a repeated id answered
     twice, an unknown one None), an indexed job with its transaction's retirements by index,
     a job not indexed with none even when its transaction has retirements."""
-    from relayer.store.pool import Database
     from relayer.store.retirements import IndexedRetirement, RetirementStore
 
     chain_id, tx_hash = 96, b"\x96" * 32  # a chain no worker serves
@@ -721,13 +719,10 @@ async def test_jobs_and_their_retirements_are_read_in_one_statement_in_the_order
         )
         for i in range(2)
     ]  # fmt: skip
-    db = await Database.connect(database_url, min_size=1, max_size=1)
-    statements: list[str] = []
-    try:
+    async with _logged(database_url) as (db, statements):
         store = RetirementStore(db)
         await store.save(chain_id, "test-answers", 12, b"\x12" * 32, retirements[::-1], [])
-        async with db.connection() as conn:
-            conn.add_query_logger(lambda record: statements.append(record.query))
+        statements.clear()
         missing = indexed.id + 10**9
         read = await store.jobs_and_retirements([mined.id, indexed.id, missing, mined.id])
         assert len(statements) == 1, statements
@@ -740,8 +735,6 @@ async def test_jobs_and_their_retirements_are_read_in_one_statement_in_the_order
         assert await store.jobs_and_retirements([]) == []
         assert await store.job_and_retirements(indexed.id) == read[1]
         assert await store.job_and_retirements(missing) is None
-    finally:
-        await db.close()
 
 
 async def test_the_requests_woken_together_read_their_jobs_together(daemon: Daemon) -> None:
@@ -790,7 +783,6 @@ async def test_a_blocks_transactions_are_recorded_mined_and_their_jobs_moved_in_
     or reverted with its block, hash and transaction, only from a state the table allows;
     the jobs whose nonces no-ops took moved to dropped; the moved jobs returned by state."""
     from relayer.store.executor_lane import ExecutorLane
-    from relayer.store.pool import Database
 
     chain_id = 95  # a chain no worker serves
     made = [
@@ -812,11 +804,7 @@ async def test_a_blocks_transactions_are_recorded_mined_and_their_jobs_moved_in_
             " max_fee_per_gas, max_priority_fee_per_gas) VALUES ($1, $2, $3, '0xexec', $4, '\\x00', 1, 1, 1)",
             tx, job.id, chain_id, job.id,
         )  # fmt: skip
-    db = await Database.connect(database_url, min_size=1, max_size=1)
-    statements: list[str] = []
-    try:
-        async with db.connection() as conn:
-            conn.add_query_logger(lambda record: statements.append(record.query))
+    async with _logged(database_url) as (db, statements):
         lane = ExecutorLane(db, chain_id)
         assert await lane.record_mined([(b"\x00" * 32, 1, 1, 1, True)], {}) == {}  # prepares it
         statements.clear()
@@ -860,5 +848,3 @@ async def test_a_blocks_transactions_are_recorded_mined_and_their_jobs_moved_in_
         assert marks[txs[1]] == (77, 60_000, 2 * 10**18, False)
         assert marks[txs[4]] == (None, None, None, None)
         assert await lane.record_mined([], {JobState.MINED: []}) == {}
-    finally:
-        await db.close()
