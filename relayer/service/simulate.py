@@ -14,7 +14,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar, cast
+from typing import Final, TypeVar, cast
 
 from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert, ChainUnavailable
@@ -31,6 +31,7 @@ from relayer.domain.states import JobState
 from relayer.service.gas import GasPlan, GasPricer
 from relayer.service.supply import x402_fill_refusal
 from relayer.store.relay_jobs import Job, NewJob, RelayJobs, SimulatedPlan, SupplyAhead, SupplyTake
+from relayer.tasks import retrieved
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Simulator:
         signed before the job is recorded, simulated and checked again. A speculation no job
         takes (the request was refused) is dropped past :data:`SPECULATIONS_KEPT`."""
         task = asyncio.ensure_future(self._simulations(new))
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieved)
         old = self._speculations.pop(new.bound_nonce, None)
         if old is not None:
             old[1].cancel()  # an identical request's, racing: the later one stands
@@ -638,9 +639,3 @@ def _supply_verdict(
 
 def _function(job: Job) -> str:
     return relayed_function(job.kind, job.scheme).name
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Retrieve a speculation's failure (no job may await it: never an unretrieved error)."""
-    if not task.cancelled():
-        task.exception()

@@ -14,7 +14,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -439,6 +439,11 @@ class LeaseLost(RelayerError):
     """Another process took this executor key's lease (its epoch moved on): stop signing."""
 
 
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """``rows`` (each ``width`` values) as ``width`` columns (lists), for a statement's arrays."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
 class ExecutorLane:
     """Repository of executor nonces and signed transactions for one chain.
 
@@ -634,20 +639,11 @@ class ExecutorLane:
         unknown = set(moves) - {JobState.MINED, JobState.REVERTED}
         if unknown:
             raise ValueError(f"a mined transaction moves its job to mined or reverted, not {unknown}")
-        txs, blocks, gas_used, paid_wei, succeeded = (list(column) for column in zip(*mined, strict=True))
-        jobs = [(target, *job) for target, targets_jobs in moves.items() for job in targets_jobs]
+        jobs = [(job_id, target.value, *at) for target, each in moves.items() for job_id, *at in each]
         rows = await self.db.fetch(
             RECORD_MINED,
-            txs,
-            blocks,
-            gas_used,
-            paid_wei,
-            succeeded,
-            [job_id for _, job_id, *_rest in jobs],
-            [target.value for target, *_rest in jobs],
-            [job[2] for job in jobs],
-            [job[3] for job in jobs],
-            [job[4] for job in jobs],
+            *_columns(mined, 5),  # hash, block, gas used, wei paid, success
+            *_columns(jobs, 5),  # id, target, block number, block hash, transaction hash
             [s.value for s in sources_of(JobState.MINED)],
             [s.value for s in sources_of(JobState.REVERTED)],
             list(dropped),

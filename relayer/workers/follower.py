@@ -37,7 +37,7 @@ from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.domain.errors import Unavailable
 from relayer.domain.head_clock import HeadClock
 from relayer.domain.incidents import Incident
-from relayer.domain.reorg import Ancestor, confirmed_through
+from relayer.domain.reorg import Ancestor
 from relayer.domain.states import JobState
 from relayer.logs import job_fields
 from relayer.metrics import Metrics
@@ -45,6 +45,7 @@ from relayer.store import reorg
 from relayer.store.executor_lane import ExecutorLane, PendingTx
 from relayer.store.relay_jobs import MovedJob, RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
+from relayer.tasks import retrieved
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.nonces import NonceAudit
@@ -173,14 +174,10 @@ class ChainFollower:
         after them as before. A read this step ends up not using is never waited for (the
         feed keeps it a moment for whoever asks), and its failure is its reader's."""
         assert self._scanned is not None
-        if self.policy.tag is not None:
+        through = self.confirmed.known_through(head.number)
+        if through is None:
             return
-        scanned = (
-            self._scanned
-            if head.number <= self._scanned
-            else min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
-        )
-        safe = min(confirmed_through(head.number, self.policy.depth), scanned)
+        safe = min(through, max(self._scanned, self._scan_reach(head)))
         if safe <= indexed:
             return
         to_block = min(safe, indexed + MAX_LOG_RANGE)
@@ -188,7 +185,7 @@ class ChainFollower:
         if to_hash is None:
             return
         read = asyncio.ensure_future(self.chain.settled_logs(indexed + 1, to_block, to_hash))
-        read.add_done_callback(_retrieved)
+        read.add_done_callback(retrieved)
         self._logs_ahead = read  # held until the next step's: the loop keeps only weak references
 
     async def _confirm(self, safe: int) -> None:
@@ -291,7 +288,7 @@ class ChainFollower:
         step's reorg rewinds them like any other."""
         assert self._scanned is not None
         pending = await self.lane.pending()
-        last = min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
+        last = self._scan_reach(head)
         if pending:
             headers = await self._headers(range(self._scanned + 1, last + 1), head)
             if headers is None or not await self._receipts(headers, pending):
@@ -300,6 +297,11 @@ class ChainFollower:
                 self.watch.memory.remember(header.number, header.hash)
         self._scanned = last
         return True
+
+    def _scan_reach(self, head: BlockHeader) -> int:
+        """The last block a scan up to ``head`` records (at most :data:`MAX_RECEIPT_BLOCKS`)."""
+        assert self._scanned is not None
+        return min(head.number, self._scanned + MAX_RECEIPT_BLOCKS)
 
     async def _headers(self, numbers: range, head: BlockHeader) -> list[BlockHeader] | None:
         """The headers of blocks ``numbers`` (the head's as read, the others in one batch),
@@ -438,9 +440,3 @@ class ChainFollower:
             except Exception:
                 log.exception("follower step failed")
             await sleep_or_stop(stop, wait_s)
-
-
-def _retrieved(read: asyncio.Future[list[SettledLog]]) -> None:
-    """A read ahead ended: its failure is seen by the step that reads the range again, not here."""
-    if not read.cancelled():
-        read.exception()

@@ -56,6 +56,10 @@ class Confirmed:
         self._at: int | None = None  # the head the tag was read at
         self._through = -1
 
+    def known_through(self, head: int) -> int | None:
+        """:meth:`through` when it needs no read (a depth policy: its answer); None under a tag."""
+        return confirmed_through(head, self.policy.depth) if self.policy.tag is None else None
+
     async def through(self, head: int) -> int:
         """The newest confirmed block number under head ``head`` (at most ``head``); raises
         ``ChainUnavailable`` when the node fails."""
