@@ -2,14 +2,15 @@
 target of 2.0 ms a retirement): what the libraries the design card names cost for the least
 a retirement needs of them, before any of the relay's own logic, on uvloop as the daemon runs.
 
-Each part is measured on its own, on loopback, at the concurrency the relay benchmark uses:
+Each part is measured on its own, on loopback, several in flight as under the relay benchmark's
+load:
 1. **HTTP**: the CPU of an aiohttp server (its own process, uvloop) for one POST of a
    retirement-sized JSON body, decoded, answered with a settled-sized JSON body. The relay
    benchmark posts each retirement once.
 2. **Statements**: the client CPU of one asyncpg statement through a pool (8 parameters in,
    one row of 8 columns out), at 50 statements in flight.
 3. **Notifications**: the client CPU of one Postgres notification received on a LISTEN
-   connection (the jobs' trigger notifies answering states).
+   connection (the jobs' trigger notifies the state moves the daemon waits on).
 4. **JSON-RPC round trips**: the client CPU of one ``eth_blockNumber`` to anvil over an
    aiohttp keep-alive session, 10 in flight.
 5. **Crypto**: the daemon's own EIP-712 recovery of a USDC ``ReceiveWithAuthorization``
@@ -18,7 +19,7 @@ Each part is measured on its own, on loopback, at the concurrency the relay benc
 
 The floor a retirement is one POST, ``--statements`` statements, ``--notifications``
 notifications and ``--round-trips`` round trips (defaults: what the relay benchmark's run of
-600 at concurrency 50, 200 ms blocks and 150 tx/s of background traffic counted at 698bd07+,
+600 at concurrency 50, 200 ms blocks and 150 tx/s of background traffic counted at d222a25,
 statements and notifications by wrapping asyncpg, round trips by its counting proxy), one
 recovery and one signature. The event loop's own work (uvloop's callbacks and task steps,
 about a sixth of the daemon's samples under load) is not in it.
