@@ -50,7 +50,7 @@ import uvloop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_seconds, free_port, wait_ready  # noqa: E402
+from bench.common import cpu_seconds, free_port, stop_processes, wait_ready  # noqa: E402
 
 WARM = 200
 RETIRE_BODY: dict[str, Any] = {
@@ -148,8 +148,7 @@ async def http_post_ms(state: Path, n: int) -> float:
             await in_flight(n, 50, post)
             return 1000 * (cpu_seconds(server.pid) - before) / n
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_processes([server], 10)
 
 
 STATEMENT = (
@@ -286,8 +285,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             figures["rpcRoundTripMs"] = await rpc_round_trip_ms(devnet.rpc_url(port), args.n)
         finally:
-            anvil.terminate()
-            anvil.wait(10)
+            stop_processes([anvil], 10)
     figures["recoverMs"], figures["signMs"] = crypto_ms(args.n)
     for key, label in LABELS.items():
         print(f"{label}: {figures[key]:.3f} ms")
