@@ -11,35 +11,35 @@ depth; a settle cancelled unsigned is a new attempt when settled again."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import hashlib
 import logging
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 import requests
 from eth_account import Account
-from eth_account.messages import encode_typed_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from web3 import Web3
 
 from relayer.admin import create_api_key
-from relayer.chain import calls
-from relayer.domain import eip712
-from relayer.domain.chains import usdc_domain_name
 from relayer.service.outcome import blocks_deep
 from tests.chain_helpers import token_balance, transact_as_deployer
 from tests.conftest import Daemon
+from tests.helpers.facilitator import (
+    PAYER_INDEX,
+    call,
+    fresh_address,
+    held_unmined,
+    mutate,
+    network,
+    payment,
+    submit_directly,
+)
 
 pytestmark = pytest.mark.integration
-
-PAYER_INDEX = 2  # as test_transfers: its USDC is spare
 
 
 @pytest.fixture(scope="module")
@@ -47,81 +47,6 @@ async def api_key(daemon: Daemon) -> AsyncIterator[str]:
     """A facilitator key whose limit the generated-bodies test (300 requests at once) stays under."""
     name = f"facilitator-{uuid.uuid4().hex[:6]}"
     yield await create_api_key(daemon.runtime.settings, name, ["facilitator"], rate_limit="1000/second")
-
-
-def network(d: Daemon) -> str:
-    return f"eip155:{d.chain['chainId']}"
-
-
-def requirements(d: Daemon, pay_to: str, amount: int) -> dict[str, Any]:
-    return {
-        "scheme": "exact",
-        "network": network(d),
-        "asset": d.chain["contracts"]["usdc"],
-        "amount": str(amount),
-        "payTo": pay_to,
-        "maxTimeoutSeconds": 300,
-        "extra": {"name": usdc_domain_name(d.chain["chainId"]), "version": "2"},
-    }
-
-
-def payment(
-    d: Daemon,
-    pay_to: str,
-    amount: int,
-    *,
-    value: int | None = None,
-    to: str | None = None,
-    valid_before: int | None = None,
-    key: str | None = None,
-    payer: str | None = None,
-    nonce: str | None = None,
-) -> dict[str, Any]:
-    """A facilitator request body as the SDK sends it, signed by the payer (or by ``key``)."""
-    who = d.chain["payers"][PAYER_INDEX]
-    chain_id, usdc = d.chain["chainId"], d.chain["contracts"]["usdc"]
-    auth = {
-        "from": payer or who["address"],
-        "to": to or pay_to,
-        "value": str(amount if value is None else value),
-        "validAfter": "0",
-        "validBefore": str(valid_before or int(time.time()) + 300),
-        "nonce": nonce or "0x" + os.urandom(32).hex(),
-    }
-    typed = eip712.transfer_with_authorization(
-        chain_id=chain_id,
-        usdc=usdc,
-        payer=auth["from"],
-        to=auth["to"],
-        value=int(auth["value"]),
-        valid_after=0,
-        valid_before=int(auth["validBefore"]),
-        nonce=bytes.fromhex(auth["nonce"][2:]),
-        name=usdc_domain_name(chain_id),
-        version="2",
-    )
-    signed = Account.sign_message(encode_typed_data(full_message=typed), key or who["privateKey"])
-    req = requirements(d, pay_to, amount)
-    return {
-        "x402Version": 2,
-        "paymentPayload": {
-            "x402Version": 2,
-            "payload": {"authorization": auth, "signature": "0x" + bytes(signed.signature).hex()},
-            "accepted": req,
-            "resource": {"url": "http://example.test/paid", "mimeType": "application/json"},
-        },
-        "paymentRequirements": req,
-    }
-
-
-async def call(d: Daemon, path: str, body: dict[str, Any], key: str | None) -> tuple[int, dict[str, Any]]:
-    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
-    async with d.session.post(f"{d.base_url}/facilitator/{path}", json=body, headers=headers) as r:
-        return r.status, await r.json(content_type=None)
-
-
-def fresh_address() -> str:
-    return str(Account.create().address)
 
 
 async def test_supported_lists_the_chain_and_the_executors(daemon: Daemon) -> None:
@@ -233,21 +158,6 @@ async def test_settle_pays_once_and_a_repeat_answers_the_same_transaction(
     assert await token_balance(daemon.runtime.node, "usdc", other_to) == 0
 
 
-@contextlib.contextmanager
-def held_unmined(d: Daemon, wait_s: float) -> Iterator[Web3]:
-    """Automine off and the facilitator's settle wait at ``wait_s`` (so a settle answers
-    ``settlement_pending``), both restored on exit; yields the node (``evm_mine`` mines)."""
-    w3 = Web3(Web3.HTTPProvider(d.chain["rpcUrl"]))
-    facilitator = d.runtime.facilitator
-    wait, facilitator.settle_wait_s = facilitator.settle_wait_s, wait_s
-    w3.provider.make_request("evm_setAutomine", [False])  # type: ignore[arg-type]
-    try:
-        yield w3
-    finally:
-        w3.provider.make_request("evm_setAutomine", [True])  # type: ignore[arg-type]
-        facilitator.settle_wait_s = wait
-
-
 async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api_key: str) -> None:
     pay_to, value = fresh_address(), 7_777
     body = payment(daemon, pay_to, value)
@@ -265,46 +175,6 @@ async def test_a_settle_the_node_holds_is_pending_then_final(daemon: Daemon, api
     assert await token_balance(daemon.runtime.node, "usdc", pay_to) == value
 
 
-JSON_VALUES: Any = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**300), max_value=2**300)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=80)
-    | st.sampled_from(["0x", "0x" + "f" * 64, "0x" + "1" * 40, "9" * 80, str(2**256), "-1", "1e3"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
-    max_leaves=6,
-)
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every key path inside ``value`` (dict keys and list indexes)."""
-    out: list[tuple[Any, ...]] = []
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for k, v in items:
-        out.append((*prefix, k))
-        out.extend(_paths(v, (*prefix, k)))
-    return out
-
-
-def _mutate(body: dict[str, Any], draw: Callable[[Any], Any]) -> dict[str, Any]:
-    """``body`` with one to three mutations: a value replaced, a key dropped or one added."""
-    body = copy.deepcopy(body)
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(body)))
-        parent: Any = body
-        for k in path[:-1]:
-            parent = parent[k]
-        action = draw(st.sampled_from(["replace", "drop", "add"]))
-        if action == "replace":
-            parent[path[-1]] = draw(JSON_VALUES)
-        elif action == "drop" and isinstance(parent, dict):
-            del parent[path[-1]]
-        elif isinstance(parent, dict):
-            parent[draw(st.text(min_size=1, max_size=12))] = draw(JSON_VALUES)
-    return body
-
-
 async def test_generated_bad_bodies_answer_no_5xx_and_record_nothing(daemon: Daemon, api_key: str) -> None:
     """Mutations of a valid body signed by a payer holding nothing: every answer is 200 with
     isValid/success false (or 400 for a body that is not one JSON object), never 5xx, and
@@ -320,7 +190,7 @@ async def test_generated_bad_bodies_answer_no_5xx_and_record_nothing(daemon: Dae
             @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
             @given(st.data(), st.sampled_from(["verify", "settle"]))
             def check(data: st.DataObject, path: str) -> None:
-                body = _mutate(base, data.draw)
+                body = mutate(base, data.draw)
                 r = session.post(f"{url}/{path}", json=body, headers=headers, timeout=30)
                 seen.append(r.status_code)
                 assert r.status_code in (200, 400), (r.status_code, r.text, body)
@@ -415,41 +285,6 @@ async def test_a_settle_not_signed_within_the_wait_fails_and_is_never_charged(
         hashlib.sha256(api_key.encode()).digest(),
     )
     assert reserved == 0
-
-
-def submit_directly(d: Daemon, body: dict[str, Any]) -> bytes:
-    """Send the payload's authorization to USDC ourselves, as a front-runner would (the
-    deployer pays the gas): the hash of its transaction, mined (anvil automines)."""
-    auth, signature = (
-        body["paymentPayload"]["payload"]["authorization"],
-        body["paymentPayload"]["payload"]["signature"],
-    )
-    data = calls.transfer_with_authorization(
-        auth["from"],
-        auth["to"],
-        int(auth["value"]),
-        int(auth["validAfter"]),
-        int(auth["validBefore"]),
-        bytes.fromhex(auth["nonce"][2:]),
-        eip712.parse_signature(bytes.fromhex(signature[2:])),
-    )
-    w3 = Web3(Web3.HTTPProvider(d.chain["rpcUrl"]))
-    copier = Account.from_key(d.chain["deployer"]["privateKey"])
-    base_fee = int(w3.eth.get_block("latest")["baseFeePerGas"])  # type: ignore[arg-type]
-    tx = {
-        "type": 2,
-        "chainId": d.chain["chainId"],
-        "to": d.chain["contracts"]["usdc"],
-        "data": data,
-        "value": 0,
-        "gas": 200_000,
-        "nonce": w3.eth.get_transaction_count(copier.address, "pending"),
-        "maxFeePerGas": 2 * base_fee + 1,
-        "maxPriorityFeePerGas": 0,
-    }
-    sent = w3.eth.send_raw_transaction(copier.sign_transaction(tx).raw_transaction)
-    assert w3.eth.wait_for_transaction_receipt(sent, timeout=30)["status"] == 1
-    return bytes(sent)
 
 
 async def test_verify_simulates_the_transfer_so_a_nonce_used_elsewhere_is_refused(

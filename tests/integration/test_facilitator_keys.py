@@ -30,7 +30,7 @@ from relayer.service.relay import _transfer_job
 from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
-from tests.integration.test_facilitator import call, fresh_address, held_unmined, payment
+from tests.helpers.facilitator import call, fresh_address, held_unmined, payment
 from tests.processes import RELAYER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -19,8 +19,8 @@ import pytest
 
 from relayer.admin import create_api_key
 from tests.chain_helpers import token_balance
+from tests.helpers.facilitator import call, fresh_address, payment, submit_directly
 from tests.integration.test_confirmation_tags import LAG, _head, _tagged
-from tests.integration.test_facilitator import call, fresh_address, payment, submit_directly
 from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

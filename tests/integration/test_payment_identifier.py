@@ -18,7 +18,7 @@ import pytest
 from relayer.admin import create_api_key
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
-from tests.integration.test_facilitator import call, fresh_address, held_unmined, payment
+from tests.helpers.facilitator import call, fresh_address, held_unmined, payment
 
 pytestmark = pytest.mark.integration
 

@@ -48,8 +48,8 @@ from relayer.domain.eip712 import SECP256K1_N
 from relayer.domain.errors import COMMON_CODES, REGISTRY, X402_REGISTRY, allowed_codes
 from relayer.domain.schemas import ACTIONS, ActionRequest, AuthPayload, Details
 from tests.conftest import Daemon
-from tests.integration.test_facilitator import JSON_VALUES as ANY_JSON
-from tests.integration.test_facilitator import _mutate, fresh_address, payment
+from tests.helpers.facilitator import JSON_VALUES as ANY_JSON
+from tests.helpers.facilitator import fresh_address, mutate, payment
 from tests.integration.test_relay import challenge, sign, signed_request
 
 pytestmark = pytest.mark.integration
@@ -1585,11 +1585,11 @@ def _facilitator_body(data: st.DataObject, base: dict[str, Any]) -> tuple[bytes 
     any JSON value, or bytes that may not be JSON at all."""
     kind = data.draw(st.sampled_from(["mutated", "identified", "json", "bytes", "none"]), label="kind")
     if kind == "mutated":
-        return json.dumps(_mutate(base, data.draw)).encode(), kind
+        return json.dumps(mutate(base, data.draw)).encode(), kind
     if kind == "identified":
         body = _identified(base, data)
         if data.draw(st.booleans(), label="mutate too"):
-            body = _mutate(body, data.draw)
+            body = mutate(body, data.draw)
         return json.dumps(body).encode(), kind
     if kind == "json":
         return json.dumps(data.draw(ANY_JSON, label="json")).encode(), kind

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import copy
 import json
 import os
@@ -20,21 +19,29 @@ from typing import Any
 
 import pytest
 from eth_account import Account
-from eth_account.messages import encode_typed_data
-from web3 import Web3
 
 from relayer.domain.schemas import parse_request
 from relayer.domain.verify import request_hash
 from relayer.ops import ledger_summary
 from relayer.service.facilitator import Requirements
 from relayer.service.x402_payments import quote_ref
-from tests.chain_helpers import token_balance, transact_as
-from tests.conftest import Daemon, free_port
-from tests.private import daemon_settings, private_chain, serving
+from tests.chain_helpers import transact_as
+from tests.helpers.x402 import (
+    SECRET,
+    decode,
+    payer_of,
+    payments_of,
+    post,
+    required,
+    resource,
+    retire_body,
+    sign_payload,
+    usdc,
+    wait_state,
+)
+from tests.private import private_chain
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-SECRET = "test-quote-secret-" + "ab" * 16
 
 
 @pytest.fixture(scope="module")
@@ -43,131 +50,6 @@ async def chain_and_db(
 ) -> AsyncIterator[tuple[dict[str, Any], str]]:
     async with private_chain(tmp_path_factory.mktemp("x402res"), admin_database_url) as made:
         yield made
-
-
-@contextlib.asynccontextmanager
-async def resource(
-    info: dict[str, Any], dsn: str, *, workers: bool = True, **overrides: Any
-) -> AsyncIterator[Daemon]:
-    settings = daemon_settings(
-        info,
-        dsn,
-        free_port(),
-        treasury_private_key=info["treasury"]["privateKey"],
-        x402_quote_secret=SECRET,
-        **overrides,
-    )
-    async with serving(settings, info, workers=workers) as d:
-        yield d
-
-
-def payer_of(info: dict[str, Any], n: int) -> dict[str, str]:
-    """A devnet payer (USDC, no ETH); the devnet has a few, so tests share them (their checks
-    are deltas)."""
-    payers: list[dict[str, str]] = info["payers"]
-    return payers[n % len(payers)]
-
-
-def retire_body(payer: str, **fields: Any) -> dict[str, Any]:
-    body = {"carbonClass": "NBO", "amount": "1", "inputToken": "USDC", **fields}
-    return {
-        "action": "actions/retire",
-        "from": payer,
-        "details": {"beneficiaryIsPayer": True, "beneficiaryString": "x402 buyer"},
-        **body,
-    }
-
-
-def decode(header: str) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(base64.b64decode(header, validate=True))
-    return value
-
-
-async def post(
-    d: Daemon, body: dict[str, Any], signature: str | None = None
-) -> tuple[int, dict[str, Any], Any]:
-    headers = {} if signature is None else {"PAYMENT-SIGNATURE": signature}
-    async with d.session.post(d.api, json=body, headers=headers) as r:
-        return r.status, await r.json(content_type=None), r.headers
-
-
-async def required(d: Daemon, body: dict[str, Any]) -> dict[str, Any]:
-    status, data, headers = await post(d, body)
-    assert status == 402 and data["error"] == "payment_required", data
-    assert "PAYMENT-REQUIRED" in headers.get("Access-Control-Expose-Headers", "")
-    return decode(headers["PAYMENT-REQUIRED"])
-
-
-def sign_payload(
-    pr: dict[str, Any], key: str, *, value: int | None = None, to: str | None = None, **accepted: Any
-) -> str:
-    """PAYMENT-SIGNATURE as the standard exact EVM client makes it for ``pr["accepts"][0]``."""
-    req = {**pr["accepts"][0], **accepted}
-    account = Account.from_key(key)
-    message = {
-        "from": account.address,
-        "to": Web3.to_checksum_address(to or req["payTo"]),
-        "value": int(value if value is not None else req["amount"]),
-        "validAfter": 0,
-        "validBefore": int(time.time()) + int(req["maxTimeoutSeconds"]),
-        "nonce": os.urandom(32),
-    }
-    typed = {
-        "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "version", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
-            "TransferWithAuthorization": [
-                {"name": "from", "type": "address"},
-                {"name": "to", "type": "address"},
-                {"name": "value", "type": "uint256"},
-                {"name": "validAfter", "type": "uint256"},
-                {"name": "validBefore", "type": "uint256"},
-                {"name": "nonce", "type": "bytes32"},
-            ],
-        },
-        "primaryType": "TransferWithAuthorization",
-        "domain": {
-            "name": req["extra"]["name"],
-            "version": req["extra"]["version"],
-            "chainId": int(req["network"].split(":")[1]),
-            "verifyingContract": req["asset"],
-        },
-        "message": message,
-    }
-    signature = Account.sign_message(encode_typed_data(full_message=typed), key).signature
-    authorization = {k: str(v) for k, v in message.items() if k not in ("nonce", "from", "to")}
-    authorization.update(
-        {"from": message["from"], "to": message["to"], "nonce": "0x" + bytes(message["nonce"]).hex()}
-    )
-    payload = {
-        "x402Version": 2,
-        "payload": {"authorization": authorization, "signature": "0x" + bytes(signature).hex()},
-        "accepted": req,
-        "resource": pr["resource"],
-    }
-    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
-
-
-async def usdc(d: Daemon, owner: str) -> int:
-    return await token_balance(d.runtime.node, "usdc", owner)
-
-
-async def payments_of(d: Daemon, payer: str) -> list[Any]:
-    return list(await d.runtime.db.fetch("SELECT * FROM x402_payments WHERE payer = $1", payer))
-
-
-async def wait_state(d: Daemon, payment_id: str, states: set[str], timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        row = await d.runtime.db.fetchrow("SELECT * FROM x402_payments WHERE id = $1::uuid", payment_id)
-        if (row is not None and row["state"] in states) or time.monotonic() > deadline:
-            assert row is not None and row["state"] in states, row
-            return row
-        await asyncio.sleep(0.2)
 
 
 async def test_402_carries_payment_required(chain_and_db: tuple[dict[str, Any], str]) -> None:
