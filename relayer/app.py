@@ -265,7 +265,19 @@ def _facilitator(
         settings.facilitator_settle_wait_s,
         settings.facilitator_expiry_margin_s,
         PaymentIds(relay.jobs.db),
+        own_accounts=_own_accounts(settings, node),
     )
+
+
+def _own_accounts(settings: Settings, node: ChainNode) -> list[str]:
+    """The operator's accounts and the protocol's contracts, besides the executors: never a
+    facilitator payment's ``payTo`` (it would only cost the executor gas)."""
+    c = node.contracts
+    accounts = [c.kvcm, c.carbon_credits, c.carbon_classes, c.pool, c.marketplace, c.settlement]
+    treasury = settings.treasury_private_key
+    if treasury is not None:
+        accounts.append(TreasurySigner(treasury.get_secret_value()).address)
+    return accounts
 
 
 def _payments(
@@ -282,6 +294,7 @@ def _payments(
         gas,
         X402Payments(db),
         facilitator,
+        relay.outcomes.proofs,
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
         None if secret is None else secret.get_secret_value().encode(),
         settings.x402_quote_lifetime_s,

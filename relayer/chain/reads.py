@@ -18,6 +18,15 @@ from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.node import ChainNode
 from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
+from relayer.domain.proof import (
+    AUTHORIZATION_USED_TOPIC,
+    TRANSFER_TOPIC,
+    Evidence,
+    TokenLog,
+    TransferClaim,
+    address_topic,
+    find_proof,
+)
 
 LISTING_PAGE: Final = 200
 ETH_BALANCE_MAX_AGE_S: Final = 2.0
@@ -34,10 +43,12 @@ _GET_LISTINGS: Final = codec.function("Marketplace", "getListings")
 _NONCES: Final = codec.function("KlimaVcm", "nonces")
 _AUTHORIZATION_STATE: Final = codec.function("UsdcEip3009", "authorizationState")
 _BALANCE_OF: Final = codec.function("UsdcEip3009", "balanceOf")  # ERC-20: the same for kVCM
-_AUTHORIZATION_USED: Final = codec.event("UsdcEip3009", "AuthorizationUsed")
-AUTHORIZATION_LOG_WINDOW: Final = 2_000
-"""Blocks back from a transfer's own block searched for the transaction that used its
-authorization (one ``eth_getLogs``; an hour of Base blocks)."""
+LOG_RANGE_MAX: Final = 10_000
+"""Most blocks one ``eth_getLogs`` of a proof read spans (what public nodes take)."""
+PROOF_SPAN_MAX: Final = 1_000_000
+"""Most blocks a proof read searches, back from its head (about 55 hours of Base blocks, 100
+``eth_getLogs`` in one batch): a payment is judged within minutes of its ``validBefore``, and
+a use older than this is not found (the payment is not proven)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,34 +381,81 @@ class ChainReads:
             raise ChainUnavailable(detail="balanceOf answered no balance") from None
         return TransferPreview(int(amount), _revert_of(run))
 
-    async def authorization_used_tx(
-        self, token: str, authorizer: str, nonce: bytes, to_block: int | None = None
-    ) -> bytes | None:
-        """The hash of the transaction whose ``AuthorizationUsed(authorizer, nonce)`` log
-        ``token`` emitted, searched over the :data:`AUTHORIZATION_LOG_WINDOW` blocks up to
-        ``to_block`` (default: the latest block), one ``eth_getLogs`` by both indexed topics;
-        None when none is found there.
+    async def transfer_evidence(
+        self, claim: TransferClaim, from_block: int, head: int, confirmed: int
+    ) -> Evidence:
+        """What the chain shows of ``claim`` at block ``head`` (see :mod:`relayer.domain.proof`),
+        in one JSON-RPC batch (one round trip): the token's ``AuthorizationUsed(payer, nonce)``
+        and ``Transfer(payer, pay_to)`` logs from ``from_block`` through ``head`` (one
+        ``eth_getLogs`` by topics per :data:`LOG_RANGE_MAX` blocks, at most the newest
+        :data:`PROOF_SPAN_MAX` blocks), the nonce's ``authorizationState`` at ``head`` and at
+        ``confirmed`` (the confirmation policy's block; -1: none yet), and ``confirmed``'s
+        timestamp. Logs the node marks ``removed`` are ignored.
 
         Raises:
-            ChainUnavailable: the node failed or answered a malformed log.
+            ChainUnavailable: the node failed, or answered any of the calls with an error or
+                a malformed result.
         """
-        top = await self.latest_block() if to_block is None else to_block
-        query = {
-            "address": token,
-            "fromBlock": hex(max(0, top - AUTHORIZATION_LOG_WINDOW + 1)),
-            "toBlock": hex(top),
-            "topics": [
-                "0x" + _AUTHORIZATION_USED.topic.hex(),
-                "0x" + bytes(12).hex() + bytes.fromhex(authorizer[2:]).hex(),
-                "0x" + nonce.hex(),
-            ],
-        }
-        entries = await self.node.request("eth_getLogs", [query])
+        token, payer = claim.token, claim.payer
+        topics = [
+            ["0x" + AUTHORIZATION_USED_TOPIC.hex(), "0x" + TRANSFER_TOPIC.hex()],
+            "0x" + address_topic(payer).hex(),
+            ["0x" + claim.nonce.hex(), "0x" + address_topic(claim.pay_to).hex()],
+        ]
+        low = max(0, from_block, head - PROOF_SPAN_MAX + 1)
+        calls: list[tuple[str, list[Any]]] = []
+        for start in range(low, head + 1, LOG_RANGE_MAX):
+            end = min(head, start + LOG_RANGE_MAX - 1)
+            query = {"address": token, "fromBlock": hex(start), "toBlock": hex(end), "topics": topics}
+            calls.append(("eth_getLogs", [query]))
+        state = "0x" + _AUTHORIZATION_STATE.encode(payer, claim.nonce).hex()
+        searched = len(calls)
+        calls.append(("eth_call", [{"to": token, "data": state}, hex(head)]))
+        if confirmed >= 0:
+            calls.append(("eth_call", [{"to": token, "data": state}, hex(confirmed)]))
+            calls.append(("eth_getBlockByNumber", [hex(confirmed), False]))
+        answers = await self.node.batch(calls)
         try:
-            hashes = [bytes.fromhex(str(e["transactionHash"])[2:]) for e in entries]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ChainUnavailable(detail=f"malformed log: {type(exc).__name__}") from None
-        return hashes[0] if hashes else None
+            logs = [_token_log(e) for a in answers[:searched] for e in _result(a) if not e.get("removed")]
+            used_at_head = _used(answers[searched])
+            used_at_confirmed = confirmed >= 0 and _used(answers[searched + 1])
+            block = _result(answers[searched + 2]) if confirmed >= 0 else None
+            confirmed_time = None if block is None else int(str(block["timestamp"]), 16)
+        except (KeyError, TypeError, ValueError, DecodingError) as exc:
+            raise ChainUnavailable(detail=f"malformed answer to a proof read: {type(exc).__name__}") from None
+        return Evidence(
+            find_proof(logs, claim), head, confirmed, used_at_head, used_at_confirmed, confirmed_time
+        )
+
+
+def _result(answer: dict[str, Any]) -> Any:
+    """A batch answer's ``result``.
+
+    Raises:
+        ChainUnavailable: the call answered an error.
+    """
+    if "error" in answer:
+        error = answer["error"]
+        message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+        raise ChainUnavailable(detail=f"the node answered an error: {message[:120]}")
+    return answer["result"]
+
+
+def _used(answer: dict[str, Any]) -> bool:
+    (used,) = _AUTHORIZATION_STATE.decode(bytes.fromhex(str(_result(answer))[2:]))
+    return bool(used)
+
+
+def _token_log(entry: dict[str, Any]) -> TokenLog:
+    return TokenLog(
+        address=str(entry["address"]).lower(),
+        topics=tuple(bytes.fromhex(str(t)[2:]) for t in entry["topics"]),
+        data=bytes.fromhex(str(entry["data"])[2:]),
+        block_number=int(str(entry["blockNumber"]), 16),
+        block_hash=bytes.fromhex(str(entry["blockHash"])[2:]),
+        tx_hash=bytes.fromhex(str(entry["transactionHash"])[2:]),
+        log_index=int(str(entry["logIndex"]), 16),
+    )
 
 
 def _revert_of(answer: dict[str, Any]) -> ChainRevert | None:

@@ -37,7 +37,7 @@ names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -54,7 +54,7 @@ from relayer.domain.verify import (
     VerifiedTransfer,
     verify_transfer,
 )
-from relayer.service.outcome import TransferOutcome
+from relayer.service.outcome import USED_OTHERWISE, TransferOutcome
 from relayer.service.relay import Relay
 from relayer.store.payment_ids import PaymentIds
 from relayer.store.relay_jobs import Job
@@ -149,7 +149,10 @@ class Facilitator:
         settle_wait_s: float,
         expiry_margin_s: int,
         payment_ids: PaymentIds | None = None,
+        own_accounts: Collection[str] = (),
     ) -> None:
+        """``own_accounts``: the operator's other accounts and contracts (the treasury, the
+        protocol's contracts), refused as ``payTo`` with the executors and the token."""
         self.relay = relay
         self.payment_ids = payment_ids
         self.domain = domain
@@ -157,11 +160,16 @@ class Facilitator:
         self.settle_wait_s = settle_wait_s
         self.expiry_margin_s = max(expiry_margin_s, AUTH_EXPIRY_MARGIN_S)  # what the relay takes
         self.network = f"eip155:{domain.chain_id}"
+        self.ours = frozenset(a.lower() for a in (*executors, *own_accounts, domain.address))
 
-    def check(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
+    def check(
+        self, payment: Payment, now: int, *, pay_to_ours: str | None = None
+    ) -> VerifiedTransfer | Refused:
         """The pure checks, cheapest first (scheme, network, the requirements against what
-        the client accepted and the token served, then :func:`verify_transfer`: recipient,
-        exact value, validity window, signature). No I/O."""
+        the client accepted and the token served, a payment that would only cost our gas
+        (:meth:`pointless`), then :func:`verify_transfer`: recipient, exact value, validity
+        window, signature). ``pay_to_ours``: the one account of ours this payment may pay
+        (the retirement resource's treasury). No I/O."""
         req, acc = payment.requirements, payment.accepted
         if req.scheme != SCHEME or acc.scheme != SCHEME:
             return Refused("unsupported_scheme", f"only scheme {SCHEME!r} is supported")
@@ -176,6 +184,9 @@ class Facilitator:
             return Refused("missing_eip712_domain", "extra.name and extra.version are required")
         if (name, version) != (self.domain.name, self.domain.version):
             return Refused("invalid_payment_requirements", "extra.name/version is not the token's domain")
+        pointless = self.pointless(req, payment.authorization.payer, pay_to_ours)
+        if pointless is not None:
+            return pointless
         requirement = TransferRequirement(req.asset, req.pay_to, req.amount)
         out = verify_transfer(
             payment.authorization, requirement, self.domain, now, margin_s=self.expiry_margin_s
@@ -183,6 +194,21 @@ class Facilitator:
         if isinstance(out, TransferRefusal):
             return Refused(out.reason, out.message)
         return out
+
+    def pointless(self, req: Requirements, payer: str, pay_to_ours: str | None = None) -> Refused | None:
+        """A payment that only costs the executor gas: an amount of 0, or ``payTo`` the payer
+        itself, an executor, the token, or another account of ours (the treasury, the
+        protocol's contracts) other than ``pay_to_ours``; None when it is a payment."""
+        if req.amount <= 0:
+            return Refused("invalid_payment_requirements", "the amount must be above 0")
+        pay_to = req.pay_to.lower()
+        if pay_to == payer.lower():
+            return Refused("invalid_payment_requirements", "payTo is the payer itself: nothing would move")
+        if pay_to in self.ours and pay_to != (pay_to_ours or "").lower():
+            return Refused(
+                "invalid_payment_requirements", "payTo is the token or one of this facilitator's own accounts"
+            )
+        return None
 
     async def verify(self, payment: Payment, now: int) -> Verdict:
         """The pure checks, then the spec's simulation: the payer's balance and one
@@ -414,10 +440,10 @@ def _settled(payer: str, value: int, outcome: TransferOutcome) -> Settlement:
     if not outcome.final:
         return Settlement(False, payer, tx, reason="settlement_pending", message="not yet confirmed")
     message = str((outcome.error or {}).get("message") or outcome.job.state.value)
-    if outcome.job.state in (JobState.REVERTED, JobState.REJECTED) and (outcome.error or {}).get("code") in (
-        None,
-        "contract_revert",
-        "transaction_reverted",
+    code = (outcome.error or {}).get("code")
+    if code == USED_OTHERWISE["code"] or (
+        outcome.job.state in (JobState.REVERTED, JobState.REJECTED)
+        and code in (None, "contract_revert", "transaction_reverted")
     ):
         return Settlement(False, payer, tx, reason="invalid_transaction_state", message=message)
     return Settlement(False, payer, tx, reason="unexpected_settle_error", message=message)

@@ -17,9 +17,10 @@ from relayer.chain.errors import ChainUnavailable
 from relayer.chain.reads import ChainReads
 from relayer.coalesce import Coalescer
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
-from relayer.domain.reorg import confirmed_through
+from relayer.domain.proof import Standing
 from relayer.domain.states import JobState
 from relayer.service.certificate import Certificates
+from relayer.service.proofs import ConfirmedThrough, TransferProofs, blocks_deep
 from relayer.store.relay_jobs import Job, RelayJobs
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
@@ -44,25 +45,16 @@ TRANSFER_ANSWERING_STATES: Final = frozenset(
 )
 """The states a wait for a ``transfer`` job is woken for (a transfer is final at confirmed)."""
 
+USED_OTHERWISE: Final = {
+    "code": "authorization_used_otherwise",
+    "message": "the chain shows the authorization's nonce used without this transfer (cancelled, "
+    "or spent on another authorization), or no longer usable: nothing was paid",
+}
+"""The failure record of a transfer the chain proves can never happen."""
+
 Status = Literal["settled", "pending_index", "submitted", "accepted"]
 T = TypeVar("T")
 R = TypeVar("R")
-
-ConfirmedThrough = Callable[[int], Awaitable[int]]
-"""The newest confirmed block number under a head (a block number; -1 when none is), as the
-chain follower judges it: ``depth`` blocks under the head, or the node's ``safe``/
-``finalized`` block (``relayer.workers.reorg.Confirmed.through``). Raises
-``ChainUnavailable`` when the node fails."""
-
-
-def blocks_deep(confirmations: int) -> ConfirmedThrough:
-    """The :data:`ConfirmedThrough` of a bare depth: ``confirmations`` blocks under the head
-    (:func:`confirmed_through`), with no read of the node."""
-
-    async def through(head: int) -> int:
-        return confirmed_through(head, confirmations)
-
-    return through
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +63,17 @@ class TransferOutcome:
 
     Attributes:
         job: the job as last read.
-        success: the transfer happened: the job is confirmed, or another sender's
-            transaction used its authorization (``front_run``).
+        success: the transfer happened: the chain holds its proof at the confirmation policy
+            (:mod:`relayer.domain.proof`: the token's ``AuthorizationUsed`` and ``Transfer``
+            logs of one transaction), in our transaction or another sender's
+            (``front_run``). Never from a job's state or a used nonce alone.
         final: the answer stands (short of a reorg); False when the wait ran out first.
-        tx_hash: the transaction that moved the funds (ours, or the front-runner's; empty
-            bytes when the token shows the authorization used but the transaction was not
-            found in the blocks searched), our transaction for a revert or a pending answer,
-            None when nothing was signed.
-        front_run: another sender's transaction used the authorization.
-        error: the job's stored ``{code, message, context}`` record for a failure.
+        tx_hash: the transaction that moved the funds (ours, or the front-runner's: never
+            empty on success), our transaction for a revert or a pending answer, None when
+            nothing was signed.
+        front_run: another sender's transaction made the transfer.
+        error: the ``{code, message, context}`` record of a failure: the job's, or
+            :data:`USED_OTHERWISE` when the chain shows the nonce used without this transfer.
     """
 
     job: Job
@@ -120,7 +114,7 @@ class Outcomes:
         """``confirmed`` is the chain's confirmed-through function (default: one block, the
         head itself); the daemon passes its confirmation policy's (app.py)."""
         self.jobs = jobs
-        self.confirmed = confirmed or blocks_deep(1)
+        self.proofs = TransferProofs(reads, confirmed or blocks_deep(1))
         self.retirements = retirements
         self.reads = reads
         self.certificates = certificates
@@ -137,6 +131,15 @@ class Outcomes:
     async def _read_jobs(self, job_ids: Sequence[int]) -> list[tuple[Job, list[IndexedRetirement]] | None]:
         """The jobs (with their retirements once indexed) of the waits that read together."""
         return await self.retirements.jobs_and_retirements(job_ids)
+
+    @property
+    def confirmed(self) -> ConfirmedThrough:
+        """The confirmation policy transfers are judged by (:attr:`TransferProofs.confirmed`)."""
+        return self.proofs.confirmed
+
+    @confirmed.setter
+    def confirmed(self, through: ConfirmedThrough) -> None:
+        self.proofs.confirmed = through
 
     def drain(self) -> None:
         """The process is stopping: every wait, now and from now on, answers at once with
@@ -216,15 +219,15 @@ class Outcomes:
     async def wait_transfer(self, job_id: int, wait_s: float) -> TransferOutcome:
         """Wait (at most ``wait_s`` seconds, or not at all once :meth:`drain` is called) for a
         ``transfer`` job's answer: ``confirmed`` (success), ``rejected``/``dropped``/
-        ``reverted`` (failure with the stored error or our transaction), except that a
-        revert (or a simulation's ``contract_revert``) whose authorization the token shows
-        used was beaten by another sender of the same authorization (a front-runner): the
-        transfer happened, so the answer is success with **that** transaction (found by the
-        token's ``AuthorizationUsed`` log), once that use is confirmed as our own transfer
-        would be (by the ``confirmed`` function: the depth, or the node's ``safe``/
-        ``finalized`` block under a tag); until then it is not final and carries that
-        transaction's hash. When the wait runs out first the answer
-        is not final (``final`` False) and carries our transaction hash once signed.
+        ``reverted`` (failure with the stored error or our transaction), each judged on the
+        chain's proof where the transfer may have happened (see :meth:`_transfer_answer`):
+        success names the transaction the chain holds with the token's ``AuthorizationUsed``
+        and ``Transfer`` logs (ours, or a front-runner's), once it is confirmed (by the
+        ``confirmed`` function: the depth, or the node's ``safe``/``finalized`` block under a
+        tag); until then the answer is not final and carries that transaction's hash. A nonce
+        used without this transfer is a final failure (:data:`USED_OTHERWISE`). When the wait
+        runs out first the answer is not final (``final`` False) and carries our transaction
+        hash once signed.
 
         Raises:
             LookupError: no such job.
@@ -241,53 +244,36 @@ class Outcomes:
                 self._waiting.discard(changed)
 
     async def _transfer_answer(self, job: Job, remaining: float) -> TransferOutcome | None:
-        """The answer a transfer job gives now, or None to keep waiting."""
-        if job.state is JobState.CONFIRMED:
-            return TransferOutcome(job, True, True, job.tx_hash)
-        failed = job.state in (JobState.REVERTED, JobState.REJECTED, JobState.DROPPED)
-        may_be_beaten = job.state is JobState.REVERTED or (
-            job.state is JobState.REJECTED and (job.error or {}).get("code") == "contract_revert"
+        """The answer a transfer job gives now, or None to keep waiting. A job whose
+        transaction succeeded (confirmed) or may have been beaten by another sender (reverted,
+        or refused by its simulation's revert) is judged on the chain's proof
+        (:meth:`TransferProofs.judge_job`): success only when proven at the confirmation
+        policy; a failure when the nonce is used without this transfer (cancelled, or spent on
+        another authorization) or can no longer be used; otherwise not final."""
+        state = job.state
+        failed = state in (JobState.REVERTED, JobState.REJECTED, JobState.DROPPED)
+        in_doubt = state in (JobState.CONFIRMED, JobState.REVERTED) or (
+            state is JobState.REJECTED and (job.error or {}).get("code") == "contract_revert"
         )
-        if may_be_beaten:
-            other = await self._used_elsewhere(job)
-            if other is not None:
-                tx_hash, confirmed = other
-                if confirmed:
-                    return TransferOutcome(job, True, True, tx_hash, front_run=True)
-                if remaining > 0:
-                    return None  # re-read on the next poll: the block gains confirmations
-                return TransferOutcome(job, False, False, tx_hash, front_run=True)
-        if failed:
-            return TransferOutcome(job, False, True, job.tx_hash, error=job.error)
-        if remaining > 0:
-            return None
-        return TransferOutcome(job, False, False, job.tx_hash)
-
-    async def _used_elsewhere(self, job: Job) -> tuple[bytes, bool] | None:
-        """The transaction of another sender that used the transfer job's authorization, if
-        the token shows it used (our own transaction reverted, or was never sent, so it is
-        not ours), and whether that use is confirmed: the token shows it used at the newest
-        confirmed block (``confirmed``: the depth, or the node's tagged block) too. The
-        hash is empty bytes when the use is outside the blocks searched (the transfer still
-        happened: the signature fixes the recipient and value). None when it is unused.
-
-        Raises:
-            ChainUnavailable: the node failed.
-        """
-        nonce = bytes.fromhex(str(job.summary["nonce"])[2:])
-        if not await self.reads.authorization_state(job.input_token, job.payer, nonce):
-            return None
-        head = await self.reads.latest_block()
-        deep = await self.confirmed(head)
-        confirmed = deep >= head or (
-            deep >= 0 and await self.reads.authorization_state(job.input_token, job.payer, nonce, block=deep)
-        )
-        found = await self.reads.authorization_used_tx(
-            job.input_token, job.payer, nonce, job.block_number or head
-        )
-        if found is None or found == job.tx_hash:
-            return b"", confirmed
-        return found, confirmed
+        if not in_doubt:
+            if failed:
+                return TransferOutcome(job, False, True, job.tx_hash, error=job.error)
+            return None if remaining > 0 else TransferOutcome(job, False, False, job.tx_hash)
+        judged = await self.proofs.judge_job(job)
+        proof = judged.proof
+        if judged.standing is Standing.PAID:
+            assert proof is not None
+            return TransferOutcome(job, True, True, proof.tx_hash, front_run=proof.tx_hash != job.tx_hash)
+        if judged.standing is Standing.NEVER:
+            return TransferOutcome(job, False, True, job.tx_hash, error=USED_OTHERWISE)
+        if judged.standing is Standing.PENDING or state is JobState.CONFIRMED:
+            # proven above the confirmed block, a use not yet confirmed, or our confirmed
+            # transaction not on the chain now (a reorg the follower has not undone)
+            if remaining > 0:
+                return None  # re-read on the next poll: the block gains confirmations
+            tx = job.tx_hash if proof is None else proof.tx_hash
+            return TransferOutcome(job, False, False, tx, front_run=proof is not None and tx != job.tx_hash)
+        return TransferOutcome(job, False, True, job.tx_hash, error=job.error)
 
     async def _answer(
         self, read: tuple[Job, list[IndexedRetirement]], remaining: float

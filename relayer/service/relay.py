@@ -31,6 +31,7 @@ from relayer.domain.verify import (
 )
 from relayer.service.outcome import Outcomes, RetireOutcome
 from relayer.service.prepare import Prepare
+from relayer.service.proofs import search_from
 from relayer.service.simulate import Simulator
 from relayer.service.supply import FillRefuser, Supply, x402_fill_refusal
 from relayer.service.terms import Resolved, resolve
@@ -198,7 +199,7 @@ class Relay:
         balance = await self._covered(
             verified.token, verified.payer, verified.value, lambda held: _transfer_overdrawn(verified, held)
         )
-        new = _transfer_job(verified, api_key_id)
+        new = _transfer_job(verified, api_key_id, search_from(balance.block_number))
         gas, estimate = await self._gas_reservation(new, gas_budget_wei, now)
         try:
             job, owned = await self.jobs.reserve(new, balance, gas=gas)
@@ -495,9 +496,10 @@ def _call_data(v: VerifiedAuthorization) -> bytes:
     return calls.retire_with_permit(v.retirement, v.salt, v.payer, v.value, v.valid_before, v.signature)
 
 
-def _transfer_job(v: VerifiedTransfer, api_key_id: int | None) -> NewJob:
+def _transfer_job(v: VerifiedTransfer, api_key_id: int | None, from_block: int) -> NewJob:
     """The job of a verified transfer: its call on the token (``settlement`` holds the call
-    target), no allowance, the value as the quote total, no supply taken."""
+    target), no allowance, the value as the quote total, no supply taken; its summary keeps
+    the block its proof is searched from (``fromBlock``, :mod:`relayer.service.proofs`)."""
     call = calls.transfer_with_authorization(
         v.payer, v.to, v.value, v.valid_after, v.valid_before, v.nonce, v.signature
     )
@@ -523,6 +525,7 @@ def _transfer_job(v: VerifiedTransfer, api_key_id: int | None) -> NewJob:
             "value": str(v.value),
             "validBefore": str(v.valid_before),
             "nonce": "0x" + v.nonce.hex(),
+            "fromBlock": from_block,
         },
         quote_total=v.value,
         kind="transfer",

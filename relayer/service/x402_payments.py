@@ -49,6 +49,7 @@ from relayer.domain import eip712, fees
 from relayer.domain.addresses import checksum_address
 from relayer.domain.eip712 import parse_signature, typed_data_digest
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.proof import Standing, TransferClaim
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
@@ -59,10 +60,20 @@ from relayer.domain.verify import (
     request_hash,
     verify_transfer,
 )
-from relayer.service.facilitator import SCHEME, Facilitator, Payment, Refused, Requirements
+from relayer.service.facilitator import (
+    NONCE_USED,
+    SCHEME,
+    VALID_BEFORE,
+    Facilitator,
+    Payment,
+    Refused,
+    Requirements,
+    nonce_used,
+)
 from relayer.service.gas import GasPricer
-from relayer.service.outcome import RetireOutcome
+from relayer.service.outcome import USED_OTHERWISE, RetireOutcome
 from relayer.service.prepare import Prepare
+from relayer.service.proofs import TransferProofs, search_from
 from relayer.service.relay import Relay
 from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import Job
@@ -82,8 +93,15 @@ EXPIRY_MARGIN_S: Final = 60
 """A failed retirement's treasury authorization must be this far past its ``validBefore``
 (and unused on chain) before its payment is refunded."""
 KEEPER_GRACE_S: Final = 5
-KEEPER_BATCH: Final = 20
-SUCCEEDED: Final = frozenset({JobState.CONFIRMED, JobState.INDEXED})
+KEEPER_BATCH: Final = 50
+SUCCEEDED: Final = frozenset({JobState.INDEXED})
+"""A treasury retirement's job states that retire its payment: indexed, its ``RetirementSettled``
+log in the retirement index (a confirmed job is indexed within a block or two)."""
+KEEPER_RETRY_S: Final = 2
+"""Seconds the keeper puts a payment off after each step (every open payment gets its turn)."""
+VALID_BEFORE_SKEW_S: Final = 30
+"""How far past ``maxTimeoutSeconds`` an authorization's ``validBefore`` may reach (the
+client's clock may run a little ahead of ours)."""
 FAILED: Final = frozenset({JobState.REJECTED, JobState.REVERTED, JobState.DROPPED})
 
 
@@ -161,6 +179,7 @@ class Payments:
         gas: GasPricer,
         store: X402Payments,
         facilitator: Facilitator,
+        proofs: TransferProofs,
         treasury: TreasurySigner | None,
         secret: bytes | None,
         lifetime_s: int,
@@ -172,6 +191,7 @@ class Payments:
         self.gas = gas
         self.store = store
         self.facilitator = facilitator
+        self.proofs = proofs
         self.treasury = treasury
         self.secret = secret
         self.lifetime_s = lifetime_s
@@ -263,30 +283,56 @@ class Payments:
     ) -> Paid | Refused:
         """Take the payment of ``request`` (see the module) and answer it within the wait:
         :class:`Paid` once recorded (HTTP 200), :class:`Refused` (HTTP 402 with a fresh quote)
-        when nothing was charged.
+        when nothing was charged. The same payload posted again, or at the same time, is
+        answered from its payment; a refusal records nothing (the quote may be used again).
 
         Raises:
             Unavailable: the database or the node failed before the payment was recorded.
         """
         payload_hash = keccak(text=json.dumps(payload, sort_keys=True, separators=(",", ":")))
-        existing = await self.store.by_authorization(self.chain_id, authorization.payer, authorization.nonce)
-        if existing is not None:
-            if existing.payload_hash != payload_hash:
-                return Refused(
-                    "invalid_exact_evm_nonce_already_used", "this authorization paid another request"
-                )
-            return await self._answer(existing)
+        for _ in range(3):  # a twin's payment refused and forgotten meanwhile: take it anew
+            existing = await self.store.by_authorization(
+                self.chain_id, authorization.payer, authorization.nonce
+            )
+            if existing is not None:
+                if existing.payload_hash != payload_hash:
+                    return Refused(NONCE_USED, "this authorization paid another request")
+                answer = await self._answer(existing)
+            else:
+                answer = await self._take(request, accepted, authorization, payload, payload_hash, now)
+            if answer is not None:
+                return answer
+        return Refused("invalid_transaction_state", "the payment was refused meanwhile: ask for a new quote")
+
+    async def _take(
+        self,
+        request: ActionRequest,
+        accepted: Requirements,
+        authorization: TransferAuthorization,
+        payload: dict[str, Any],
+        payload_hash: bytes,
+        now: int,
+    ) -> Paid | Refused | None:
+        """A new payment: checked (the quote, the facilitator's pure checks, the price, the
+        payer's balance and unused nonce), recorded under its own lock with its transfer job;
+        a refusal of the transfer forgets the row. None when the same authorization's payment
+        was recorded by a concurrent request (answer from it).
+
+        Raises:
+            Unavailable: the database or the node failed before the payment was recorded.
+        """
         if not self.enabled:
             return Refused("unsupported_scheme", "this operator takes no standard x402 payments")
         checked = self._checked(request, accepted, authorization, now)
         if isinstance(checked, Refused):
             return checked
         verified, quote_id = checked
-        if await self.store.quote_used(quote_id):
-            return Refused("quote_consumed", "this quote reference was already used by another payment")
-        refused = await self._payable(request, verified, now)
-        if refused is not None:
-            return refused
+        spent = await self.store.by_quote(quote_id)
+        if spent is not None:
+            return None if _same_authorization(spent, verified) else _quote_consumed()
+        from_block = await self._payable(request, verified, now)
+        if isinstance(from_block, Refused):
+            return from_block
         new = NewPayment(
             uuid.uuid4(),
             self.chain_id,
@@ -298,20 +344,30 @@ class Payments:
             verified.payer,
             verified.nonce,
             verified.value,
+            from_block,
         )
         try:
-            row = await self.store.record(new, now)
+            row = await self.store.record(new, now, now + KEEPER_GRACE_S)
         except QuoteSpent:
-            return Refused("quote_consumed", "this quote reference was already used by another payment")
-        if row.id == new.id:
-            await self._take_transfer(row, verified, now)
+            spent = await self.store.by_quote(quote_id)
+            same = spent is not None and _same_authorization(spent, verified)
+            return None if same else _quote_consumed()
+        if row.id != new.id:
+            return None
+        refused = await self._take_transfer(row, verified, now)
+        if refused is not None:
+            await self.store.forget(row.id, self.chain_id, verified.salt)
+            log.info("x402 payment refused: nothing recorded", extra={"code": refused.reason})
+            return refused
         return await self._answer(row)
 
     def _checked(
         self, request: ActionRequest, accepted: Requirements, auth: TransferAuthorization, now: int
     ) -> tuple[VerifiedTransfer, str] | Refused:
         """The quote reference against this body and the echoed requirement, then the
-        facilitator's pure checks with the quoted requirement; (the transfer, the quote's id)."""
+        facilitator's pure checks with the quoted requirement, and ``validBefore`` within the
+        quote's ``maxTimeoutSeconds`` (plus :data:`VALID_BEFORE_SKEW_S`); (the transfer, the
+        quote's id)."""
         ref = str(accepted.extra.get("quoteRef", ""))
         parts = ref.split(".")
         if len(parts) != 4 or parts[0] != QUOTE_VERSION or not parts[1].isdigit():
@@ -342,14 +398,22 @@ class Payments:
             )
         if accepted.pay_to.lower() != self._pay_to().lower():
             return Refused("invalid_payment_requirements", "payTo is not this operator's treasury")
-        checked = self.facilitator.check(Payment(accepted, accepted, auth), now)
+        checked = self.facilitator.check(Payment(accepted, accepted, auth), now, pay_to_ours=self.pay_to)
         if isinstance(checked, Refused):
             return checked
+        if auth.valid_before > now + accepted.max_timeout_s + VALID_BEFORE_SKEW_S:
+            return Refused(
+                VALID_BEFORE,
+                "authorization.validBefore must be at most maxTimeoutSeconds "
+                f"({accepted.max_timeout_s} s) ahead",
+            )
         return checked, parts[2]
 
-    async def _payable(self, request: ActionRequest, verified: VerifiedTransfer, now: int) -> Refused | None:
-        """Before any money moves: the retirement still executes within the amount paid, and
-        the payer can pay (or already did: its authorization used on chain).
+    async def _payable(self, request: ActionRequest, verified: VerifiedTransfer, now: int) -> int | Refused:
+        """Before any money moves: the retirement still executes within the amount paid, the
+        payer holds the amount and its nonce is unused (a used nonce pays nothing: it may be
+        cancelled, or spent on another authorization). The block the payment's proof is
+        searched from (:func:`search_from` of the block the balance was read at).
 
         Raises:
             Unavailable: the chain node failed.
@@ -367,35 +431,42 @@ class Payments:
             )
         chain = self.relay.supply.chain
         held, used = await asyncio.gather(
-            chain.balance_now(verified.token, verified.payer),
+            chain.balance_latest(verified.token, verified.payer),
             chain.authorization_state(verified.token, verified.payer, verified.nonce),
         )
-        if not used and held < verified.value:
+        if used:
+            return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
+        if held.amount < verified.value:
             return Refused("insufficient_funds", "the payer's balance does not cover the amount")
-        return None
+        return search_from(held.block_number)
 
-    async def _take_transfer(self, row: PaymentRow, verified: VerifiedTransfer, now: int) -> None:
-        """The payer's transfer to the treasury as a ``transfer`` job, linked to the payment.
-        A refusal with no job leaves the payment ``accepted`` with its error: it fails once the
-        authorization expired unused, and is paid (and retired) if another sender uses it."""
+    async def _take_transfer(self, row: PaymentRow, verified: VerifiedTransfer, now: int) -> Refused | None:
+        """The payer's transfer to the treasury as a ``transfer`` job, linked to the payment;
+        the refusal when the relay refused it before anything was signed (the payer's balance
+        less its transfers in flight is short, or the simulation reverted: a short balance, a
+        nonce used meanwhile). None when it was taken, or an upstream failed (the keeper takes
+        it again)."""
         job: Job | None = None
         try:
             job = await self.relay.accept_transfer(verified, now)
         except ChainRevert as exc:
             job = await self.relay.jobs.find_by_salt(self.chain_id, verified.salt)
-            if job is None:
-                await self._note(row, {"code": "insufficient_funds", "message": exc.message})
+            if job is None or job.state is JobState.REJECTED:
+                if nonce_used(exc):
+                    return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
+                return Refused("insufficient_funds", exc.message)
         except Unavailable:
             log.warning(
                 "x402 payment waits for its upstream; the payment keeper takes it",
                 extra={"payment": str(row.id)},
             )
         except RelayerError as exc:
-            await self._note(row, {"code": exc.code, "message": exc.message})
+            return Refused(_reason({"code": exc.code}), exc.message)
         if job is not None:
             await self.store.move(
                 row.id, ("accepted",), "accepted", int(self.clock()), transfer_job_id=job.id
             )
+        return None
 
     async def _note(self, row: PaymentRow, record: dict[str, Any]) -> None:
         """Keep why the payment's transfer did not happen (``{code, message}``)."""
@@ -403,27 +474,43 @@ class Payments:
 
     # ------------------------------------------------------------------ driving a payment
 
-    async def _answer(self, row: PaymentRow) -> Paid | Refused:
-        """Drive the payment within the wait (see :meth:`advance`) and answer from it."""
+    async def _answer(self, row: PaymentRow) -> Paid | Refused | None:
+        """Drive the payment within the wait and answer from it; None when it is gone (refused
+        and forgotten by the request that took it). Each step (:meth:`advance`) runs under the
+        payment's lock and waits for nothing; the wait for its transfer runs outside the lock,
+        so a twin, the keeper or another payment never waits behind it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
+        last_step = False  # the transfer's answer is final: one more step applies it
         while True:
             remaining = max(0.0, deadline - loop.time())
             async with self.store.locked(row.id) as taken:
                 if taken:
-                    row = await self.advance(row.id, remaining)
-            if taken or remaining <= 0:
+                    advanced = await self.advance(row.id)
+                    if advanced is None:
+                        return None
+                    row = advanced
+            if remaining <= 0 or (taken and (last_step or row.state != "accepted")):
                 break
-            await asyncio.sleep(min(0.2, remaining))  # the keeper holds it for a moment
+            if not taken or row.transfer_job_id is None:
+                await asyncio.sleep(min(0.2, remaining))  # another actor holds it for a moment
+                continue
+            try:
+                outcome = await self.relay.outcomes.wait_transfer(row.transfer_job_id, remaining)
+            except Unavailable:
+                await asyncio.sleep(min(0.2, remaining))
+                continue
+            last_step = outcome.final
         fresh = await self.store.get(row.id)
-        assert fresh is not None
+        if fresh is None:
+            return None
         return await self._paid(fresh, max(0.0, deadline - loop.time()))
 
     async def _paid(self, row: PaymentRow, wait_s: float) -> Paid | Refused:
         """The answer of a payment as it stands (waiting at most ``wait_s`` for a retirement
-        on its way)."""
+        on its way): paid only with the transaction the chain proves."""
         transfer = None if row.transfer_job_id is None else await self.relay.jobs.get(row.transfer_job_id)
-        paid = row.payment_tx is not None or row.state not in ("accepted", "failed")
+        paid = row.payment_tx is not None and row.state not in ("accepted", "failed")
         if not paid and (
             row.state == "failed" or (row.error and (transfer is None or transfer.state in FAILED))
         ):
@@ -440,52 +527,73 @@ class Payments:
         refund = None if row.refund_job_id is None else await self.relay.jobs.get(row.refund_job_id)
         return Paid(row, paid, tx, retirement, None if refund is None else refund.tx_hash)
 
-    async def advance(self, payment_id: uuid.UUID, wait_s: float = 0.0) -> PaymentRow:
-        """One step of a payment, by the holder of its lock: wait (at most ``wait_s``) for its
-        transfer; once paid, make (or link) its retirement; a retirement that can never
-        execute is refunded; a refund confirmed ends it. Returns the payment as it stands.
+    async def advance(self, payment_id: uuid.UUID) -> PaymentRow | None:
+        """One step of a payment, by the holder of its lock (it waits for nothing): its
+        transfer as it stands; once the chain proves it, make (or link) its retirement; a retirement that
+        can never execute is refunded; a refund proven ends it. Returns the payment as it
+        stands (None: no such payment).
 
         Raises:
             Unavailable: the database failed.
         """
         row = await self.store.get(payment_id)
-        assert row is not None
+        if row is None:
+            return None
         now = int(self.clock())
         if row.state == "accepted":
-            row = await self._settle_transfer(row, wait_s, now)
+            row = await self._settle_transfer(row, now)
         if row.state in ("paid", "retiring"):
             row = await self._retire(row, now)
         if row.state == "refunding":
             row = await self._refund(row, now)
         return row
 
-    async def _settle_transfer(self, row: PaymentRow, wait_s: float, now: int) -> PaymentRow:
-        """``accepted`` -> ``paid`` when the funds are in the treasury; -> ``failed`` once the
-        authorization expired unused and no transfer of it can come."""
+    def _claim(self, row: PaymentRow) -> TransferClaim:
+        """What the payment claims: its amount from the payer to the treasury under its nonce."""
+        auth = _authorization(row.payload)
+        return TransferClaim(
+            self.domain.address, row.payer, row.auth_nonce, auth.to, row.amount, auth.valid_before
+        )
+
+    async def _settle_transfer(self, row: PaymentRow, now: int) -> PaymentRow:
+        """``accepted`` -> ``paid`` once the chain proves the transfer (our transaction or any
+        other sender's, :mod:`relayer.service.proofs`), with its transaction and value;
+        -> ``failed`` once the chain shows it can never happen (the nonce used otherwise, or
+        unused past ``validBefore`` at the confirmed block): nothing was charged."""
         job = await self._transfer_job(row, now)
         if job is not None:
             try:
-                outcome = await self.relay.outcomes.wait_transfer(job.id, wait_s)
+                outcome = await self.relay.outcomes.wait_transfer(job.id, 0)
             except Unavailable:
                 return row
             if outcome.success:
-                moved = await self.store.move(
-                    row.id, ("accepted",), "paid", now, payment_tx=outcome.tx_hash or b""
-                )
-                return moved or row
+                return await self._to_paid(row, outcome.tx_hash, now)
             if not outcome.final:
                 return row
             if row.error is None:
                 error = outcome.error or {"code": "transaction_reverted", "message": "the transfer reverted"}
                 await self._note(row, {"code": error.get("code"), "message": error.get("message")})
-        auth = _authorization(row.payload)
-        if auth.valid_before > now:
-            return await self.store.get(row.id) or row
-        token = self.domain.address
-        if await self.relay.supply.chain.authorization_state(token, row.payer, row.auth_nonce):
-            tx = await self.relay.outcomes.reads.authorization_used_tx(token, row.payer, row.auth_nonce)
-            return await self.store.move(row.id, ("accepted",), "paid", now, payment_tx=tx or b"") or row
-        return await self.store.move(row.id, ("accepted",), "failed", now) or row
+        try:
+            judged = await self.proofs.judge(self._claim(row), row.from_block)
+        except Unavailable:
+            return row
+        if judged.standing is Standing.PAID:
+            assert judged.proof is not None
+            return await self._to_paid(row, judged.proof.tx_hash, now)
+        if judged.standing is Standing.NEVER:
+            record = {"code": USED_OTHERWISE["code"], "message": USED_OTHERWISE["message"]}
+            if row.error is None:
+                await self._note(row, record)
+            return await self.store.move(row.id, ("accepted",), "failed", now) or row
+        return await self.store.get(row.id) or row
+
+    async def _to_paid(self, row: PaymentRow, tx_hash: bytes | None, now: int) -> PaymentRow:
+        """``accepted`` -> ``paid`` with the proven transaction (the claim's value arrived)."""
+        assert tx_hash, "a proven transfer names its transaction"
+        moved = await self.store.move(
+            row.id, ("accepted",), "paid", now, payment_tx=tx_hash, received=row.amount
+        )
+        return moved or row
 
     async def _transfer_job(self, row: PaymentRow, now: int) -> Job | None:
         """The payment's transfer job: linked, or made by a request that died before linking
@@ -493,12 +601,14 @@ class Payments:
         the authorization is valid."""
         if row.transfer_job_id is not None:
             return await self.relay.jobs.get(row.transfer_job_id)
-        verified = self.facilitator.check(_payment_of(row.payload), now)
+        verified = self.facilitator.check(_payment_of(row.payload), now, pay_to_ours=self.pay_to)
         if isinstance(verified, Refused):
             return None
         job = await self.relay.jobs.find_by_salt(self.chain_id, verified.salt)
         if job is None and row.error is None:
-            await self._take_transfer(row, verified, now)
+            refused = await self._take_transfer(row, verified, now)
+            if refused is not None:  # the keeper's attempt: the row stays, failed once it can never pay
+                await self._note(row, {"code": refused.reason, "message": refused.message})
             fresh = await self.store.get(row.id)
             return (
                 None
@@ -510,9 +620,9 @@ class Payments:
         return job
 
     async def _retire(self, row: PaymentRow, now: int) -> PaymentRow:
-        """``paid``/``retiring``: link or make the treasury's retirement; ``retired`` when its
-        job succeeded (or its authorization was used by another sender); ``refunding`` when it
-        can never execute."""
+        """``paid``/``retiring``: link or make the treasury's retirement; ``retired`` when the
+        retirement index holds its ``RetirementSettled`` log (its job indexed, or another
+        sender's transaction settled it); ``refunding`` when it can never execute."""
         job = await self.relay.jobs.find_by_salt(self.chain_id, payment_salt(row.id))
         if job is not None and job.request_hash == payment_request_key(row.id):
             if job.state in SUCCEEDED:
@@ -569,12 +679,12 @@ class Payments:
         )
 
     async def _after_failed_retirement(self, row: PaymentRow, job: Job, now: int) -> PaymentRow:
-        """A failed retirement job: retired if its authorization was used by another sender;
-        refunded once it can provably never execute (never signed, or expired and unused);
-        else left for a later step."""
-        treasury = self._pay_to()
-        used = await self.relay.outcomes.reads.authorization_used(treasury, job.bound_nonce)
-        if used:
+        """A failed retirement job: retired if the retirement index holds a ``RetirementSettled``
+        log of its bound nonce (another sender settled the treasury's authorization); refunded
+        once it can provably never execute (never signed, or expired and not settled); else
+        left for a later step."""
+        settled = await self.relay.outcomes.retirements.by_bound_nonce(self.chain_id, job.bound_nonce)
+        if settled:
             return (
                 await self.store.move(row.id, ("paid", "retiring"), "retired", now, retire_job_id=job.id)
                 or row
@@ -589,7 +699,10 @@ class Payments:
         self, row: PaymentRow, error: dict[str, Any], now: int, retire_job_id: int | None = None
     ) -> PaymentRow:
         """Move a payment whose retirement can never execute to ``refunding`` (why:
-        ``error``) and take its refund."""
+        ``error``) and take its refund: only a payment the chain proved paid (``received``)."""
+        if row.payment_tx is None or not row.received:
+            log.error("x402 payment not proven paid: never refunded", extra={"payment": str(row.id)})
+            return row
         log.warning(
             "x402 payment refunded: its retirement cannot execute",
             extra={"payment": str(row.id), "code": error.get("code")},
@@ -606,8 +719,8 @@ class Payments:
         return row if moved is None else await self._refund(moved, now)
 
     async def _refund(self, row: PaymentRow, now: int) -> PaymentRow:
-        """``refunding``: the treasury's transfer of the amount back to the payer (nonce
-        :func:`refund_nonce`, the operator pays the gas); ``refunded`` once confirmed."""
+        """``refunding``: the treasury's transfer of what it received back to the payer (nonce
+        :func:`refund_nonce`, the operator pays the gas); ``refunded`` once the chain proves it."""
         job = None if row.refund_job_id is None else await self.relay.jobs.get(row.refund_job_id)
         if job is None or job.state is JobState.REJECTED:
             try:
@@ -617,19 +730,24 @@ class Payments:
                 return row
             row = await self.store.move(row.id, ("refunding",), "refunding", now, refund_job_id=job.id) or row
         if job.state is JobState.CONFIRMED:
-            return await self.store.move(row.id, ("refunding",), "refunded", now) or row
+            try:
+                proven = (await self.relay.outcomes.wait_transfer(job.id, 0)).success
+            except Unavailable:
+                return row
+            if proven:
+                return await self.store.move(row.id, ("refunding",), "refunded", now) or row
         return row
 
     def _refund_transfer(self, row: PaymentRow, now: int) -> VerifiedTransfer:
         treasury = self.treasury
-        assert treasury is not None and row.refund_valid_before is not None
-        d, nonce = self.domain, refund_nonce(row.id)
+        assert treasury is not None and row.refund_valid_before is not None and row.received
+        d, nonce, value = self.domain, refund_nonce(row.id), row.received
         typed = eip712.transfer_with_authorization(
             chain_id=d.chain_id,
             usdc=d.address,
             payer=treasury.address,
             to=row.payer,
-            value=row.amount,
+            value=value,
             valid_after=0,
             valid_before=row.refund_valid_before,
             nonce=nonce,
@@ -638,28 +756,31 @@ class Payments:
         )
         signature = treasury.sign_digest(typed_data_digest(typed))
         auth = TransferAuthorization(
-            treasury.address, row.payer, row.amount, 0, row.refund_valid_before, nonce, signature
+            treasury.address, row.payer, value, 0, row.refund_valid_before, nonce, signature
         )
-        verified = verify_transfer(auth, TransferRequirement(d.address, row.payer, row.amount), d, now)
+        verified = verify_transfer(auth, TransferRequirement(d.address, row.payer, value), d, now)
         if isinstance(verified, TransferRefusal):
             raise Rejection("internal_error", f"the refund does not verify: {verified.message}")
         return verified
 
     async def resume(self) -> int:
-        """The payment keeper's step: advance each payment not final recorded more than
-        :data:`KEEPER_GRACE_S` ago (at most :data:`KEEPER_BATCH`, oldest first) whose lock is
-        free; how many were advanced.
+        """The payment keeper's step: advance each payment not final that is due (at most
+        :data:`KEEPER_BATCH`, the earliest due first) whose lock is free, and put each off by
+        :data:`KEEPER_RETRY_S`, so every open payment gets its turn however many never close
+        (a new payment is due :data:`KEEPER_GRACE_S` after it was recorded); how many were
+        advanced.
 
         Raises:
             Unavailable: the database failed.
         """
         now = int(self.clock())
         done = 0
-        for row in await self.store.open(now - KEEPER_GRACE_S, KEEPER_BATCH):
+        for row in await self.store.due(now, KEEPER_BATCH):
             async with self.store.locked(row.id) as taken:
                 if taken:
                     await self.advance(row.id)
                     done += 1
+            await self.store.defer(row.id, int(self.clock()) + KEEPER_RETRY_S)
         return done
 
 
@@ -670,9 +791,19 @@ def _cost(resolved: Resolved, gas_allowance: int) -> int:
     return resolved.route.quote.total + gas_allowance
 
 
+def _same_authorization(row: PaymentRow, verified: VerifiedTransfer) -> bool:
+    return row.payer.lower() == verified.payer.lower() and row.auth_nonce == verified.nonce
+
+
+def _quote_consumed() -> Refused:
+    return Refused("quote_consumed", "this quote reference was already used by another payment")
+
+
 def _reason(error: dict[str, Any]) -> str:
     """The x402 reason of a payment that did not happen."""
     code = str(error.get("code", ""))
+    if code in (NONCE_USED, USED_OTHERWISE["code"]):
+        return NONCE_USED
     if code in ("insufficient_funds", "contract_revert"):
         return "insufficient_funds"
     if code == "invalid_auth_payload":

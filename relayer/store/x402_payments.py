@@ -25,21 +25,35 @@ _COLUMNS: Final = (
     "id, chain_id, quote_id, request_hash, request::text AS request, payload::text AS payload, payload_hash, "
     "payer, auth_nonce, amount, transfer_job_id, payment_tx, retire_job_id, refund_job_id, "
     "refund_valid_before, "
-    "state, error::text AS error, created_at, updated_at"
+    "state, error::text AS error, created_at, updated_at, from_block, received, due_at"
 )
 INSERT: Final = """
 INSERT INTO x402_payments (id, chain_id, quote_id, request_hash, request, payload, payload_hash, payer,
-                           auth_nonce, amount, state, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10, 'accepted', $11, $11)
+                           auth_nonce, amount, from_block, state, created_at, updated_at, due_at)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8, $9, $10, $11, 'accepted', $12, $12, $13)
 """
 BY_ID: Final = f"SELECT {_COLUMNS} FROM x402_payments WHERE id = $1"
 BY_AUTHORIZATION: Final = (
     f"SELECT {_COLUMNS} FROM x402_payments WHERE chain_id = $1 AND payer = $2 AND auth_nonce = $3"
 )
-# Payments not final, recorded before $1, oldest first.
-OPEN: Final = f"""
+BY_QUOTE: Final = f"SELECT {_COLUMNS} FROM x402_payments WHERE quote_id = $1"
+# Payments not final that are due at $1 (unix seconds), the earliest due first.
+DUE: Final = f"""
 SELECT {_COLUMNS} FROM x402_payments
-WHERE state IN ('accepted', 'paid', 'retiring', 'refunding') AND created_at < $1 ORDER BY created_at LIMIT $2
+WHERE state IN ('accepted', 'paid', 'retiring', 'refunding') AND due_at <= $1 ORDER BY due_at LIMIT $2
+"""
+# Put payment $1 off until $2 (unix seconds), while it is not final.
+DEFER: Final = """
+UPDATE x402_payments SET due_at = $2
+WHERE id = $1 AND state IN ('accepted', 'paid', 'retiring', 'refunding')
+"""
+# Forget payment $1 that was refused before any money moved: the refusal records nothing, and its
+# quote may be used again. Only while its authorization's transfer job (salt $3 on chain $2), if
+# any, is rejected: nothing of it was ever signed.
+FORGET: Final = """
+DELETE FROM x402_payments p
+WHERE p.id = $1 AND p.state = 'accepted' AND p.payment_tx IS NULL
+  AND NOT EXISTS (SELECT 1 FROM relay_jobs j WHERE j.chain_id = $2 AND j.salt = $3 AND j.state <> 'rejected')
 """
 # Move payment $1 from one of states $2 to $3, setting the given columns (NULL keeps a column).
 MOVE: Final = f"""
@@ -47,7 +61,7 @@ UPDATE x402_payments SET state = $3,
     transfer_job_id = COALESCE($4, transfer_job_id), payment_tx = COALESCE($5, payment_tx),
     retire_job_id = COALESCE($6, retire_job_id), refund_job_id = COALESCE($7, refund_job_id),
     refund_valid_before = COALESCE($8, refund_valid_before), error = COALESCE($9::jsonb, error),
-    updated_at = $10
+    updated_at = $10, received = COALESCE($11, received)
 WHERE id = $1 AND state = ANY($2::text[])
 RETURNING {_COLUMNS}
 """
@@ -74,7 +88,8 @@ class QuoteSpent(RelayerError):
 class NewPayment:
     """A payment to record: its quote reference's id, the request (``actions/retire`` body as
     parsed, wire names) and its hash, the decoded PaymentPayload and its hash, the payer, the
-    authorization's 32-byte nonce and the amount (USDC atomic units)."""
+    authorization's 32-byte nonce, the amount (USDC atomic units) and the block its proof is
+    searched from (None: a payment of an older release)."""
 
     id: uuid.UUID
     chain_id: int
@@ -86,11 +101,15 @@ class NewPayment:
     payer: str
     auth_nonce: bytes
     amount: int
+    from_block: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class PaymentRow(NewPayment):
-    """A recorded payment (what :class:`NewPayment` holds) and its jobs (ids; None until made)."""
+    """A recorded payment (what :class:`NewPayment` holds) and its jobs (ids; None until made);
+    ``payment_tx`` and ``received`` (USDC atomic units) are the transaction the chain proves
+    moved the funds and the value it moved (None until paid); ``due_at`` when the keeper looks
+    at it next (unix seconds)."""
 
     transfer_job_id: int | None
     payment_tx: bytes | None
@@ -101,6 +120,8 @@ class PaymentRow(NewPayment):
     error: dict[str, Any] | None
     created_at: int
     updated_at: int
+    received: int | None
+    due_at: int
 
 
 def _row(r: asyncpg.Record) -> PaymentRow:
@@ -118,6 +139,7 @@ def _row(r: asyncpg.Record) -> PaymentRow:
         r["payer"],
         bytes(r["auth_nonce"]),
         int(r["amount"]),
+        opt(r["from_block"]),
         opt(r["transfer_job_id"]),
         None if r["payment_tx"] is None else bytes(r["payment_tx"]),
         opt(r["retire_job_id"]),
@@ -127,6 +149,8 @@ def _row(r: asyncpg.Record) -> PaymentRow:
         None if r["error"] is None else json.loads(r["error"]),
         int(r["created_at"]),
         int(r["updated_at"]),
+        opt(r["received"]),
+        int(r["due_at"]),
     )
 
 
@@ -136,9 +160,9 @@ class X402Payments:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def record(self, new: NewPayment, now: int) -> PaymentRow:
-        """Record ``new`` in state ``accepted``; the payment of the same authorization when
-        one is recorded (a concurrent identical request).
+    async def record(self, new: NewPayment, now: int, due_at: int) -> PaymentRow:
+        """Record ``new`` in state ``accepted``, due for the keeper at ``due_at``; the payment
+        of the same authorization when one is recorded (a concurrent identical request).
 
         Raises:
             QuoteSpent: another payment used the quote reference.
@@ -156,7 +180,9 @@ class X402Payments:
                 new.payer,
                 new.auth_nonce,
                 new.amount,
+                new.from_block,
                 now,
+                due_at,
             )
         except asyncpg.UniqueViolationError as exc:
             same = await self.by_authorization(new.chain_id, new.payer, new.auth_nonce)
@@ -178,9 +204,23 @@ class X402Payments:
         row = await self.db.fetchrow(BY_AUTHORIZATION, chain_id, payer, nonce)
         return None if row is None else _row(row)
 
-    async def open(self, recorded_before: int, limit: int) -> list[PaymentRow]:
-        """Payments not final recorded before ``recorded_before``, oldest first."""
-        return [_row(r) for r in await self.db.fetch(OPEN, recorded_before, limit)]
+    async def by_quote(self, quote_id: str) -> PaymentRow | None:
+        """The payment that used the quote reference ``quote_id``, if any."""
+        row = await self.db.fetchrow(BY_QUOTE, quote_id)
+        return None if row is None else _row(row)
+
+    async def due(self, now: int, limit: int) -> list[PaymentRow]:
+        """At most ``limit`` payments not final that are due at ``now``, the earliest due first."""
+        return [_row(r) for r in await self.db.fetch(DUE, now, limit)]
+
+    async def defer(self, payment_id: uuid.UUID, due_at: int) -> None:
+        """Put the payment off until ``due_at`` (unix seconds), unless it is final."""
+        await self.db.execute(DEFER, payment_id, due_at)
+
+    async def forget(self, payment_id: uuid.UUID, chain_id: int, transfer_salt: bytes) -> bool:
+        """Delete a payment refused before any money moved (``accepted``, no proven transfer,
+        its transfer job, salt ``transfer_salt``, absent or rejected); whether it was deleted."""
+        return str(await self.db.execute(FORGET, payment_id, chain_id, transfer_salt)) == "DELETE 1"
 
     async def move(
         self,
@@ -195,9 +235,11 @@ class X402Payments:
         refund_job_id: int | None = None,
         refund_valid_before: int | None = None,
         error: dict[str, Any] | None = None,
+        received: int | None = None,
     ) -> PaymentRow | None:
         """Move the payment from one of ``sources`` to ``target`` setting the given columns
-        (None keeps one); None when it was in none of ``sources``."""
+        (None keeps one); None when it was in none of ``sources``. The table refuses a paid
+        state without the proven ``payment_tx`` and ``received`` (migration 0025)."""
         row = await self.db.fetchrow(
             MOVE,
             payment_id,
@@ -210,6 +252,7 @@ class X402Payments:
             refund_valid_before,
             None if error is None else json.dumps(error),
             now,
+            received,
         )
         return None if row is None else _row(row)
 
@@ -226,11 +269,6 @@ class X402Payments:
             finally:
                 if taken:
                     await conn.fetchval("SELECT pg_advisory_unlock($1, $2)", LOCK_KEY, key)
-
-    async def quote_used(self, quote_id: str) -> bool:
-        """Whether a payment used the quote reference ``quote_id``."""
-        sql = "SELECT EXISTS (SELECT 1 FROM x402_payments WHERE quote_id = $1)"
-        return bool(await self.db.fetchval(sql, quote_id))
 
     async def expires_at(self, job_id: int) -> int:
         """The signed authorization's expiry (``validBefore``, unix seconds) of relay job ``job_id``."""

@@ -252,8 +252,8 @@ async def stuck_rows(d: Daemon, info: dict[str, Any], n: int) -> int:
         }
         await d.runtime.db.execute(
             "INSERT INTO x402_payments (id, chain_id, quote_id, request_hash, request, payload, "
-            "payload_hash, payer, auth_nonce, amount, state, created_at, updated_at) "
-            "VALUES ($1, 84532, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 1000, 'accepted', $9, $9)",
+            "payload_hash, payer, auth_nonce, amount, state, created_at, updated_at, due_at) "
+            "VALUES ($1, 84532, $2, $3, $4::jsonb, $5::jsonb, $6, $7, $8, 1000, 'accepted', $9, $9, $9)",
             uuid.uuid4(),
             uuid.uuid4().hex,
             os.urandom(32),
@@ -283,7 +283,7 @@ async def test_identical_posts_of_one_payload_get_one_answer(
             answers = await asyncio.gather(*(post(d, body, header) for _ in range(20)))
             statuses = [status for status, _, _ in answers]
             errors = [decode(h["PAYMENT-REQUIRED"]).get("error") for s, _, h in answers if s == 402]
-            assert statuses == [200] * 20, (statuses, errors)
+            assert statuses == [200] * 20, (statuses, errors, [a for s, a, _ in answers if s != 200][:1])
             assert len({a["paymentId"] for _, a, _ in answers}) == 1
             assert await usdc(d, payer["address"]) == 50_000_000 - amount
 
