@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from eth_account import Account
+from eth_account.messages import encode_typed_data
 
 from relayer.admin import create_api_key
 from tests.chain_helpers import eth_balance, transact_as, transact_as_deployer
@@ -414,13 +415,16 @@ async def test_after_a_deep_reorg_no_settle_names_a_lost_transaction(
 
 
 async def test_a_relayed_retirement_whose_nonce_the_payer_cancels_fails(
-    chain_and_db: tuple[dict[str, Any], str],
+    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
 ) -> None:
     """A payer who cancels the bound nonce after ``actions/retire`` accepted its request gets
-    a failure, never ``settled``."""
-    from eth_account.messages import encode_typed_data
+    a failure, never ``settled``. Its own chain and database: the revert it costs us is its
+    daemon's alone to account for."""
+    async with private_chain(tmp_path_factory.mktemp("relayed"), admin_database_url) as (info, dsn):
+        await _relayed_then_cancelled(info, dsn)
 
-    info, dsn = chain_and_db
+
+async def _relayed_then_cancelled(info: dict[str, Any], dsn: str) -> None:
     anvil = Anvil(info["rpcUrl"])
     async with resource(info, dsn, settle_wait_s=8) as d:
         payer = funded(info)
