@@ -109,7 +109,9 @@ def all_cmd() -> None:
 @main.command()
 def ledger() -> None:
     """The executor's solvency ledger as JSON: wei paid for mined transactions against what
-    their gas allowances were worth. Needs RELAYER_DATABASE_URL (and RELAYER_CHAIN_ID)."""
+    their gas allowances were worth; and per x402 payment, USDC the treasury received and paid
+    out. Needs RELAYER_DATABASE_URL (and RELAYER_CHAIN_ID; RELAYER_DEPLOYMENT_FILE and
+    RELAYER_TREASURY_PRIVATE_KEY for the payments)."""
     from relayer.ops import ledger_summary
 
     settings = _settings("database_url")

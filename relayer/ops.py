@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from relayer.chain.deployment import extra_chains, load_deployment
 from relayer.chain.node import ChainNode
+from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings, env_name
 from relayer.domain.budget import utc_day
@@ -31,6 +32,7 @@ from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
 from relayer.package_data import migrations_dir
 from relayer.service.catalogue_load import projects_file_records
+from relayer.service.x402_payments import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import redact
 from relayer.store.pool import Database
@@ -504,10 +506,14 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
     ``facilitator``: per API key whose settles the executor paid gas for (design:
     docs/design/x402-v2.md, C3), ``{apiKey (its name), settles, paidWei, reservedWei}`` in
     total and ``today`` (the current UTC day, the one its daily budget counts).
+    ``x402Payments``: per payment of the standard resource, USDC the treasury received for it
+    (the proven transfer) and paid out on its behalf (the settled retirement's value less its
+    refund, and the mined refund), with ``agrees`` (paid out at most what arrived; a refund is
+    all of it and nothing else) and the ids of those that disagree (issue 35).
 
     Raises:
         StoreUnavailable: the database failed.
-        ConfigError: the database refused the DSN.
+        ConfigError: the database refused the DSN, or the deployment file is unreadable.
     """
     assert settings.database_url is not None
     db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
@@ -516,6 +522,7 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         rows = await lane.ledger()
         keys = await lane.key_ledger(utc_day(int(time.time())))
         refunds = await X402Payments(db).refunds(settings.chain_id)
+        payments = await _payments_ledger(settings, X402Payments(db))
     finally:
         await db.close()
     paid = sum(r.paid_wei for r in rows)
@@ -537,6 +544,7 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         "receivedWei": str(received),
         "netWei": str(received - paid),
         "x402Refunds": refunds,
+        "x402Payments": payments,
         "facilitator": [
             {
                 "apiKey": k.name,
@@ -550,6 +558,39 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
                 },
             }
             for k in keys
+        ],
+    }
+
+
+async def _payments_ledger(settings: Settings, store: X402Payments) -> dict[str, Any]:
+    """Per payment of the standard x402 resource, USDC received and paid out (atomic units,
+    decimal strings), and the ids of those that disagree (paid out more than received, or a
+    refund that is not all of it). Empty without a treasury key or a deployment file (no
+    resource: no payments)."""
+    treasury, deployment = settings.treasury_private_key, settings.deployment_file
+    if treasury is None or deployment is None:
+        return {"payments": 0, "receivedUsdc": "0", "paidOutUsdc": "0", "disagreeing": [], "rows": []}
+    contracts, _ = load_deployment(deployment)
+    signer = TreasurySigner(treasury.get_secret_value())
+    rows = await payment_ledger(store, settings.chain_id, contracts.usdc, signer.address)
+    return {
+        "payments": len(rows),
+        "receivedUsdc": str(sum(r.received for r in rows)),
+        "paidOutUsdc": str(sum(r.paid_out for r in rows)),
+        "disagreeing": [str(r.id) for r in rows if not r.agrees],
+        "rows": [
+            {
+                "id": str(r.id),
+                "state": r.state,
+                "amountUsdc": str(r.amount),
+                "receivedUsdc": str(r.received),
+                "paymentTx": None if r.payment_tx is None else "0x" + r.payment_tx.hex(),
+                "retiredUsdc": str(r.retired_out),
+                "refundedUsdc": str(r.refunded_out),
+                "paidOutUsdc": str(r.paid_out),
+                "agrees": r.agrees,
+            }
+            for r in rows
         ],
     }
 

@@ -18,10 +18,13 @@ import pytest
 from aiohttp import web
 
 from relayer.app import Runtime, open_runtime, web_runner
+from relayer.chain.signer import TreasurySigner
 from relayer.config import Settings
+from relayer.service.x402_payments import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.migrations import migrate
 from relayer.store.pool import Database
+from relayer.store.x402_payments import PaymentLedgerRow, X402Payments
 from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
 from tests.chain_helpers import write_deployment_file
@@ -150,12 +153,22 @@ async def daemon(chain: dict[str, Any], database_url: str) -> AsyncIterator[Daem
 async def assert_solvent(daemon: Daemon, name: str) -> None:
     """The solvency ledger of a daemon's chain (issue 7): every successful relay paid at most
     what its signed gas allowance was worth, and no relay reverted beyond those a test
-    provokes on purpose (``expected_reverts``). Printed with -s."""
+    provokes on purpose (``expected_reverts``); and per x402 payment (issue 35), the treasury
+    paid out at most what the chain shows it received for it. Printed with -s."""
+    settings = daemon.runtime.settings
     db = await Database.connect(daemon.runtime.dsn, 1, 1)
     try:
-        rows = await ExecutorLane(db, daemon.runtime.settings.chain_id).ledger()
+        rows = await ExecutorLane(db, settings.chain_id).ledger()
+        payments: list[PaymentLedgerRow] = []
+        if settings.treasury_private_key is not None:
+            treasury = TreasurySigner(settings.treasury_private_key.get_secret_value()).address
+            payments = await payment_ledger(
+                X402Payments(db), settings.chain_id, daemon.chain["contracts"]["usdc"], treasury
+            )
     finally:
         await db.close()
+    # per x402 payment (issue 35): the treasury paid out at most what it received for it
+    assert [p for p in payments if not p.agrees] == [], "payments whose ledger disagrees"
     by = {(r.kind, r.succeeded): r for r in rows}
     ok = by.get(("relay", True))
     reverted = by.get(("relay", False))
@@ -168,6 +181,8 @@ async def assert_solvent(daemon: Daemon, name: str) -> None:
             f"received {r.received_wei} wei, at a loss {r.at_a_loss}"
             for r in rows
         )
+        + f"; x402 payments: {len(payments)}, received {sum(p.received for p in payments)}, "
+        f"paid out {sum(p.paid_out for p in payments)} (USDC atomic)"
     )
 
 

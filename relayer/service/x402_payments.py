@@ -58,6 +58,7 @@ from relayer.domain.verify import (
     TransferRequirement,
     VerifiedTransfer,
     request_hash,
+    transfer_bound_nonce,
     verify_transfer,
 )
 from relayer.service.facilitator import (
@@ -77,7 +78,7 @@ from relayer.service.proofs import TransferProofs, search_from
 from relayer.service.relay import Relay
 from relayer.service.terms import Resolved, resolve
 from relayer.store.relay_jobs import Job
-from relayer.store.x402_payments import NewPayment, PaymentRow, QuoteSpent, X402Payments
+from relayer.store.x402_payments import NewPayment, PaymentLedgerRow, PaymentRow, QuoteSpent, X402Payments
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,9 @@ SUCCEEDED: Final = frozenset({JobState.INDEXED})
 log in the retirement index (a confirmed job is indexed within a block or two)."""
 KEEPER_RETRY_S: Final = 2
 """Seconds the keeper puts a payment off after each step (every open payment gets its turn)."""
+FRONT_RUN: Final = "front_run"
+"""The note of a payment whose transfer another sender submitted before we took it (not a
+failure: its proof is that sender's transaction)."""
 VALID_BEFORE_SKEW_S: Final = 30
 """How far past ``maxTimeoutSeconds`` an authorization's ``validBefore`` may reach (the
 client's clock may run a little ahead of ours)."""
@@ -118,6 +122,25 @@ def payment_request_key(payment_id: uuid.UUID) -> bytes:
 def refund_nonce(payment_id: uuid.UUID) -> bytes:
     """The EIP-3009 nonce of payment ``payment_id``'s refund: the token itself allows one."""
     return keccak(b"relayer/x402-refund/v1" + payment_id.bytes)
+
+
+LEDGER_MAX: Final = 100_000
+"""At most this many payments in one ``relayer ledger`` (the oldest first)."""
+
+
+async def payment_ledger(
+    store: X402Payments, chain_id: int, token: str, treasury: str, limit: int = LEDGER_MAX
+) -> list[PaymentLedgerRow]:
+    """Per payment of chain ``chain_id`` (oldest first, at most ``limit``), what the treasury
+    received for it and what it paid out on its behalf (USDC ``token`` atomic units;
+    ``relayer ledger``, and the test suite's check after every daemon).
+
+    Raises:
+        StoreUnavailable: the database failed.
+    """
+    ids = await store.payment_ids(chain_id, limit)
+    keys = [(i, payment_salt(i), transfer_bound_nonce(token, treasury, refund_nonce(i))) for i in ids]
+    return await store.ledger(chain_id, keys)
 
 
 def _b64(raw: bytes) -> str:
@@ -330,9 +353,9 @@ class Payments:
         spent = await self.store.by_quote(quote_id)
         if spent is not None:
             return None if _same_authorization(spent, verified) else _quote_consumed()
-        from_block = await self._payable(request, verified, now)
-        if isinstance(from_block, Refused):
-            return from_block
+        payable = await self._payable(request, verified, now)
+        if isinstance(payable, Refused):
+            return payable
         new = NewPayment(
             uuid.uuid4(),
             self.chain_id,
@@ -344,7 +367,7 @@ class Payments:
             verified.payer,
             verified.nonce,
             verified.value,
-            from_block,
+            payable.from_block,
         )
         try:
             row = await self.store.record(new, now, now + KEEPER_GRACE_S)
@@ -354,6 +377,11 @@ class Payments:
             return None if same else _quote_consumed()
         if row.id != new.id:
             return None
+        if payable.front_run:  # no transfer of ours: the proof is the front-runner's transaction
+            await self._note(
+                row, {"code": FRONT_RUN, "message": "another sender submitted the authorization"}
+            )
+            return await self._answer(row)
         refused = await self._take_transfer(row, verified, now)
         if refused is not None:
             await self.store.forget(row.id, self.chain_id, verified.salt)
@@ -409,11 +437,15 @@ class Payments:
             )
         return checked, parts[2]
 
-    async def _payable(self, request: ActionRequest, verified: VerifiedTransfer, now: int) -> int | Refused:
-        """Before any money moves: the retirement still executes within the amount paid, the
-        payer holds the amount and its nonce is unused (a used nonce pays nothing: it may be
-        cancelled, or spent on another authorization). The block the payment's proof is
-        searched from (:func:`search_from` of the block the balance was read at).
+    async def _payable(
+        self, request: ActionRequest, verified: VerifiedTransfer, now: int
+    ) -> Payable | Refused:
+        """Before any money moves: the retirement still executes within the amount paid, and
+        the payer holds the amount with its nonce unused, or the chain already holds this very
+        transfer (a front-runner submitted the payload: ``front_run``). A used nonce with no
+        such transfer pays nothing (it was cancelled, or spent on another authorization). With
+        the block the payment's proof is searched from (:func:`search_from` of the block the
+        balance was read at).
 
         Raises:
             Unavailable: the chain node failed.
@@ -434,11 +466,15 @@ class Payments:
             chain.balance_latest(verified.token, verified.payer),
             chain.authorization_state(verified.token, verified.payer, verified.nonce),
         )
-        if used:
-            return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
+        from_block = search_from(held.block_number)
+        if used:  # paid only if the chain holds this very transfer (a front-runner's submission)
+            judged = await self.proofs.judge(_claim_of(verified), from_block)
+            if judged.proof is None:
+                return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
+            return Payable(from_block, front_run=True)
         if held.amount < verified.value:
             return Refused("insufficient_funds", "the payer's balance does not cover the amount")
-        return search_from(held.block_number)
+        return Payable(from_block, front_run=False)
 
     async def _take_transfer(self, row: PaymentRow, verified: VerifiedTransfer, now: int) -> Refused | None:
         """The payer's transfer to the treasury as a ``transfer`` job, linked to the payment;
@@ -511,8 +547,9 @@ class Payments:
         on its way): paid only with the transaction the chain proves."""
         transfer = None if row.transfer_job_id is None else await self.relay.jobs.get(row.transfer_job_id)
         paid = row.payment_tx is not None and row.state not in ("accepted", "failed")
+        failing = row.error is not None and row.error.get("code") != FRONT_RUN
         if not paid and (
-            row.state == "failed" or (row.error and (transfer is None or transfer.state in FAILED))
+            row.state == "failed" or (failing and (transfer is None or transfer.state in FAILED))
         ):
             error = row.error or {}
             return Refused(_reason(error), str(error.get("message", "the payment did not happen")))
@@ -582,7 +619,7 @@ class Payments:
             return await self._to_paid(row, judged.proof.tx_hash, now)
         if judged.standing is Standing.NEVER:
             record = {"code": USED_OTHERWISE["code"], "message": USED_OTHERWISE["message"]}
-            if row.error is None:
+            if row.error is None or row.error.get("code") == FRONT_RUN:
                 await self._note(row, record)
             return await self.store.move(row.id, ("accepted",), "failed", now) or row
         return await self.store.get(row.id) or row
@@ -789,6 +826,22 @@ def _cost(resolved: Resolved, gas_allowance: int) -> int:
     units): it must fit in the amount paid. The treasury signs more (the slippage budget of a
     class retirement); what is not spent comes back to it."""
     return resolved.route.quote.total + gas_allowance
+
+
+@dataclass(frozen=True, slots=True)
+class Payable:
+    """A payment that may be taken: where its proof is searched from (a block number), and
+    whether the chain already holds its transfer (``front_run``: no transfer job of ours)."""
+
+    from_block: int
+    front_run: bool
+
+
+def _claim_of(verified: VerifiedTransfer) -> TransferClaim:
+    """What a verified authorization claims: its value from the payer to ``to`` under its nonce."""
+    return TransferClaim(
+        verified.token, verified.payer, verified.nonce, verified.to, verified.value, verified.valid_before
+    )
 
 
 def _same_authorization(row: PaymentRow, verified: VerifiedTransfer) -> bool:

@@ -75,6 +75,24 @@ LEFT JOIN LATERAL (SELECT sum(r.paid_wei) AS paid_wei FROM relay_transactions r
                    WHERE r.job_id = p.refund_job_id AND r.mined_block IS NOT NULL) t ON true
 WHERE p.chain_id = $1 AND p.refund_job_id IS NOT NULL
 """
+# The per-payment ledger of chain $1 (relayer ledger): the payments $2 (ids, oldest first), each
+# with what the treasury received for it (the proven transfer's value) and what it paid out on
+# its behalf: the retirement index's RetirementSettled value less its refund, for the job that
+# spent the payment's retirement salt ($3; one salt, at most one job that ever signs), and the
+# value of the refund transfer job (bound nonce $4) once mined (the funds left the treasury).
+PAYMENT_IDS: Final = "SELECT id FROM x402_payments WHERE chain_id = $1 ORDER BY created_at, id LIMIT $2"
+PAYMENT_LEDGER: Final = """
+SELECT p.id, p.state, p.amount, p.received, p.payment_tx,
+       COALESCE((SELECT sum(r.value - r.refunded) FROM spent_salts s JOIN relay_jobs j ON j.id = s.job_id
+                 JOIN retirements r ON r.chain_id = j.chain_id AND r.bound_nonce = j.bound_nonce
+                 WHERE s.chain_id = $1 AND s.salt = k.salt), 0) AS retired_out,
+       COALESCE((SELECT j.auth_value FROM relay_jobs j
+                 WHERE j.chain_id = $1 AND j.bound_nonce = k.refund
+                   AND j.state IN ('mined', 'confirmed', 'indexed')), 0) AS refunded_out
+FROM unnest($2::uuid[], $3::bytea[], $4::bytea[]) AS k(id, salt, refund)
+JOIN x402_payments p ON p.id = k.id
+ORDER BY p.created_at, p.id
+"""
 LOCK_KEY: Final = 0x7834_3032  # "x402": the advisory lock class of payments
 
 
@@ -122,6 +140,35 @@ class PaymentRow(NewPayment):
     updated_at: int
     received: int | None
     due_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentLedgerRow:
+    """One payment in the ledger: what the treasury received for it (``received``: the proven
+    transfer's value, 0 when none) and paid out on its behalf (``retired_out``: the settled
+    retirement's value less its refund; ``refunded_out``: the mined refund), USDC atomic units;
+    ``payment_tx`` the proven transfer (None when none)."""
+
+    id: uuid.UUID
+    state: PaymentState
+    amount: int
+    received: int
+    payment_tx: bytes | None
+    retired_out: int
+    refunded_out: int
+
+    @property
+    def paid_out(self) -> int:
+        """USDC the treasury sent out for this payment (atomic units)."""
+        return self.retired_out + self.refunded_out
+
+    @property
+    def agrees(self) -> bool:
+        """The treasury paid out at most what it received for this payment, and a refund, if
+        any, is all of it and the only thing paid out."""
+        if self.paid_out > self.received:
+            return False
+        return self.refunded_out == 0 or (self.refunded_out == self.received and self.retired_out == 0)
 
 
 def _row(r: asyncpg.Record) -> PaymentRow:
@@ -277,6 +324,31 @@ class X402Payments:
     async def count_by_state(self, chain_id: int) -> dict[str, int]:
         """Payments by state (``relayer status``)."""
         return {r["state"]: int(r["n"]) for r in await self.db.fetch(BY_STATE, chain_id)}
+
+    async def payment_ids(self, chain_id: int, limit: int) -> list[uuid.UUID]:
+        """The ids of chain ``chain_id``'s payments, oldest first, at most ``limit``."""
+        return [r["id"] for r in await self.db.fetch(PAYMENT_IDS, chain_id, limit)]
+
+    async def ledger(
+        self, chain_id: int, keys: Sequence[tuple[uuid.UUID, bytes, bytes]]
+    ) -> list[PaymentLedgerRow]:
+        """The ledger rows of the payments ``keys`` names: (id, its retirement salt, its refund
+        transfer's bound nonce), oldest first (see :data:`PAYMENT_LEDGER`)."""
+        rows = await self.db.fetch(
+            PAYMENT_LEDGER, chain_id, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
+        )
+        return [
+            PaymentLedgerRow(
+                r["id"],
+                r["state"],
+                int(r["amount"]),
+                int(r["received"] or 0),
+                None if r["payment_tx"] is None else bytes(r["payment_tx"]),
+                int(r["retired_out"]),
+                int(r["refunded_out"]),
+            )
+            for r in rows
+        ]
 
     async def refunds(self, chain_id: int) -> dict[str, str]:
         """Refunds made (``relayer ledger``): count, USDC refunded (atomic, decimal string) and

@@ -203,7 +203,7 @@ def _transfer(d: Daemon, key_id: int) -> NewJob:
     r = req(body["paymentRequirements"])
     verified = d.runtime.facilitator.check(Payment(r, r, authorization), int(time.time()))
     assert isinstance(verified, VerifiedTransfer), verified
-    return _transfer_job(verified, key_id)
+    return _transfer_job(verified, key_id, 0)
 
 
 async def test_a_rejected_job_gives_its_reservation_back_and_concurrent_ones_never_pass_the_budget(

@@ -183,8 +183,8 @@ async def test_a_rejected_job_an_x402_payment_references_is_kept_and_the_sweeper
         now = int(time.time())
         await d.runtime.db.execute(
             "INSERT INTO x402_payments (id, chain_id, quote_id, request_hash, request, payload, "
-            f"payload_hash, payer, auth_nonce, amount, {column}, state, created_at, updated_at) "
-            "VALUES ($1, 84532, $2, $3, '{}', '{}', $3, $4, $3, 1, $5, 'failed', $6, $6)",
+            f"payload_hash, payer, auth_nonce, amount, received, {column}, state, created_at, updated_at, "
+            "due_at) VALUES ($1, 84532, $2, $3, '{}', '{}', $3, $4, $3, 1, 1, $5, 'failed', $6, $6, $6)",
             uuid.uuid4(),
             uuid.uuid4().hex,
             b"\x01" * 32,

@@ -26,6 +26,7 @@ from relayer.ops import ledger_summary
 from relayer.service.facilitator import Requirements
 from relayer.service.x402_payments import quote_ref
 from tests.chain_helpers import transact_as
+from tests.conftest import Daemon
 from tests.helpers.x402 import (
     SECRET,
     decode,
@@ -50,6 +51,13 @@ async def chain_and_db(
 ) -> AsyncIterator[tuple[dict[str, Any], str]]:
     async with private_chain(tmp_path_factory.mktemp("x402res"), admin_database_url) as made:
         yield made
+
+
+async def ledger_entry(d: Daemon, payment_id: str) -> dict[str, Any]:
+    """Payment ``payment_id``'s row of ``relayer ledger``'s ``x402Payments``, which agrees."""
+    payments = (await ledger_summary(d.runtime.settings))["x402Payments"]
+    assert payments["disagreeing"] == [], payments
+    return next(r for r in payments["rows"] if r["id"] == payment_id)
 
 
 async def test_402_carries_payment_required(chain_and_db: tuple[dict[str, Any], str]) -> None:
@@ -104,6 +112,11 @@ async def test_paid_retires_once_and_a_replay_gets_the_same_answer(
         assert status == 200, cert
         row = await wait_state(d, paid["paymentId"], {"retired"})
         assert row["retire_job_id"] is not None and row["refund_job_id"] is None
+        # `relayer ledger`, per payment (issue 35): received the amount, paid out what left the treasury
+        entry = await ledger_entry(d, paid["paymentId"])
+        assert entry["receivedUsdc"] == str(amount) and entry["paymentTx"] == settle["transaction"], entry
+        assert entry["refundedUsdc"] == "0" and entry["agrees"] is True, entry
+        assert int(entry["paidOutUsdc"]) == amount - treasury_delta, (entry, treasury_delta)
 
         status, replay, replay_headers = await post(d, body, header)  # the identical payload again
         assert status == 200 and replay["paymentId"] == paid["paymentId"], replay
@@ -255,6 +268,9 @@ async def test_a_retirement_that_cannot_execute_is_refunded_once(
         refunds = (await ledger_summary(d.runtime.settings))["x402Refunds"]  # `relayer ledger`
         assert refunds["refunds"] == "1" and int(refunds["paidWei"]) > 0, refunds
         assert refunds["refundedUsdc"] == str(row["amount"])
+        entry = await ledger_entry(d, payment_id)  # per payment: all it received went back
+        assert entry["receivedUsdc"] == entry["refundedUsdc"] == entry["paidOutUsdc"] == str(row["amount"])
+        assert entry["retiredUsdc"] == "0" and entry["agrees"] is True, entry
         await asyncio.sleep(2)  # the keeper steps again: nothing more happens
         again = await d.runtime.db.fetchrow("SELECT * FROM x402_payments WHERE id = $1::uuid", payment_id)
         assert again["state"] == "refunded" and again["refund_job_id"] == row["refund_job_id"]
