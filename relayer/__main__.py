@@ -1,7 +1,7 @@
 """The product's command line: ``relayer serve | work | all | migrate``, and for the operator
-``config check``, ``status``, ``ledger``, ``catalogue load``, ``apikey create``. Each command checks
-the settings it needs before it connects anywhere; a missing or malformed one stops it with
-exit code 2 and one line naming the environment variable (never its value)."""
+``config check``, ``status``, ``ledger``, ``catalogue load``, ``apikey create|list|revoke|rotate``.
+Each command checks the settings it needs before it connects anywhere; a missing or malformed
+one stops it with exit code 2 and one line naming the environment variable (never its value)."""
 
 from __future__ import annotations
 
@@ -282,6 +282,105 @@ def apikey_create(name: str, scopes: tuple[str, ...], rate: str | None, gas_budg
         token = asyncio.run(create_api_key(settings, name, scopes or ("marketplace",), rate, gas_budget_wei))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    except RelayerError as exc:
+        _fail(exc)
+    click.echo(token)
+
+
+def _key_row(k: Any) -> dict[str, Any]:
+    """An API key as ``relayer apikey list --json`` shows it (never its hash or secret)."""
+    return {
+        "id": k.id,
+        "prefix": k.prefix,
+        "name": k.name,
+        "scopes": list(k.scopes),
+        "rateLimit": k.rate_limit,
+        "gasBudgetWeiPerDay": None if k.gas_budget_wei_per_day is None else str(k.gas_budget_wei_per_day),
+        "createdAt": k.created_at.isoformat(timespec="seconds"),
+        "lastUsedAt": None if k.last_used_at is None else k.last_used_at.isoformat(timespec="seconds"),
+        "revokedAt": None if k.revoked_at is None else k.revoked_at.isoformat(timespec="seconds"),
+    }
+
+
+@apikey.command("list")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
+def apikey_list(as_json: bool) -> None:
+    """Every key, oldest first: id, prefix (the token's public part), name, scopes, rate limit,
+    gas budget, created, last used (written at most once a minute), revoked. Never a secret.
+    Needs RELAYER_DATABASE_URL."""
+    from relayer.admin import list_api_keys
+    from relayer.ops import table
+
+    settings = _settings("database_url")
+    _migrate(settings)
+    try:
+        keys = [_key_row(k) for k in asyncio.run(list_api_keys(settings))]
+    except RelayerError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(keys, indent=2))
+        return
+    headers = [
+        "id",
+        "prefix",
+        "name",
+        "scopes",
+        "rate",
+        "gas budget (wei/day)",
+        "created",
+        "last used",
+        "revoked",
+    ]
+    rows = [
+        [
+            str(k["id"]),
+            k["prefix"],
+            k["name"],
+            ",".join(k["scopes"]),
+            k["rateLimit"] or "default",
+            k["gasBudgetWeiPerDay"] or "default",
+            k["createdAt"],
+            k["lastUsedAt"] or "never",
+            k["revokedAt"] or "-",
+        ]
+        for k in keys
+    ]
+    click.echo(table(headers, rows, right=(0,)) if rows else "no API keys (relayer apikey create)")
+
+
+@apikey.command("revoke")
+@click.argument("key_id", type=click.IntRange(min=1))
+def apikey_revoke(key_id: int) -> None:
+    """Revoke key KEY_ID (its id in `relayer apikey list`) at once: every process looks keys
+    up on each request, so its next request is refused (401). Needs RELAYER_DATABASE_URL."""
+    from relayer.admin import revoke_api_key
+
+    settings = _settings("database_url")
+    _migrate(settings)
+    try:
+        key = asyncio.run(revoke_api_key(settings, key_id))
+    except RelayerError as exc:
+        _fail(exc)
+    if key is None:
+        raise click.BadParameter(f"no API key {key_id} (see relayer apikey list)", param_hint="KEY_ID")
+    click.echo(
+        f"API key {key.id} ({key.name}, mk_{key.prefix}_...) revoked at {key.revoked_at:%Y-%m-%d %H:%M:%S %Z}"
+    )
+
+
+@apikey.command("rotate")
+@click.argument("key_id", type=click.IntRange(min=1))
+def apikey_rotate(key_id: int) -> None:
+    """Replace key KEY_ID by a new one with the same name, scopes, rate limit and gas budget,
+    and revoke the old one at once; prints the new key once. Needs RELAYER_DATABASE_URL."""
+    from relayer.admin import rotate_api_key
+
+    settings = _settings("database_url")
+    _migrate(settings)
+    try:
+        _key, token = asyncio.run(rotate_api_key(settings, key_id))
+    except LookupError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY_ID") from None
     except RelayerError as exc:
         _fail(exc)
     click.echo(token)

@@ -619,7 +619,9 @@ async def _listen(
     stack.push_async_callback(runner.cleanup)
     cap = fitted_cap(rt.settings.http_max_connections)
     try:
-        await BoundedSite(runner, host, port, cap, rt.metrics.connections_refused).start()
+        await BoundedSite(
+            runner, host, port, cap, rt.metrics.connections_refused, evicted=rt.metrics.connections_evicted
+        ).start()
     except OSError as exc:
         raise ConfigError(message=f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

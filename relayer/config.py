@@ -172,8 +172,23 @@ class Settings(BaseSettings):
     priority_fee_wei: int = Field(
         default=1_000_000,
         ge=0,
-        description="Lowest EIP-1559 tip per gas (the recent median tip when higher).",
+        description="Lowest EIP-1559 tip per gas (the recent median tip when higher, within "
+        "RELAYER_PRIORITY_FEE_MAX_BASE_FEE_BPS and RELAYER_PRIORITY_FEE_MAX_WEI).",
         json_schema_extra={"unit": "wei per gas"},
+    )
+    priority_fee_max_wei: int = Field(
+        default=100_000_000,
+        ge=0,
+        description="Highest EIP-1559 tip per gas a quote prices and the executor sends with (it "
+        "wins over RELAYER_PRIORITY_FEE_WEI): the recent tip never raises what payers authorize past it.",
+        json_schema_extra={"unit": "wei per gas"},
+    )
+    priority_fee_max_base_fee_bps: int = Field(
+        default=10_000,
+        ge=0,
+        description="Highest tip per gas relative to the next block's base fee, in basis points "
+        "(10000: the tip is at most the base fee; never below RELAYER_PRIORITY_FEE_WEI).",
+        json_schema_extra={"unit": "basis points"},
     )
     base_fee_multiplier: int = Field(
         default=2, ge=1, description="Max fee per gas = this times the next block's base fee, plus the tip."

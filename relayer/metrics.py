@@ -68,6 +68,12 @@ class Metrics:
             "Client connections answered 503 and closed at once: the process held its connection cap.",
             registry=self.registry,
         )
+        self.connections_evicted = Counter(
+            "relayer_http_connections_evicted_total",
+            "Client connections closed at the connection cap to make room: the oldest that had "
+            "not sent a request (an idle or slow-head flood).",
+            registry=self.registry,
+        )
         self.unhandled_errors = Counter(
             "relayer_http_unhandled_errors_total",
             "Requests that failed on an unexpected exception (answered 500 internal_error): a bug.",

@@ -16,6 +16,7 @@ import resource
 import socket
 import time
 import traceback
+from collections.abc import Iterable
 from typing import Any, Final, cast
 
 from aiohttp import web
@@ -221,15 +222,33 @@ class Refused(asyncio.Protocol):
             transport.close()
 
 
+def idle_victim(connections: Iterable[Any]) -> asyncio.BaseTransport | None:
+    """The oldest of ``connections`` (aiohttp's handlers, oldest first) that has not sent a
+    request (no request parsed on it and none in progress: idle since it opened, or a head
+    still arriving byte by byte) and is not closing already: its transport (None when every
+    one has). Its place is worth more to a new client than to one that has asked for nothing.
+    Reads aiohttp's ``RequestHandler._request_count`` and ``_request_in_progress`` (a handler
+    without them is never chosen)."""
+    for handler in connections:
+        transport = getattr(handler, "transport", None)
+        if transport is None or transport.is_closing():
+            continue
+        if getattr(handler, "_request_count", 1) == 0 and not getattr(handler, "_request_in_progress", True):
+            return cast(asyncio.BaseTransport, transport)
+    return None
+
+
 class BoundedSite(web.BaseSite):
     """A TCP listener (as ``web.TCPSite``) that holds at most ``max_connections`` client
-    connections: one accepted past it is answered 503 in the error envelope (``Retry-After: 1``,
-    :class:`Refused`) and closed,
+    connections. At the cap, the oldest connection that has not sent a request is closed to
+    make room (:func:`idle_victim`; ``evicted`` counts it), so an idle flood cannot keep real
+    clients and ``/healthz`` out; when every connection has sent one, a new connection is
+    answered 503 in the error envelope (``Retry-After: 1``, :class:`Refused`) and closed,
     and ``refused`` counts it. The count is aiohttp's own (``Server.connections``): it may
     exceed the cap by the connections accepted in one burst of the accept loop (at most the
     listen ``backlog``)."""
 
-    __slots__ = ("_host", "_max", "_port", "_refused", "_throttle")
+    __slots__ = ("_evicted", "_host", "_max", "_port", "_refused", "_throttle")
 
     def __init__(
         self,
@@ -239,11 +258,13 @@ class BoundedSite(web.BaseSite):
         max_connections: int,
         refused: Any = None,
         *,
+        evicted: Any = None,
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self._host, self._port, self._max = host, port, max_connections
-        self._refused = refused  # a prometheus Counter (or None)
+        self._refused = refused  # prometheus Counters (or None)
+        self._evicted = evicted
         self._throttle = Throttle()
 
     @property
@@ -262,6 +283,12 @@ class BoundedSite(web.BaseSite):
 
         def admit() -> asyncio.BaseProtocol:
             if len(server.connections) < self._max:
+                return server()
+            victim = idle_victim(server.connections)
+            if victim is not None:  # its place goes to a client that may send a request
+                victim.close()
+                if self._evicted is not None:
+                    self._evicted.inc()
                 return server()
             if self._refused is not None:
                 self._refused.inc()

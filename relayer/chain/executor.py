@@ -18,7 +18,9 @@ from relayer.chain.node import ChainNode
 
 log = logging.getLogger(__name__)
 
-FEE_HISTORY_BLOCKS: Final = 5
+FEE_HISTORY_BLOCKS: Final = 20
+"""Blocks whose tips the market tip is the median of (each block's median tip): a sender
+must pay large tips in more than half of them to move it (five let a few set it)."""
 TIP_PERCENTILE: Final = 50
 _IS_EXECUTOR: Final = codec.function("RetirementSettlement", "isExecutor")
 

@@ -193,6 +193,17 @@ def allowance_in_wei(allowance: int, eth_price_usdc: int, pays_usdc: bool, reser
     return (usdc * WEI_PER_ETH) // eth_price_usdc
 
 
+def bounded_tip(recent_tip: int, next_base_fee: int, floor: int, base_fee_bps: int, ceiling: int) -> int:
+    """The tip (wei per gas) a quote prices and the executor sends with: the recent market tip
+    (the median over :data:`relayer.chain.executor.FEE_HISTORY_BLOCKS` blocks of each block's
+    median tip), at least ``floor``, at most ``base_fee_bps`` of the next block's base fee
+    (rounded down; never below ``floor``) and at most the operator's ``ceiling`` (which wins
+    over ``floor``). A few senders paying large tips for a few blocks cannot raise what our
+    payers are asked to authorize (issue 35)."""
+    relative = max(floor, (next_base_fee * base_fee_bps) // BPS)
+    return min(max(floor, min(recent_tip, relative)), ceiling)
+
+
 REPLACEMENT_BUMP_BPS: Final = 1_000
 
 

@@ -30,7 +30,7 @@ from pydantic import (
 from relayer.domain.addresses import checksum_address
 from relayer.domain.amounts import USDC_DECIMALS, TonnesFault, format_units, read_tonnes
 from relayer.domain.errors import Rejection
-from relayer.domain.models import StrictModel, field_problems
+from relayer.domain.models import CountryCode, IsoDate, StrictModel, field_problems
 from relayer.domain.projects import CATEGORIES
 
 DEFAULT_LIMIT: Final = 20
@@ -310,11 +310,14 @@ class QuoteRequest(_Strict):
 
 
 class ConsumptionMetadata(_Strict):
-    """Required by whole-tonne registries (Puro): where and when the retired emissions arose."""
+    """Required by whole-tonne registries (Puro): where and when the retired emissions arose.
+    The same forms the retirement's ``details`` take (:mod:`relayer.domain.models`), so an
+    order the edge accepts is one its retirement accepts (a month 13 is refused here, with
+    400 naming the field, not later)."""
 
-    consumptionCountryCode: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
-    consumptionPeriodStart: Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
-    consumptionPeriodEnd: Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
+    consumptionCountryCode: CountryCode
+    consumptionPeriodStart: IsoDate
+    consumptionPeriodEnd: IsoDate
 
 
 class OrderRequest(_Strict):

@@ -7,10 +7,16 @@ refusal names each field and the rule it broke (:func:`field_problems`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from pydantic_core import ErrorDetails
+
+IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
+"""A date ``YYYY-MM-DD`` (months 01-12, days 01-31): the consumption period's ends, on the x402
+surface and the marketplace's orders alike."""
+CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
+"""An ISO 3166-1 alpha-2 country code (two capitals)."""
 
 
 class StrictModel(BaseModel):

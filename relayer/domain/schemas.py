@@ -31,7 +31,7 @@ from pydantic import (
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import ADDRESS_SCHEMA, POSITIVE_TONNES, SOURCE_ID
-from relayer.domain.models import StrictModel, field_problems
+from relayer.domain.models import CountryCode, IsoDate, StrictModel, field_problems
 
 ACTIONS: Final = ("discover", "quote", "prepare/retire", "prepare-auth", "actions/retire", "certificate")
 _CHOICE: Final = ("carbonClass", "listingId", "credit", "creditToken", "tokenId", "vintage")
@@ -170,9 +170,7 @@ as the marketplace's price source id; any other string names no listing."""
 Signature = Annotated[str, StringConstraints(min_length=132, max_length=132, pattern=r"^0x[0-9a-fA-F]{130}$")]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=1000)]
-IsoDate = Annotated[str, StringConstraints(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")]
 UsdcDecimal = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,11})(\.[0-9]{1,6})?$")]
-CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$")]
 
 
 class _Strict(StrictModel):

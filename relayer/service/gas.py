@@ -92,14 +92,24 @@ class GasPricer:
         self.settings = settings
 
     async def price(self) -> GasPrice:
-        """EIP-1559 fees to send with now: ``base_fee_multiplier`` times the next block's base
-        fee, plus a tip of at least ``priority_fee_wei`` and the recent median (``eth_feeHistory``).
+        """EIP-1559 fees to send with now, and to price allowances at: ``base_fee_multiplier``
+        times the next block's base fee, plus the recent median tip (``eth_feeHistory``)
+        bounded by :func:`relayer.domain.fees.bounded_tip` (at least ``priority_fee_wei``, at
+        most ``priority_fee_max_base_fee_bps`` of the base fee and ``priority_fee_max_wei``).
+        The quote and the executor's transaction take the same tip from here.
 
         Raises:
             Unavailable: the chain node failed (gas_estimate_unavailable).
         """
         market = await self.executor.fee_market()
-        tip = max(self.settings.priority_fee_wei, market.recent_tip)
+        s = self.settings
+        tip = fees.bounded_tip(
+            market.recent_tip,
+            market.next_base_fee,
+            s.priority_fee_wei,
+            s.priority_fee_max_base_fee_bps,
+            s.priority_fee_max_wei,
+        )
         return GasPrice(market.next_base_fee * self.settings.base_fee_multiplier + tip, tip)
 
     async def eth_price(self) -> EthPrice:

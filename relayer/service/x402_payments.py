@@ -11,17 +11,24 @@ treasury exactly as marketplace orders are (:mod:`relayer.service.market.orders`
 - :meth:`Payments.pay`: a ``PAYMENT-SIGNATURE`` for the same body: the payload's identical
   authorization is answered from its payment (never a second charge); else the quote
   reference is checked against this body and the echoed requirement, the facilitator's pure
-  checks run (:meth:`Facilitator.check`), the retirement is re-priced, the payer's balance
-  read; then the payment is recorded (the quote consumed: ``quote_id`` UNIQUE) with its
-  signed payload, and the payer's transfer to the treasury taken as a ``transfer`` job.
-- :meth:`Payments.advance` (the request, then the payment keeper): the transfer confirmed
-  (or the authorization used by another sender: a front-runner can only move the funds to
-  the treasury) -> the treasury-signed retirement, whose salt derives from the payment id
-  (at most one live job per payment); a retirement that can never execute -> a refund, a
+  checks run (:meth:`Facilitator.check`, ``validBefore`` within ``maxTimeoutSeconds``), the
+  retirement is re-priced, the payer's balance and nonce read (a used nonce is taken only when
+  the chain already holds this very transfer: a front-runner's); then the payment is recorded
+  (the quote consumed: ``quote_id`` UNIQUE) with its signed payload, and the payer's transfer
+  to the treasury taken as a ``transfer`` job. A refusal, before or by that job, records
+  nothing (the row is forgotten; the quote may be used again).
+- :meth:`Payments.advance` (the request, then the payment keeper by due time): ``paid`` only
+  once the chain proves the transfer (:mod:`relayer.service.proofs`: the token's
+  ``AuthorizationUsed`` and ``Transfer`` to the treasury in a successful transaction, ours or
+  any sender's), with its transaction and the value received; ``failed`` once the chain shows
+  it can never happen (the nonce cancelled or spent elsewhere, or unused past ``validBefore``)
+  -> the treasury-signed retirement, whose salt derives from the payment id (at most one live
+  job per payment); a retirement that can never execute -> a refund of what was received, a
   treasury-signed ``transferWithAuthorization`` back to the payer whose EIP-3009 nonce derives
-  from the payment id (the token allows at most one). One payment is driven by one actor at
-  a time (an advisory lock), and a payment moves to ``refunding`` only while no retirement
-  job can still execute, so it never ends both retired and refunded.
+  from the payment id (the token allows at most one), done once the chain proves it. One
+  payment is driven by one actor at a time (an advisory lock), and a payment moves to
+  ``refunding`` only while no retirement job can still execute, so it never ends both retired
+  and refunded.
 
 Amounts in USDC atomic units; times in unix seconds."""
 

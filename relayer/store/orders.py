@@ -4,6 +4,7 @@ unix seconds. Every method raises ``StoreUnavailable`` when the database fails."
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
@@ -21,11 +22,35 @@ INSERT_KEY: Final = """
 INSERT INTO api_keys (key_hash, prefix, name, scopes, rate_limit, gas_budget_wei_per_day)
 VALUES ($1, $2, $3, $4::text[], $5, $6) RETURNING id
 """
-# The live keys whose public prefix is $1 (normally one).
-KEYS_BY_PREFIX: Final = """
+# The live key whose token hashes to $1 (SHA-256; unique): the lookup costs the same whether or
+# not a key of the token's public prefix exists (issue 35: a lookup by prefix told by its time).
+KEY_BY_HASH: Final = """
 SELECT id, key_hash, name, scopes, rate_limit, gas_budget_wei_per_day FROM api_keys
-WHERE prefix = $1 AND revoked_at IS NULL LIMIT 8
+WHERE key_hash = $1 AND revoked_at IS NULL
 """
+# Every key, oldest first, for the operator (relayer apikey list): never a hash or a secret.
+KEYS: Final = """
+SELECT id, prefix, name, scopes, rate_limit, gas_budget_wei_per_day, created_at, last_used_at, revoked_at
+FROM api_keys ORDER BY id LIMIT $1
+"""
+KEY: Final = """
+SELECT id, prefix, name, scopes, rate_limit, gas_budget_wei_per_day, created_at, last_used_at, revoked_at
+FROM api_keys WHERE id = $1
+"""
+# Revoke key $1 (a key revoked already keeps its first revocation time); its id when it was live.
+REVOKE_KEY: Final = "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING id"
+# Rotate key $1: revoke it and register the token hashed $2 (public prefix $3) with its name,
+# scopes, rate limit and gas budget, in one statement; the new key's id (none: $1 was not live).
+ROTATE_KEY: Final = """
+WITH old AS (
+    UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
+    RETURNING name, scopes, rate_limit, gas_budget_wei_per_day
+)
+INSERT INTO api_keys (key_hash, prefix, name, scopes, rate_limit, gas_budget_wei_per_day)
+SELECT $2, $3, name, scopes, rate_limit, gas_budget_wei_per_day FROM old RETURNING id
+"""
+# Key $1 was used now (written at most once a minute per key and process by the caller).
+TOUCH_KEY: Final = "UPDATE api_keys SET last_used_at = now() WHERE id = $1"
 INSERT_QUOTE: Final = """
 INSERT INTO quotes (uuid, api_key_id, chain_id, marketplace, listing_id, quantity_units, unit_price,
                     cost_usdc, created_at, expires_at)
@@ -143,6 +168,38 @@ class StoredKey:
     gas_budget_wei_per_day: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ListedKey:
+    """An API key as the operator sees it (``relayer apikey list``): never its hash or secret.
+    ``prefix`` is the token's public part (``mk_<prefix>_...``); the rate limit (``limits``
+    notation) and gas budget (wei per UTC day) are None for the settings' defaults; times are
+    timezone-aware (None: never used, not revoked)."""
+
+    id: int
+    prefix: str
+    name: str
+    scopes: tuple[str, ...]
+    rate_limit: str | None
+    gas_budget_wei_per_day: int | None
+    created_at: dt.datetime
+    last_used_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+
+def _listed(r: Any) -> ListedKey:
+    return ListedKey(
+        int(r["id"]),
+        r["prefix"],
+        r["name"],
+        tuple(r["scopes"]),
+        r["rate_limit"],
+        None if r["gas_budget_wei_per_day"] is None else int(r["gas_budget_wei_per_day"]),
+        r["created_at"],
+        r["last_used_at"],
+        r["revoked_at"],
+    )
+
+
 class QuoteSpent(RelayerError):
     """The quote is unknown to this key, already consumed, or expired (409 ``quote_consumed``)."""
 
@@ -172,20 +229,45 @@ class Orders:
             )
         )
 
-    async def keys_with_prefix(self, prefix: str) -> list[StoredKey]:
-        """The live API keys whose public prefix is ``prefix``: the caller compares hashes in
-        constant time (the token itself is never stored)."""
-        return [
-            StoredKey(
-                int(r["id"]),
-                bytes(r["key_hash"]),
-                r["name"],
-                frozenset(r["scopes"]),
-                r["rate_limit"],
-                None if r["gas_budget_wei_per_day"] is None else int(r["gas_budget_wei_per_day"]),
-            )
-            for r in await self.db.fetch(KEYS_BY_PREFIX, prefix)
-        ]
+    async def key_by_hash(self, key_hash: bytes) -> StoredKey | None:
+        """The live API key whose token's SHA-256 is ``key_hash`` (None: unknown or revoked;
+        the token itself is never stored)."""
+        r = await self.db.fetchrow(KEY_BY_HASH, key_hash)
+        if r is None:
+            return None
+        return StoredKey(
+            int(r["id"]),
+            bytes(r["key_hash"]),
+            r["name"],
+            frozenset(r["scopes"]),
+            r["rate_limit"],
+            None if r["gas_budget_wei_per_day"] is None else int(r["gas_budget_wei_per_day"]),
+        )
+
+    async def keys(self, limit: int = 10_000) -> list[ListedKey]:
+        """Every API key (revoked ones too), oldest first, at most ``limit``."""
+        return [_listed(r) for r in await self.db.fetch(KEYS, limit)]
+
+    async def key(self, key_id: int) -> ListedKey | None:
+        """API key ``key_id`` as listed (None: no such key)."""
+        r = await self.db.fetchrow(KEY, key_id)
+        return None if r is None else _listed(r)
+
+    async def revoke_key(self, key_id: int) -> bool:
+        """Revoke key ``key_id`` at once (every request looks keys up here); False when it was
+        revoked already or does not exist."""
+        return await self.db.fetchval(REVOKE_KEY, key_id) is not None
+
+    async def rotate_key(self, key_id: int, key_hash: bytes, prefix: str) -> int | None:
+        """Revoke live key ``key_id`` and register the token hashed ``key_hash`` in its place
+        (same name, scopes, rate limit and gas budget), atomically; the new key's id, None when
+        ``key_id`` is not a live key (nothing changed)."""
+        new_id = await self.db.fetchval(ROTATE_KEY, key_id, key_hash, prefix)
+        return None if new_id is None else int(new_id)
+
+    async def touch_key(self, key_id: int) -> None:
+        """Record that key ``key_id`` was used now."""
+        await self.db.execute(TOUCH_KEY, key_id)
 
     async def add_quote(self, q: Quote) -> None:
         await self.db.execute(

@@ -1,7 +1,9 @@
 """The payment keeper: every second it advances the standard x402 payments of the retirement
-resource that are not final (see :mod:`relayer.service.x402_payments`): a transfer confirmed
-after its request stopped waiting, or whose process died, gets its retirement; a retirement
-that can never execute gets its refund; a refund confirmed ends its payment. A payment is
+resource that are due (see :mod:`relayer.service.x402_payments`; earliest due first, a batch
+at a time, each put off a little after its step, so however many stay open every one gets its
+turn): a transfer the chain proves after its request stopped waiting, or whose process died,
+gets its retirement; one the chain shows can never happen fails; a retirement that can never
+execute gets its refund; a refund proven ends its payment. A payment is
 advanced by one actor at a time (its advisory lock), and every step is idempotent (salts and
 the refund's EIP-3009 nonce derive from the payment id), so keepers in several processes
 never make two retirements or two refunds."""

@@ -16,6 +16,7 @@ import os
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
 from tests.chain_helpers import token_balance
 from tests.conftest import Daemon
 from tests.helpers.facilitator import call, fresh_address, held_unmined, payment
-from tests.processes import RELAYER
+from tests.processes import RELAYER, DaemonProcess, daemon_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -314,3 +315,64 @@ async def test_a_settle_cancelled_unsigned_gives_its_reservation_back(daemon: Da
     await asyncio.sleep(2)  # the ones signed before the cancel (if any) are mined by now
     day = await gas_day(daemon, key_id)
     assert day is not None and day["reserved_wei"] == 0, day
+
+
+async def test_an_operator_lists_revokes_and_rotates_keys_and_every_process_obeys_at_once(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 35, finding 7: ``relayer apikey list`` shows a key (id, name, scopes, rate, gas
+    budget, created, last used; never the secret or its hash); ``revoke`` refuses the key's
+    next request at once in this process and in a ``relayer serve`` beside it; ``rotate`` gives
+    a new key with the same limits and takes the old one back."""
+    name = f"ops-{uuid.uuid4().hex[:8]}"
+    created = await asyncio.to_thread(
+        _relayer, daemon, "apikey", "create", "--name", name, "--scope", "facilitator", "--rate", "9/second"
+    )
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    body = payment(daemon, fresh_address(), 1_000)
+    env = daemon_env(daemon.chain, daemon.runtime.dsn)
+    other = await DaemonProcess("serve", env, tmp_path / "serve.log").start()
+    try:
+        for base in (daemon.base_url, other.base):  # both processes take it, and its use shows
+            async with daemon.session.post(
+                f"{base}/facilitator/verify", json=body, headers={"Authorization": f"Bearer {token}"}
+            ) as r:
+                assert r.status == 200, await r.text()
+        listed = await asyncio.to_thread(_relayer, daemon, "apikey", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert token not in listed.stdout and token.split("_")[2] not in listed.stdout
+        mine = next(k for k in json.loads(listed.stdout) if k["name"] == name)
+        assert mine["scopes"] == ["facilitator"] and mine["rateLimit"] == "9/second", mine
+        assert mine["prefix"] == token.split("_")[1] and mine["revokedAt"] is None, mine
+        assert mine["lastUsedAt"] is not None and mine["createdAt"], mine
+        table = await asyncio.to_thread(_relayer, daemon, "apikey", "list")
+        assert table.returncode == 0 and name in table.stdout and "last used" in table.stdout, table
+
+        rotated = await asyncio.to_thread(_relayer, daemon, "apikey", "rotate", str(mine["id"]))
+        assert rotated.returncode == 0, rotated.stderr
+        fresh = rotated.stdout.strip()
+        assert fresh.startswith("mk_") and fresh != token
+        for base in (daemon.base_url, other.base):  # the old key is refused at once, the new one taken
+            for bearer, expected in ((token, 401), (fresh, 200)):
+                async with daemon.session.post(
+                    f"{base}/facilitator/verify", json=body, headers={"Authorization": f"Bearer {bearer}"}
+                ) as r:
+                    assert r.status == expected, (base, expected, await r.text())
+        keys = json.loads((await asyncio.to_thread(_relayer, daemon, "apikey", "list", "--json")).stdout)
+        new = next(k for k in keys if k["name"] == name and k["revokedAt"] is None)
+        assert (new["scopes"], new["rateLimit"]) == (mine["scopes"], mine["rateLimit"]), new
+
+        revoked = await asyncio.to_thread(_relayer, daemon, "apikey", "revoke", str(new["id"]))
+        assert revoked.returncode == 0 and "revoked" in revoked.stdout, revoked
+        for base in (daemon.base_url, other.base):
+            async with daemon.session.post(
+                f"{base}/facilitator/verify", json=body, headers={"Authorization": f"Bearer {fresh}"}
+            ) as r:
+                assert r.status == 401, await r.text()
+        again = await asyncio.to_thread(_relayer, daemon, "apikey", "rotate", str(new["id"]))
+        assert again.returncode == 2 and "not a live key" in again.stderr, again  # nothing to rotate
+        missing = await asyncio.to_thread(_relayer, daemon, "apikey", "revoke", "999999999")
+        assert missing.returncode == 2 and "no API key" in missing.stderr, missing
+    finally:
+        other.stop()

@@ -260,3 +260,62 @@ async def test_a_refused_throwaway_payer_costs_at_most_one_rpc_call(
           f"{own / posts:.2f} per post, at most {max(naming_the_payer)} naming its payer")  # fmt: skip
     assert max(naming_the_payer) <= 1, naming_the_payer
     assert own <= posts, by_method
+
+
+def _tip_blocks(chain: dict[str, Any], blocks: int, tip_wei: int) -> None:
+    """``blocks`` blocks, each holding one transaction (the deployer's 0-value send to itself)
+    that tips ``tip_wei`` per gas: what anyone can pay to move the market's median tip."""
+    from web3 import Web3
+
+    w3 = Web3(Web3.HTTPProvider(chain["rpcUrl"]))
+    sender = Account.from_key(chain["deployer"]["privateKey"])
+    for _ in range(blocks):
+        base_fee = int(w3.eth.get_block("latest")["baseFeePerGas"])  # type: ignore[arg-type]
+        tx = {
+            "type": 2,
+            "chainId": int(chain["chainId"]),
+            "to": sender.address,
+            "value": 0,
+            "gas": 21_000,
+            "nonce": w3.eth.get_transaction_count(sender.address, "pending"),
+            "maxFeePerGas": 4 * base_fee + tip_wei,
+            "maxPriorityFeePerGas": tip_wei,
+        }
+        w3.eth.wait_for_transaction_receipt(
+            w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction)
+        )
+
+
+async def test_a_few_blocks_of_large_tips_do_not_raise_what_payers_authorize(
+    tmp_path: Path, admin_database_url: str
+) -> None:
+    """Issue 35, finding 7: 1 gwei tips in a few blocks (anvil's default tip, which test set-up
+    pays) raised a 0.1 t quote's gas allowance tenfold. Now the tip is the median over 20
+    blocks, capped at the base fee and the operator's ceiling: five such blocks leave the
+    allowance as it was, twenty (the whole window) raise it at most to the base-fee cap; the
+    executor's transaction tips no more than the quote priced, and its allowance covers it
+    (the solvency ledger at the daemon's end)."""
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        serving(daemon_settings(info, dsn, free_port()), info) as d,
+    ):
+        payer = info["payers"][0]
+        quiet = await challenge(d, payer, carbonClass="RE", amount="0.1", inputToken="USDC")
+        await asyncio.to_thread(_tip_blocks, info, 5, 10**9)
+        few = await challenge(d, payer, carbonClass="RE", amount="0.1", inputToken="USDC")
+        await asyncio.to_thread(_tip_blocks, info, 20, 10**9)
+        many = await challenge(d, payer, carbonClass="RE", amount="0.1", inputToken="USDC")
+        base_fee = (await d.runtime.executor.fee_market()).next_base_fee
+        price = await d.runtime.services.prepare.gas.price()
+        print(
+            f"\ngas allowance of 0.1 t: quiet {quiet['gasAllowance']}, after 5 blocks of 1 gwei tips "
+            f"{few['gasAllowance']}, after 20 {many['gasAllowance']} (USDC atomic); tip priced "
+            f"{price.max_priority_fee_per_gas} wei at a base fee of {base_fee} wei"
+        )
+        assert int(few["gasAllowance"]) <= int(quiet["gasAllowance"]) * 11 // 10
+        assert price.max_priority_fee_per_gas <= max(d.runtime.settings.priority_fee_wei, base_fee)
+        assert int(many["gasAllowance"]) <= int(quiet["gasAllowance"]) * 3
+        status, result = await d.post(signed_request(many, payer["privateKey"]))
+        assert status == 200 and result["status"] == "settled", result
+        sent = await d.runtime.node.w3.eth.get_transaction(result["transactionHash"])
+        assert int(sent["maxPriorityFeePerGas"]) <= price.max_priority_fee_per_gas, sent

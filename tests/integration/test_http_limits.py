@@ -185,6 +185,58 @@ async def test_connections_past_the_cap_are_refused_with_a_503_and_then_served_a
     assert await _metric(api, "relayer_http_connections_refused_total") >= refused
 
 
+FLOOD_CAP = 300
+FLOOD_IDLE = 1_500  # connections that never send a byte
+FLOOD_SLOW = 300  # connections whose head trickles in, never complete
+
+
+async def test_an_idle_flood_at_the_cap_gives_way_to_healthz_and_real_clients(
+    api: DaemonProcess, tmp_path: Path
+) -> None:
+    """Issue 35, finding 7: a cap of 300 held by 1,500 idle and 300 slow-head connections (a
+    long idle timeout, so none times out meanwhile): at the cap the oldest connection that has
+    sent no request is closed to make room, so every one of 50 ``/healthz`` checks and 50
+    ``/api`` reads on fresh connections is answered 200 (8 of 50 were 503 before); the closes
+    are counted."""
+    env = {**api.env, "RELAYER_HTTP_IDLE_TIMEOUT_S": "120", "RELAYER_HTTP_MAX_CONNECTIONS": str(FLOOD_CAP)}
+    env.pop("RELAYER_HTTP_PORT", None)
+    env.pop("RELAYER_OPS_PORT", None)
+    daemon = await DaemonProcess("serve", env, tmp_path / "flood.log").start()
+    opened: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    stop = asyncio.Event()
+    try:
+        opened += await _open(daemon, FLOOD_IDLE)
+        slow = await _open(daemon, FLOOD_SLOW)
+        opened += slow
+        trickles = [asyncio.create_task(_trickle(w, stop)) for _, w in slow]
+        statuses: list[int | str] = []
+        connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection each check
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as s:
+            for _ in range(50):
+                opened += await _open(daemon, 20)  # the flood goes on between checks
+                for path in ("/healthz", "/api"):
+                    try:
+                        async with s.get(f"{daemon.base}{path}") as r:
+                            await r.read()
+                            statuses.append(r.status)
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        statuses.append(type(exc).__name__)
+        evicted = await _metric(daemon, "relayer_http_connections_evicted_total")
+        stop.set()
+        await asyncio.gather(*trickles)
+    finally:
+        for _, writer in opened:
+            writer.transport.abort()
+        daemon.stop()
+    bad = [x for x in statuses if x != 200]
+    print(
+        f"\nidle flood at a cap of {FLOOD_CAP}: {len(statuses) - len(bad)} of {len(statuses)} checks 200, "
+        f"{evicted:.0f} idle connections closed to make room"
+    )
+    assert bad == [], bad
+    assert evicted >= FLOOD_IDLE + FLOOD_SLOW - FLOOD_CAP
+
+
 async def _flood_one(daemon: DaemonProcess, head: bytes) -> str:
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)

@@ -493,6 +493,19 @@ async def test_order_retires_from_the_treasury_through_the_relay(market: Market)
     status, refused = await market.post("/orders", {**order_body, "tip": 1}, key=market.api_key)
     assert status == 400
     _error(refused, 400, "schema_validation")
+    # issue 35: impossible dates (Schemathesis' seed-1 case) are a 400 naming the field, not a 500
+    for bad in ("1439-13-26", "2024-00-10", "2024-02-32"):
+        metadata = {
+            "consumptionCountryCode": "FI",
+            "consumptionPeriodStart": bad,
+            "consumptionPeriodEnd": "2024-12-31",
+        }
+        status, refused = await market.post(
+            "/orders", {**order_body, "consumption_metadata": metadata}, key=market.api_key
+        )
+        assert status == 400, (bad, refused)
+        _error(refused, 400, "schema_validation")
+        assert "consumption_metadata.consumptionPeriodStart" in refused["message"], refused
     assert await market.rows("orders") == orders_before
     status, order = await market.post("/orders", order_body, key=market.api_key)
     assert status == 201, order

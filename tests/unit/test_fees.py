@@ -15,6 +15,7 @@ from relayer.domain.fees import (
     PoolReserves,
     Quote,
     allowance_in_wei,
+    bounded_tip,
     ceil_div,
     class_cost_kvcm,
     eth_price_from_feed,
@@ -472,3 +473,24 @@ def test_the_feed_price_is_used_while_fresh_and_the_bound_otherwise() -> None:
     assert eth_price_from_feed(0, 8, now, now, 3600, bound) == (bound, False)
     assert eth_price_from_feed(-1, 8, now, now, 3600, bound) == (bound, False)
     assert eth_price_from_feed(3000 * 10**18, 18, now, now, 3600, bound) == (3000 * USDC, True)
+
+
+# -- the tip a quote prices and the executor sends (issue 35, finding 7) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("recent", "base", "floor", "bps", "ceiling", "expected"),
+    [
+        (5, 10_000_000, 1_000_000, 10_000, 10**8, 1_000_000),  # a quiet market: the floor
+        (3_000_000, 10_000_000, 1_000_000, 10_000, 10**8, 3_000_000),  # the market within bounds
+        (10**9, 10_000_000, 1_000_000, 10_000, 10**8, 10_000_000),  # 1 gwei tips: the base fee caps it
+        (10**9, 10**9, 1_000_000, 10_000, 10**8, 10**8),  # a high base fee: the operator's ceiling
+        (10**9, 10, 1_000_000, 10_000, 10**8, 1_000_000),  # a tiny base fee never caps below the floor
+        (10**9, 10_000_001, 0, 5_000, 10**8, 5_000_000),  # half the base fee, rounded down
+        (10**9, 10**9, 10**8 + 1, 10_000, 10**8, 10**8),  # the ceiling wins over the floor
+    ],
+)
+def test_the_tip_is_the_market_within_the_floor_the_base_fee_and_the_ceiling(
+    recent: int, base: int, floor: int, bps: int, ceiling: int, expected: int
+) -> None:
+    assert bounded_tip(recent, base, floor, bps, ceiling) == expected

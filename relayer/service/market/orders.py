@@ -47,6 +47,7 @@ from relayer.domain.marketplace import (
     parse_source_id,
     quantity_units,
     usdc,
+    validated,
 )
 from relayer.domain.retirement import retirement_links
 from relayer.domain.schemas import Details
@@ -309,11 +310,15 @@ class OrderDesk:
                 f"{route.credit.registry} retirements need consumption_metadata "
                 "(consumptionCountryCode, consumptionPeriodStart, consumptionPeriodEnd)",
             )
-        details = Details(
-            beneficiaryAddress=beneficiary,
-            beneficiaryString=name,
-            retirementMessage=message,
-            **(consumption or {}),
+        # the edge's OrderRequest takes what Details takes; a fault here is still a 400
+        details = validated(
+            Details,
+            {
+                "beneficiaryAddress": beneficiary,
+                "beneficiaryString": name,
+                "retirementMessage": message,
+                **(consumption or {}),
+            },
         )
         return attribute(route, treasury.address, details)
 
