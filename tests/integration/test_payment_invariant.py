@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -51,6 +52,7 @@ REORGS: Final = ("none", "drop", "cancel")
 FACILITATOR_AMOUNT: Final = 1_000_000
 TRANSFER_TOPIC: Final = Web3.keccak(text="Transfer(address,address,uint256)")
 FINAL: Final = ("retired", "refunded", "failed")
+EXAMPLES: Final = 12
 
 
 @dataclass(frozen=True)
@@ -127,10 +129,12 @@ def funded(info: dict[str, Any], usdc_atomic: int) -> dict[str, str]:
 def act(w: World, action: str, payer: dict[str, str], nonce: bytes, front_run: Any) -> None:
     """The payer's move against its own authorization (``front_run``: submits the payload)."""
     info = w.d.chain
+    # while our settle is in flight, ours may have used the nonce first: the move then reverts
     if action == "cancel":
-        payer_acts.cancel(info, payer["privateKey"], nonce)
+        payer_acts.send(info, payer_acts.cancel_call(info, payer["privateKey"], nonce))
     elif action == "self_transfer":
-        payer_acts.spend(info, payer["privateKey"], nonce)
+        own = Account.from_key(payer["privateKey"]).address
+        payer_acts.send(info, payer_acts.spend_call(info, payer["privateKey"], own, 1, nonce))
     elif action == "transfer_away":
         held = int(w.run(usdc(w.d, payer["address"])))
         if held:
@@ -318,10 +322,10 @@ async def test_every_payment_out_is_matched_by_a_proven_payment_in(
             world = World(
                 d, key, asyncio.get_running_loop(), anvil, Web3(Web3.HTTPProvider(info["rpcUrl"])), start
             )
-            runs = 0
+            runs, driven = 0, Counter[str]()
 
             @settings(
-                max_examples=6,
+                max_examples=EXAMPLES,
                 deadline=None,
                 database=None,
                 derandomize=True,
@@ -330,7 +334,7 @@ async def test_every_payment_out_is_matched_by_a_proven_payment_in(
                 print_blob=False,
                 suppress_health_check=[HealthCheck.too_slow],
             )
-            @given(st.lists(STEPS, min_size=1, max_size=3))
+            @given(st.lists(STEPS, min_size=1, max_size=4))
             def interleavings(steps: list[Step]) -> None:
                 nonlocal runs
                 runs += 1
@@ -338,8 +342,20 @@ async def test_every_payment_out_is_matched_by_a_proven_payment_in(
                 world.settles.clear()
                 world.posts.clear()
                 for step in steps:
+                    driven.update(
+                        [
+                            step.surface,
+                            step.action,
+                            f"reorg {step.reorg}",
+                            "during" if step.during else "before",
+                        ]
+                    )
                     (settle_step if step.surface == "facilitator" else post_step)(world, step)
                 check_invariant(world)
 
             await asyncio.to_thread(interleavings)
-            assert runs == 6
+            assert runs == EXAMPLES
+            print(
+                f"\n{runs} runs, {driven['facilitator'] + driven['resource']} steps: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(driven.items()))
+            )
