@@ -29,7 +29,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test devnet devnet-down traffic compile lint docs bench-facilitator bench-soak
+.PHONY: help install demo test check devnet devnet-down traffic compile lint docs bench-facilitator bench-soak
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -116,6 +116,10 @@ lint: install ## ruff check, ruff format --check, mypy --strict, import-linter c
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy --strict relayer relayer_dev
 	$(BIN)/lint-imports
+
+check: install ## The inner loop: lint, then the tests that need no chain and no database (tests/unit, tests/deploy)
+	@$(MAKE) lint
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit tests/deploy $(PYTEST_ARGS)
 
 docs: install ## Regenerate the settings reference in docs/configuration.md from relayer/config.py
 	$(DEV) config-doc

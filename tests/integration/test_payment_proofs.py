@@ -395,7 +395,10 @@ async def test_after_a_deep_reorg_no_settle_names_a_lost_transaction(
 ) -> None:
     """Finding 3: a reorg deeper than the window (the daemon halts by design) takes the settled
     transaction: a settle again is not a success naming that transaction."""
-    async with private_chain(tmp_path, admin_database_url) as (info, dsn), resource(info, dsn) as d:
+    async with (
+        private_chain(tmp_path, admin_database_url) as (info, dsn),
+        resource(info, dsn, facilitator_settle_wait_s=3) as d,  # the halted follower answers nothing final
+    ):
         anvil = Anvil(info["rpcUrl"])
         key = await create_api_key(d.runtime.settings, "deep", ["facilitator"])
         payer, pay_to = funded(info), merchant()
