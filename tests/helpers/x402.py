@@ -17,7 +17,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from web3 import Web3
 
-from tests.chain_helpers import token_balance
+from tests.chain_helpers import token_balance, transact_as
 from tests.conftest import Daemon, free_port
 from tests.private import daemon_settings, serving
 
@@ -159,3 +159,27 @@ async def wait_state(d: Daemon, payment_id: str, states: set[str], timeout_s: fl
 def nonce_of(header: str) -> bytes:
     """The EIP-3009 nonce of a ``PAYMENT-SIGNATURE``."""
     return bytes.fromhex(decode(header)["payload"]["authorization"]["nonce"][2:])
+
+
+def submit_payload(chain: dict[str, Any], header: str) -> Any:
+    """A front-runner's move: the deployer submits a ``PAYMENT-SIGNATURE``'s authorization to
+    USDC itself (gas estimated first: one that would revert raises before anything is sent);
+    the mined receipt."""
+    a = decode(header)["payload"]
+    auth, sig = a["authorization"], bytes.fromhex(a["signature"][2:])
+    return transact_as(
+        chain,
+        "deployer",
+        chain["contracts"]["usdc"],
+        "UsdcEip3009",
+        "transferWithAuthorization",
+        auth["from"],
+        auth["to"],
+        int(auth["value"]),
+        int(auth["validAfter"]),
+        int(auth["validBefore"]),
+        bytes.fromhex(auth["nonce"][2:]),
+        sig[64],
+        sig[:32],
+        sig[32:64],
+    )

@@ -37,11 +37,21 @@ from relayer.admin import create_api_key
 from relayer.chain.signer import TreasurySigner
 from relayer.service.x402_payments import payment_ledger
 from relayer.store.x402_payments import X402Payments
-from tests.chain_helpers import transact_as, transact_as_deployer
+from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon
 from tests.helpers import payer as payer_acts
 from tests.helpers.facilitator import call, payment, submit_directly
-from tests.helpers.x402 import decode, nonce_of, post, required, resource, retire_body, sign_payload, usdc
+from tests.helpers.x402 import (
+    decode,
+    nonce_of,
+    post,
+    required,
+    resource,
+    retire_body,
+    sign_payload,
+    submit_payload,
+    usdc,
+)
 from tests.private import Anvil, private_chain
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -194,24 +204,7 @@ def post_step(w: World, step: Step) -> None:
     nonce = nonce_of(header)
 
     def front_run() -> None:
-        a = decode(header)["payload"]
-        auth, sig = a["authorization"], bytes.fromhex(a["signature"][2:])
-        transact_as(
-            w.d.chain,
-            "deployer",
-            w.d.chain["contracts"]["usdc"],
-            "UsdcEip3009",
-            "transferWithAuthorization",
-            auth["from"],
-            auth["to"],
-            int(auth["value"]),
-            int(auth["validAfter"]),
-            int(auth["validBefore"]),
-            nonce,
-            sig[64],
-            sig[:32],
-            sig[32:64],
-        )
+        submit_payload(w.d.chain, header)
 
     def move() -> None:
         act(w, step.action, payer, nonce, front_run)

@@ -37,6 +37,7 @@ from tests.helpers.x402 import (
     resource,
     retire_body,
     sign_payload,
+    submit_payload,
     usdc,
     wait_state,
 )
@@ -285,24 +286,7 @@ async def test_a_front_run_payment_still_retires(chain_and_db: tuple[dict[str, A
         amount = int(pr["accepts"][0]["amount"])
         before = await usdc(d, payer["address"])
         header = sign_payload(pr, payer["privateKey"])
-        a = decode(header)["payload"]
-        auth, sig = a["authorization"], bytes.fromhex(a["signature"][2:])
-        receipt = transact_as(
-            info,
-            "deployer",
-            info["contracts"]["usdc"],
-            "UsdcEip3009",
-            "transferWithAuthorization",
-            auth["from"],
-            auth["to"],
-            int(auth["value"]),
-            int(auth["validAfter"]),
-            int(auth["validBefore"]),
-            bytes.fromhex(auth["nonce"][2:]),
-            sig[64],
-            sig[:32],
-            sig[32:64],
-        )
+        receipt = submit_payload(info, header)
         assert receipt["status"] == 1
         assert await usdc(d, payer["address"]) == before - amount  # the funds are in the treasury
         status, paid, headers = await post(d, body, header)
