@@ -20,6 +20,8 @@ NODE_STAMP := node_modules/.installed
 # Directories git does not keep while empty: lint only those that exist.
 LINT_PATHS := $(wildcard relayer relayer_dev tests bench)
 PYTEST_ARGS ?=
+# pytest-xdist workers for the parallel part of `make test` (each file's tests stay on one worker)
+TEST_WORKERS ?= 2
 TPS ?= 150
 BENCH_ARGS ?=
 
@@ -66,9 +68,16 @@ $(NODE_STAMP): package.json package-lock.json
 demo: install ## Bring up devnet, database and daemon as needed and run one gasless retirement
 	$(DEV) demo
 
-# Ends by naming each system tool whose tests were skipped, and the command that installs it.
-test: install ## Run the whole test suite (PYTEST_ARGS=... to pass options)
-	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; scripts/test-tools check; exit $$status
+# Two runs: every test but those marked `alone` on TEST_WORKERS pytest-xdist workers (a file's
+# tests and module fixtures stay together: --dist loadfile), then the `alone` ones (benchmarks,
+# whole-machine load) one at a time. Exit status 5 (nothing collected, e.g. PYTEST_ARGS named
+# files with no `alone` test) is not a failure. Ends by naming each system tool whose tests
+# were skipped, and the command that installs it.
+test: install ## Run the whole test suite: in parallel, then the `alone` tests (PYTEST_ARGS=... to pass options)
+	@status=0; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	$(BIN)/pytest -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	scripts/test-tools check; exit $$status
 
 devnet: install ## Start devnet (anvil + contracts) and the daemon (`relayer all`) in the background
 	$(DEV) devnet up

@@ -176,30 +176,38 @@ def restart_private_cluster(state_dir: Path) -> None:
         cluster.restart()
 
 
-def create_scratch_database(admin_url: str, prefix: str = "relayer_test") -> str:
-    """Create a uniquely named empty database on the server of ``admin_url``.
+def create_scratch_database(admin_url: str, prefix: str = "relayer_test", template: str | None = None) -> str:
+    """Create a uniquely named database on the server of ``admin_url``: empty, or a copy of
+    ``template`` (``CREATE DATABASE … TEMPLATE``; nothing may be connected to it meanwhile).
 
     The name is ``<prefix>_<16 hex digits>``, generated here (never taken from input).
 
     Args:
         admin_url: DSN of a role allowed to ``CREATE DATABASE`` (URL or ``key=value`` form).
         prefix: Lower-case identifier the name starts with (``[a-z_][a-z0-9_]*``).
+        template: The name of a database made here to copy (a generated scratch name).
 
     Returns:
         The DSN of the new database: ``admin_url`` with only the database name replaced.
 
     Raises:
-        ValueError: ``prefix`` is not a plain lower-case identifier or is too long.
+        ValueError: ``prefix`` is not a plain lower-case identifier or is too long, or
+            ``template`` is not a generated scratch name.
         psycopg.Error: The server refused.
     """
+    if template is not None and not _SCRATCH_NAME_PATTERN.fullmatch(template):
+        raise ValueError(f"template must be a scratch database's name: {template!r}")
     if not _NAME_PATTERN.fullmatch(prefix):
         raise ValueError(f"database prefix must match {_NAME_PATTERN.pattern}: {prefix!r}")
     name = f"{prefix}_{secrets.token_hex(_SCRATCH_HEX_CHARS // 2)}"
     if len(name) > _MAX_IDENTIFIER_LENGTH:
         raise ValueError(f"database prefix too long ({len(prefix)} characters): {prefix!r}")
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    log.info("scratch database created", extra={"database": name})
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+        conn.execute(create)
+    log.info("scratch database created", extra={"database": name, "template": template})
     return _with_database(admin_url, name)
 
 

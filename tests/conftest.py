@@ -22,12 +22,11 @@ from relayer.chain.signer import TreasurySigner
 from relayer.config import Settings
 from relayer.service.x402_payments import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
-from relayer.store.migrations import migrate
 from relayer.store.pool import Database
 from relayer.store.x402_payments import PaymentLedgerRow, X402Payments
 from relayer_dev import devdb, devnet
-from relayer_dev.deploy import deploy_and_seed
 from tests.chain_helpers import write_deployment_file
+from tests.helpers import stacks
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
@@ -39,6 +38,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's template database goes when the run ends: by the controller, after every
+    pytest-xdist worker (or by the one process without xdist)."""
+    if not hasattr(session.config, "workerinput"):
+        stacks.drop_templates(session.config._tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stacks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the run's workers share, where its template stacks are built once
+    (:mod:`tests.helpers.stacks`)."""
+    directory = stacks.run_dir(tmp_path_factory)
+    stacks.use(directory)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def admin_database_url() -> str:
     """A Postgres server to make scratch databases on."""
@@ -47,21 +62,20 @@ def admin_database_url() -> str:
 
 @pytest.fixture(scope="session")
 def database_url(admin_database_url: str) -> Iterator[str]:
-    """A fresh, migrated scratch database for the session."""
-    dsn = devdb.create_scratch_database(admin_database_url)
-    migrate(dsn)
+    """A scratch database for the session: a copy of the run's template (migrated, the
+    catalogue loaded)."""
+    dsn = stacks.scratch_database(admin_database_url)
     yield dsn
     devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
 
 
 @pytest.fixture(scope="session")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A private anvil with the protocol deployed and seeded (the devnet description)."""
+    """A private anvil with the protocol deployed and seeded (the devnet description): the
+    run's chain template loaded into a new node."""
     state = tmp_path_factory.mktemp("anvil")
-    port = free_port()
-    proc = devnet.start_anvil(state, port, 84532)
+    proc, info = stacks.start_chain(state)
     try:
-        info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
         (state / "devnet.json").write_text(json.dumps(info))
         info["deploymentFile"] = str(state / "devnet.json")
         yield info
@@ -78,10 +92,8 @@ def polygon_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     ``seededRetirements``, ``treasury``, ...) plus ``deploymentFile``, a JSON file of it the
     daemon can read (see :func:`tests.chain_helpers.index_chain_setting`)."""
     state = tmp_path_factory.mktemp("anvil-137")
-    port = free_port()
-    proc = devnet.start_anvil(state, port, devnet.POLYGON_CHAIN_ID, log_name=devnet.INDEX_LOG_FILE)
+    proc, info = stacks.start_chain(state, devnet.POLYGON_CHAIN_ID, log_name=devnet.INDEX_LOG_FILE)
     try:
-        info = deploy_and_seed(devnet.rpc_url(port), devnet.POLYGON_CHAIN_ID, PROJECTS)
         info["deploymentFile"] = str(write_deployment_file(info, state / devnet.INDEX_DEVNET_FILE))
         yield info
     finally:

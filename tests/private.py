@@ -16,10 +16,9 @@ from aiohttp import web
 
 from relayer.app import make_web_app, open_runtime
 from relayer.config import Settings
-from relayer.store.migrations import migrate
-from relayer_dev import devdb, devnet
-from relayer_dev.deploy import deploy_and_seed
-from tests.conftest import PROJECTS, Daemon, assert_solvent, free_port
+from relayer_dev import devdb
+from tests.conftest import Daemon, assert_solvent, free_port
+from tests.helpers import stacks
 
 
 class Anvil:
@@ -53,16 +52,15 @@ class Anvil:
 
 @contextlib.asynccontextmanager
 async def private_chain(state: Path, admin_database_url: str) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    """Start anvil, deploy and seed it, and make a migrated scratch database: yields the devnet
-    description (with ``deploymentFile``) and the database URL."""
-    port = free_port()
-    proc = devnet.start_anvil(state, port, 84532)
-    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_fault")
+    """Start anvil holding the run's deployed and seeded protocol and make a scratch database
+    copied from the run's template (migrated, catalogue loaded): yields the devnet
+    description (with ``deploymentFile``) and the database URL (see
+    :mod:`tests.helpers.stacks`)."""
+    proc, info = stacks.start_chain(state)
+    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_fault")
     try:
-        info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
         info["deploymentFile"] = str(state / "devnet.json")
         (state / "devnet.json").write_text(json.dumps(info))
-        migrate(dsn)
         yield info, dsn
     finally:
         proc.terminate()

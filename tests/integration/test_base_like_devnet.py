@@ -84,7 +84,8 @@ def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: P
 @pytest.fixture(scope="module")
 def base_like_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web3, Path, dict[str, Any]]]:
     """A private anvil at 200 ms blocks with the protocol deployed: (web3, description file,
-    description)."""
+    description). Deployed afresh, not from the run's template (tests/helpers/stacks.py): the
+    deployment under 200 ms interval mining is part of what the devnet must do."""
     state = tmp_path_factory.mktemp("base-like")
     port = _free_port()
     proc = devnet.start_anvil(state, port, CHAIN_ID, 0.2)

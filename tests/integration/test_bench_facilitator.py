@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# alone: a benchmark: its figures need the machine to itself
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "facilitator_vs_reference.py"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# alone: a benchmark: its CPU figures need the machine to itself
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("httpPostMs", "statementMs", "notificationMs", "rpcRoundTripMs", "recoverMs", "signMs")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# alone: a benchmark: its figures need the machine to itself
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {

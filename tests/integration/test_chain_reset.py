@@ -25,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 
 def _chain(state: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """A chain deployed afresh, not from the run's template (tests/helpers/stacks.py): a reset
+    is a new genesis hash on the same port, which a loaded state would not give."""
     proc = devnet.start_anvil(state, port, 84532)
     info = deploy_and_seed(devnet.rpc_url(port), 84532, PROJECTS)
     info["deploymentFile"] = str(state / "devnet.json")

@@ -58,6 +58,8 @@ def _gauge(d: Daemon, name: str) -> float:
 
 
 def _second_chain(state: Path) -> tuple[Any, dict[str, Any]]:
+    """A chain deployed afresh, not from the run's template (tests/helpers/stacks.py): its
+    genesis hash must differ from the first chain's, which is the swap."""
     state.mkdir(parents=True, exist_ok=True)
     port = free_port()
     proc = devnet.start_anvil(state, port, 84532)

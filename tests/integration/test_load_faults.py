@@ -23,7 +23,8 @@ from tests.integration.test_processes import Client, _signed
 from tests.private import private_chain
 from tests.processes import DaemonProcess, daemon_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# alone: the benchmark's load with faults: it keeps both cores busy
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.alone]
 
 RETIREMENTS = 120
 CONCURRENCY = 40

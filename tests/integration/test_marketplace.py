@@ -26,11 +26,11 @@ from pypdf import PdfReader
 
 from relayer.app import Runtime, open_runtime, web_runner
 from relayer.config import IndexChain, Settings
-from relayer.store.migrations import migrate
 from relayer_dev import devdb
 from relayer_dev.deploy import CANCELLED_LISTING_ID, UPDATED_LISTING_ID
 from tests.browser import dump_dom, read_dom, require_chromium
 from tests.conftest import free_port
+from tests.helpers import stacks
 
 pytestmark = pytest.mark.integration
 
@@ -90,8 +90,7 @@ async def market(
 ) -> AsyncIterator[Market]:
     """The daemon (API and workers) on its own database, relaying on 84532 with a spare
     executor key (the session daemon holds the first one) and indexing 137 too."""
-    dsn = devdb.create_scratch_database(admin_database_url)
-    migrate(dsn)
+    dsn = stacks.scratch_database(admin_database_url)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     settings = Settings(

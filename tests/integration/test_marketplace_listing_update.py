@@ -8,7 +8,6 @@ cancelled) runs on a private chain. Also: the ``polygon_chain`` fixture (chain 1
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,9 @@ from web3.logs import DISCARD
 
 from relayer.chain.abi import abi
 from relayer.config import IndexChain
-from relayer_dev import devnet
-from relayer_dev.deploy import CANCELLED_LISTING_ID, UPDATED_LISTING_ID, deploy_and_seed
+from relayer_dev.deploy import CANCELLED_LISTING_ID, UPDATED_LISTING_ID
 from tests.chain_helpers import index_chain_setting, transact_as
+from tests.helpers import stacks
 
 pytestmark = pytest.mark.integration
 
@@ -104,19 +103,12 @@ def test_update_listing_refusals(chain: dict[str, Any]) -> None:
     assert _refusal(market, seller, listing_id, price, min_fill, 1) == invalid
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def own_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A private chain this module may change at will."""
-    port = _free_port()
-    proc = devnet.start_anvil(tmp_path_factory.mktemp("anvil"), port, 84532)
+    proc, info = stacks.start_chain(tmp_path_factory.mktemp("anvil"))
     try:
-        yield deploy_and_seed(devnet.rpc_url(port), 84532, devnet.DEFAULT_PROJECTS_FILE)
+        yield info
     finally:
         proc.terminate()
         proc.wait(timeout=10)

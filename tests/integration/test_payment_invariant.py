@@ -147,9 +147,11 @@ def act(w: World, action: str, payer: dict[str, str], nonce: bytes, front_run: A
         payer_acts.send(info, payer_acts.spend_call(info, payer["privateKey"], own, 1, nonce))
     elif action == "transfer_away":
         held = int(w.run(usdc(w.d, payer["address"])))
-        if held:
+        if held:  # ours may move some of it first: the drain of what was held then reverts
             away = str(Account.create().address)
-            payer_acts.spend(info, payer["privateKey"], payer_acts.new_nonce(), to=away, value=held)
+            payer_acts.send(
+                info, payer_acts.spend_call(info, payer["privateKey"], away, held, payer_acts.new_nonce())
+            )
     elif action == "front_run":
         with contextlib.suppress(Exception):  # ours may have used the nonce already
             front_run()

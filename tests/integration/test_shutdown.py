@@ -30,12 +30,12 @@ from relayer.chain import codec
 from relayer.service.outcome import Outcomes
 from relayer.service.simulate import ORPHAN_AFTER_S, Simulator
 from relayer.store.lease import lease_name
-from relayer.store.migrations import migrate
 from relayer.store.pool import Database
 from relayer.store.relay_jobs import NewJob, RelayJobs
 from relayer.store.retirements import RetirementStore
 from relayer_dev import devdb
 from tests.exactly_once import assert_settled_exactly_once
+from tests.helpers import stacks
 from tests.integration.test_processes import Client, _signed
 from tests.private import Anvil, private_chain
 from tests.processes import DaemonProcess, daemon_env
@@ -303,9 +303,8 @@ async def test_on_stop_taken_orphans_are_handed_back_and_waiting_relays_answer_a
     """What a stopping process gives back: orphans its sweeper took and did not simulate are
     orphans again at once (not after another ORPHAN_AFTER_S), and a relay waiting for its
     outcome answers with its job's status as soon as the outcomes are drained."""
-    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_shutdown")
+    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_shutdown")
     try:
-        migrate(dsn)
         db = await db_of(dsn)
         jobs = RelayJobs(db)
         ids = [(await jobs.reserve(_orphan(bytes([n]) * 32)))[0].id for n in range(3)]
@@ -340,9 +339,8 @@ async def test_a_sweeper_takes_over_only_its_own_chains_orphans(admin_database_u
     left in accepted on its chain only. (A clean-clone run once failed when the session
     daemon's sweeper took a store test's job of chain 98, settlement "0xsettlement", into a
     real simulation batch.)"""
-    dsn = devdb.create_scratch_database(admin_database_url, prefix="relayer_shutdown")
+    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_shutdown")
     try:
-        migrate(dsn)
         db = await db_of(dsn)
         jobs = RelayJobs(db)
         ours = (await jobs.reserve(_orphan(b"\x01" * 32, chain_id=98)))[0].id
