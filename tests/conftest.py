@@ -29,6 +29,8 @@ from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
 from tests.chain_helpers import write_deployment_file
 
+pytest_plugins = ["tests.helpers.fixtures"]  # the fixtures several test modules share
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
 
