@@ -28,6 +28,8 @@ from relayer_dev import devdb, devnet
 from tests.chain_helpers import write_deployment_file
 from tests.helpers import stacks
 
+pytest_plugins = ["tests.helpers.fixtures"]  # the fixtures several test modules share
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
 

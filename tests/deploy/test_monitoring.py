@@ -21,7 +21,7 @@ import yaml
 
 from relayer.metrics import Metrics
 from tests.browser import in_ci
-from tests.unit.test_docs import anchors
+from tests.helpers.docs import anchors
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 RUNBOOKS: Final = anchors((ROOT / "docs" / "operations.md").read_text(encoding="utf-8"))

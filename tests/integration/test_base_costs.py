@@ -13,7 +13,7 @@ import pytest
 
 from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -16,7 +16,7 @@ from eth_utils.crypto import keccak
 from relayer.chain.errors import ChainUnavailable, SendOutcome
 from relayer.workers.lane_keeper import LaneKeeper
 from tests.conftest import free_port
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 from tests.private import daemon_settings, private_chain, serving
 
 

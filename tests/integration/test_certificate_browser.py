@@ -13,7 +13,7 @@ from aiohttp import web
 
 from relayer.service.documents import CertificateView, certificate_html
 from tests.browser import dump_dom, read_dom, require_chromium
-from tests.unit.test_certificate_documents import EXPECTED_FIELDS, HOSTILE_IMG, view
+from tests.helpers.certificates import EXPECTED_FIELDS, HOSTILE_IMG, view
 
 pytestmark = pytest.mark.timeout(90)
 

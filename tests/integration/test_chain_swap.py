@@ -20,7 +20,8 @@ from relayer.domain.lane import IN_FLIGHT_WINDOW
 from relayer_dev import devnet
 from relayer_dev.deploy import deploy_and_seed
 from tests.conftest import PROJECTS, Daemon, free_port
-from tests.integration.test_lane import _job, _signed
+from tests.helpers.jobs import job_row
+from tests.helpers.relay import signed_retirement
 from tests.private import Anvil, daemon_settings, private_chain, private_daemon, serving
 from tests.processes import RpcProxy
 
@@ -101,7 +102,7 @@ async def _swap_and_back(
 ) -> None:
     hashes = []
     for payer in range(3):
-        status, answer = await d.post(await _signed(d, payer))
+        status, answer = await d.post(await signed_retirement(d, payer))
         assert (status, answer["status"]) == (200, "settled"), answer
         hashes.append(answer["transactionHash"])
     before = await _counts(d)
@@ -140,7 +141,7 @@ async def _swap_and_back(
         while _gauge(d, "relayer_chain_identity_mismatch") != 0.0:
             assert time.monotonic() < deadline, "work did not resume"
             await asyncio.sleep(0.1)
-    status, answer = await d.post(await _signed(d, 0))
+    status, answer = await d.post(await signed_retirement(d, 0))
     assert (status, answer["status"]) == (200, "settled"), answer
     after = await _counts(d)
     assert after["settled"] == before["settled"] + 1
@@ -185,7 +186,7 @@ async def test_a_nonce_gap_beyond_the_in_flight_window_halts_the_lane_until_it_c
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         with caplog.at_level(logging.INFO):
-            body = await _signed(d, 0)
+            body = await signed_retirement(d, 0)
             answer = asyncio.create_task(d.post(body))
             deadline = time.monotonic() + 15
             while d.runtime.metrics.nonce_gap.labels("0")._value.get() != 1:
@@ -204,7 +205,7 @@ async def test_a_nonce_gap_beyond_the_in_flight_window_halts_the_lane_until_it_c
             assert d.runtime.metrics.halted_steps.labels("broadcaster", "nonce_gap")._value.get() > 0
             _fill_from_outside(anvil, d.chain["executor"]["privateKey"], gap)  # the gap closes
             deadline = time.monotonic() + 30
-            while (await _job(d, body))["state"] != "indexed":  # the lane resumed: it settles
+            while (await job_row(d, body))["state"] != "indexed":  # the lane resumed: it settles
                 assert time.monotonic() < deadline, "the lane did not resume"
                 anvil.mine()
                 await asyncio.sleep(0.5)

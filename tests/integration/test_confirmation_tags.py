@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -32,23 +32,12 @@ from relayer.domain.confirmation import ConfirmationPolicy
 from relayer.workers.reorg import Confirmed
 from relayer_dev import devnet
 from tests.conftest import Daemon, free_port
-from tests.integration.test_lane import _job, _signed, _until
-from tests.integration.test_reorg import _halted, _on_chain, _retirements
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
+from tests.helpers.reorgs import LAG, Tag, halted, head_block, on_chain, retirements_of, tagged_block
 from tests.private import Anvil, private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-Tag = Literal["safe", "finalized"]
-SLOTS = 32  # anvil's default --slots-in-an-epoch
-LAG: dict[Tag, int] = {"safe": SLOTS, "finalized": 2 * SLOTS}
-
-
-def _head(anvil: Anvil) -> int:
-    return int(anvil.rpc("eth_blockNumber"), 16)
-
-
-def _tagged(anvil: Anvil, tag: Tag) -> int:
-    return int(anvil.rpc("eth_getBlockByNumber", tag, False)["number"], 16)
 
 
 def _transitions(d: Daemon, state: str) -> float:
@@ -60,8 +49,8 @@ async def _judged(d: Daemon, anvil: Anvil, tag: Tag, timeout_s: float = 10.0) ->
     """Until the follower has indexed through the node's ``tag`` block at the current head
     (it judged this head: it confirms before it indexes); that block's number. Also checks
     the catalogue indexer is not past the tag."""
-    tagged = _tagged(anvil, tag)
-    assert tagged == max(0, _head(anvil) - LAG[tag]), "anvil's tag is latest - slots (x2 finalized)"
+    tagged = tagged_block(anvil, tag)
+    assert tagged == max(0, head_block(anvil) - LAG[tag]), "anvil's tag is latest - slots (x2 finalized)"
     deadline = time.monotonic() + timeout_s
     while d.runtime.metrics.indexed_block._value.get() < tagged:
         assert time.monotonic() < deadline, f"the follower did not index through the {tag} block {tagged}"
@@ -80,18 +69,18 @@ async def _settles_at_tag(
     confirmed, indexed = _transitions(d, "confirmed"), _transitions(d, "indexed")
     steps = 0
     while (tagged := await _judged(d, anvil, tag)) < block:
-        job = await _job(d, body)
+        job = await job_row(d, body)
         assert (job["state"], job["block_number"]) == ("mined", block), (tagged, dict(job))
-        assert not answer.done() and await _retirements(d, "0x" + bytes(job["tx_hash"]).hex()) == 0
+        assert not answer.done() and await retirements_of(d, "0x" + bytes(job["tx_hash"]).hex()) == 0
         assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (confirmed, indexed)
         anvil.mine()
         steps += 1
     assert tagged == block and steps >= 1
-    job = await _until(d, body, {"indexed"})
+    job = await wait_for_job(d, body, {"indexed"})
     status, result = await asyncio.wait_for(answer, 10)
     assert (status, result["status"]) == (200, "settled"), result
-    assert _head(anvil) == block + LAG[tag], "settled at the head whose tag reached the block"
-    assert await _retirements(d, result["transactionHash"]) == 1
+    assert head_block(anvil) == block + LAG[tag], "settled at the head whose tag reached the block"
+    assert await retirements_of(d, result["transactionHash"]) == 1
     assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (confirmed + 1, indexed + 1)
     catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))
     deadline = time.monotonic() + 10
@@ -105,7 +94,7 @@ async def _warmed(d: Daemon, anvil: Anvil, tag: Tag) -> None:
     """Mine until the tag block is past the deployment block, so that the follower indexes
     (and shows it judged) every head from here on."""
     assert d.runtime.settings.confirmation_policy().tag == tag
-    while _tagged(anvil, tag) <= d.runtime.deploy_block:
+    while tagged_block(anvil, tag) <= d.runtime.deploy_block:
         anvil.mine()
     await _judged(d, anvil, tag)
 
@@ -123,11 +112,11 @@ async def test_a_retirement_settles_when_its_block_reaches_the_tag_and_not_a_blo
         settle_wait_s=60,
     ) as (d, anvil):
         await _warmed(d, anvil, tag)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"mined"})  # automine: its own block, the head
+        job = await wait_for_job(d, body, {"mined"})  # automine: its own block, the head
         block = job["block_number"]
-        assert block == _head(anvil) == _on_chain(anvil, "0x" + bytes(job["tx_hash"]).hex())
+        assert block == head_block(anvil) == on_chain(anvil, "0x" + bytes(job["tx_hash"]).hex())
         await _settles_at_tag(d, anvil, tag, body, answer, block)
         print(
             f"\n{tag}: mined in {block}, not settled at heads {block}..{block + LAG[tag] - 1}, "
@@ -148,37 +137,37 @@ async def test_under_safe_a_reorg_above_the_safe_head_is_undone_once_and_never_s
         settle_wait_s=60,
     ) as (d, anvil):
         await _warmed(d, anvil, "safe")
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"mined"})
+        job = await wait_for_job(d, body, {"mined"})
         tx_hash, mined_in = "0x" + bytes(job["tx_hash"]).hex(), job["block_number"]
         for _ in range(depth - 1):
             anvil.mine()
         assert await _judged(d, anvil, "safe") < mined_in  # the follower saw the head over it
-        assert (await _job(d, body))["state"] == "mined"
+        assert (await job_row(d, body))["state"] == "mined"
         anvil.automine(False)  # hold the re-sent transaction until the test mines it
         with caplog.at_level(logging.INFO):
             anvil.rpc("anvil_reorg", depth, [])  # the block with it, and those over it, are gone
-            assert _on_chain(anvil, tx_hash) is None
-            job = await _until(d, body, {"submitted"})
+            assert on_chain(anvil, tx_hash) is None
+            job = await wait_for_job(d, body, {"submitted"})
             assert job["block_number"] is None and not answer.done()
-            assert await _retirements(d, tx_hash) == 0
+            assert await retirements_of(d, tx_hash) == 0
             assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (0, 0), "never settled"
             deadline = time.monotonic() + 15
             while tx_hash not in anvil.pool():  # the same bytes, re-sent
                 assert time.monotonic() < deadline, "not re-sent"
                 await asyncio.sleep(0.05)
             anvil.mine()
-            again_in = _on_chain(anvil, tx_hash)
-            assert again_in == _head(anvil)
-            await _until(d, body, {"mined"})
+            again_in = on_chain(anvil, tx_hash)
+            assert again_in == head_block(anvil)
+            await wait_for_job(d, body, {"mined"})
             await _settles_at_tag(d, anvil, "safe", body, answer, again_in)
             undone = [
                 r for r in caplog.records if r.name.endswith("follower") and "reorg: undid" in r.getMessage()
             ]
         assert [(r.ancestor, r.jobs) for r in undone] == [(mined_in - 1, 1)], "undone exactly once"  # type: ignore[attr-defined]
         assert (_transitions(d, "confirmed"), _transitions(d, "indexed")) == (1, 1)
-        assert _halted(d) == 0.0
+        assert halted(d) == 0.0
         print(f"\nsafe: mined in {mined_in}, reorg of {depth} undone once, settled again from {again_in}")
 
 
@@ -196,11 +185,11 @@ async def test_the_tag_under_a_head_read_past_the_cache_is_read_at_that_head(tmp
         anvil.rpc("anvil_mine", hex(LAG["safe"] + 2))
         confirmed = Confirmed(BlockReader(node), ConfirmationPolicy.at_tag("safe", 2000))
         head = await node.head()
-        assert await confirmed.through(head) == head - LAG["safe"] == _tagged(anvil, "safe")
+        assert await confirmed.through(head) == head - LAG["safe"] == tagged_block(anvil, "safe")
         anvil.mine()
         newer = await ChainReads(node).latest_block()
         assert newer == head + 1
-        assert await confirmed.through(newer) == newer - LAG["safe"] == _tagged(anvil, "safe")
+        assert await confirmed.through(newer) == newer - LAG["safe"] == tagged_block(anvil, "safe")
     finally:
         await node.close()
         process.terminate()

@@ -36,7 +36,7 @@ from relayer.domain.errors import REGISTRY, X402_FACILITATOR_VERSION, X402_REGIS
 from relayer.domain.schemas import ACTIONS
 from tests.chain_helpers import transact_as, transact_as_deployer
 from tests.conftest import Daemon, free_port
-from tests.integration.test_relay import sign, signed_request
+from tests.helpers.relay import sign, signed_request
 from tests.private import Anvil, daemon_settings, private_daemon
 from tests.tcp_proxy import TcpProxy
 

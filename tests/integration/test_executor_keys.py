@@ -14,7 +14,7 @@ import pytest
 
 from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
 from tests.conftest import Daemon, free_port
-from tests.integration.test_lane import _signed
+from tests.helpers.relay import signed_retirement
 from tests.private import Anvil, daemon_settings, private_chain, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -59,7 +59,7 @@ async def test_a_key_below_the_floor_is_drained_and_the_other_carries_on(
             # lane whose transactions were mined could take each trickle of jobs alone: on the
             # loaded CI machine one lane took all 20.
             anvil.automine(False)
-            before = [await _signed(d, i % 3) for i in range(20)]
+            before = [await signed_retirement(d, i % 3) for i in range(20)]
             posts = [asyncio.ensure_future(d.post(b)) for b in before]
             salts = [bytes.fromhex(b["salt"][2:]) for b in before]
             deadline = time.monotonic() + 60
@@ -76,7 +76,7 @@ async def test_a_key_below_the_floor_is_drained_and_the_other_carries_on(
             anvil.rpc("anvil_setBalance", second, hex(FLOOR // 2))
             anvil.mine()
             await asyncio.sleep(ETH_BALANCE_MAX_AGE_S)  # the balance read before it is reused this long
-            after = [await _signed(d, i % 3) for i in range(20)]
+            after = [await signed_retirement(d, i % 3) for i in range(20)]
             answers = await asyncio.gather(*(d.post(b) for b in after))
             assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
             moved = await _executors_of(d, after)
@@ -106,7 +106,7 @@ async def test_two_daemons_on_one_database_split_the_keys_with_no_overlap(
         await asyncio.sleep(2 * 2.0 + 0.5)  # past the spread: nothing more is taken
         held_a, held_b = await _leased(a), await _leased(b)
         assert len(held_a) == len(held_b) == 1 and set(held_a) != set(held_b), (held_a, held_b)
-        bodies = [await _signed(a, i % 3) for i in range(20)]
+        bodies = [await signed_retirement(a, i % 3) for i in range(20)]
         answers = await asyncio.gather(*((a if i % 2 else b).post(x) for i, x in enumerate(bodies)))
         assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
         used = await _executors_of(a, bodies)
@@ -133,7 +133,7 @@ async def test_a_key_the_settlement_does_not_accept_takes_no_work(
             while len(await _leased(d)) < 2:
                 assert time.monotonic() < deadline, "both leases not taken"
                 await asyncio.sleep(0.1)
-            bodies = [await _signed(d, i % 3) for i in range(10)]
+            bodies = [await signed_retirement(d, i % 3) for i in range(10)]
             answers = await asyncio.gather(*(d.post(b) for b in bodies))
             assert all((s, r["status"]) == (200, "settled") for s, r in answers), answers
             assert set(await _executors_of(d, bodies)) == {info["executor"]["address"]}
@@ -199,7 +199,7 @@ async def test_jobs_beyond_one_lanes_share_are_taken_by_the_other_lane_at_once(
             lane.sign_batch = watched(real_sign_batch)  # type: ignore[method-assign]
             simulator.recheck = raced  # type: ignore[method-assign]
             try:
-                bodies = [await _signed(d, i % 3) for i in range(20)]
+                bodies = [await signed_retirement(d, i % 3) for i in range(20)]
                 answers = await asyncio.gather(*(d.post(b) for b in bodies))
             finally:
                 lane.next_simulated = real_next  # type: ignore[method-assign]

@@ -20,7 +20,7 @@ import pytest
 from relayer.admin import create_api_key
 from tests.chain_helpers import token_balance
 from tests.helpers.facilitator import call, fresh_address, payment, submit_directly
-from tests.integration.test_confirmation_tags import LAG, _head, _tagged
+from tests.helpers.reorgs import LAG, head_block, tagged_block
 from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -48,10 +48,10 @@ async def test_under_safe_a_front_runners_transfer_is_success_once_its_block_is_
         pay_to, value = fresh_address(), 6_543
         body = payment(d, pay_to, value)
         other = "0x" + submit_directly(d, body).hex()  # automine: its own block, the head
-        block = _head(anvil)
+        block = head_block(anvil)
         pending_at = []
-        while (safe := _tagged(anvil, "safe")) < block:
-            assert safe == max(0, _head(anvil) - LAG["safe"]), "anvil's safe is latest - 32"
+        while (safe := tagged_block(anvil, "safe")) < block:
+            assert safe == max(0, head_block(anvil) - LAG["safe"]), "anvil's safe is latest - 32"
             status, answer = await call(d, "settle", body, key)
             assert status == 200, answer
             assert (answer["success"], answer["errorReason"], answer["transaction"]) == (
@@ -59,12 +59,12 @@ async def test_under_safe_a_front_runners_transfer_is_success_once_its_block_is_
                 "settlement_pending",
                 other,
             ), (safe, answer)
-            pending_at.append(_head(anvil))
+            pending_at.append(head_block(anvil))
             anvil.mine()
         assert safe == block and pending_at == list(range(block, block + LAG["safe"]))
         status, answer = await call(d, "settle", body, key)
         assert status == 200 and (answer["success"], answer["transaction"]) == (True, other), (
-            _head(anvil),
+            head_block(anvil),
             answer,
         )
         assert answer["amount"] == str(value)
@@ -77,5 +77,5 @@ async def test_under_safe_a_front_runners_transfer_is_success_once_its_block_is_
         assert sent == 0, "nothing of ours was sent"
         print(
             f"\nsafe: front-run in {block}, pending at heads {block}..{block + LAG['safe'] - 1}, "
-            f"success at {_head(anvil)}"
+            f"success at {head_block(anvil)}"
         )

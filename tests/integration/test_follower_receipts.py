@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import Daemon
-from tests.integration.test_lane import _job, _signed, _until
-from tests.integration.test_shared_reads import _behind_proxy
+from tests.helpers.daemons import behind_proxy
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
 from tests.private import Anvil
 from tests.processes import RpcProxy
 
@@ -62,9 +63,9 @@ async def test_our_transactions_in_a_block_cost_one_block_receipts_call_by_its_h
     """K of ours mined in one block: the follower records them all after one
     ``eth_getBlockReceipts`` of that block's hash and no ``eth_getTransactionReceipt``; ours
     mined in two blocks that one step sees: both blocks' receipts in one request (a batch)."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
         anvil = Anvil(d.chain["rpcUrl"])
-        bodies = [await _signed(d, i % 3) for i in range(4)]
+        bodies = [await signed_retirement(d, i % 3) for i in range(4)]
         anvil.automine(False)
         answers = [asyncio.create_task(d.post(b)) for b in bodies]
         ours = await _pooled(anvil, 4)
@@ -73,13 +74,13 @@ async def test_our_transactions_in_a_block_cost_one_block_receipts_call_by_its_h
         block = _block(anvil)
         assert ours <= set(block["transactions"])
         for body in bodies:
-            await _until(d, body, RECORDED)
+            await wait_for_job(d, body, RECORDED)
         await asyncio.sleep(0.5)  # a few more steps: none reads those receipts again
         one_block = _receipt_calls(proxy)
 
         # Two blocks of ours, one step: a block's gas holds two of them (anvil leaves the rest
         # in the pool for the next); the follower's block reads wait while both are mined.
-        more = [await _signed(d, i % 3) for i in range(4)]
+        more = [await signed_retirement(d, i % 3) for i in range(4)]
         answers += [asyncio.create_task(d.post(b)) for b in more]
         pooled = await _pooled(anvil, 4)
         used = int(block["gasUsed"], 16) // 4  # a retirement's gas (the first block held only ours)
@@ -94,7 +95,7 @@ async def test_our_transactions_in_a_block_cost_one_block_receipts_call_by_its_h
         proxy.release()
         second, third = _block(anvil, hex(int(block["number"], 16) + 1)), _block(anvil)
         for body in more:
-            await _until(d, body, RECORDED)
+            await wait_for_job(d, body, RECORDED)
         two_blocks = [r for r in proxy.requests if "eth_getBlockReceipts" in r]
         anvil.rpc("evm_setBlockGasLimit", hex(30_000_000))
         await _settle(d, anvil, answers)
@@ -122,21 +123,21 @@ async def test_a_node_that_refuses_block_receipts_gets_one_receipt_call_each_fro
     """The node refuses ``eth_getBlockReceipts``: the follower reads the receipts of ours one
     ``eth_getTransactionReceipt`` each (one batch), records them, and never asks the refused
     method again in this process."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
         anvil = Anvil(d.chain["rpcUrl"])
         proxy.refused["eth_getBlockReceipts"] = refusal
-        bodies = [await _signed(d, i) for i in range(3)]
+        bodies = [await signed_retirement(d, i) for i in range(3)]
         anvil.automine(False)
         answers = [asyncio.create_task(d.post(b)) for b in bodies[:2]]
         await _pooled(anvil, 2)
         proxy.calls.clear()
         anvil.mine()
         for body in bodies[:2]:
-            await _until(d, body, RECORDED)
+            await wait_for_job(d, body, RECORDED)
         answers.append(asyncio.create_task(d.post(bodies[2])))
         await _pooled(anvil, 1)
         anvil.mine()
-        await _until(d, bodies[2], RECORDED)
+        await wait_for_job(d, bodies[2], RECORDED)
         await _settle(d, anvil, answers)
         calls = [m for m, _ in _receipt_calls(proxy)]
     assert calls == ["eth_getBlockReceipts"] + ["eth_getTransactionReceipt"] * 3, calls
@@ -148,10 +149,10 @@ async def test_a_node_failing_block_receipts_otherwise_is_asked_again_and_nothin
     """An error that is not a refusal of the method (the node lags: "header not found") is the
     node's failure: nothing is recorded, no receipt is read one by one, and once the node
     answers, the block's receipts record ours."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (_info, proxy, d):
         anvil = Anvil(d.chain["rpcUrl"])
         proxy.refused["eth_getBlockReceipts"] = {"code": -32000, "message": "header not found"}
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         anvil.automine(False)
         answer = asyncio.create_task(d.post(body))
         await _pooled(anvil, 1)
@@ -159,9 +160,9 @@ async def test_a_node_failing_block_receipts_otherwise_is_asked_again_and_nothin
         anvil.mine()
         await asyncio.sleep(1.0)
         while_failing = [m for m, _ in _receipt_calls(proxy)]
-        state = (await _job(d, body))["state"]
+        state = (await job_row(d, body))["state"]
         del proxy.refused["eth_getBlockReceipts"]
-        await _until(d, body, RECORDED)
+        await wait_for_job(d, body, RECORDED)
         await _settle(d, anvil, [answer])
         calls = [m for m, _ in _receipt_calls(proxy)]
     assert state == "submitted"

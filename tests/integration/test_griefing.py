@@ -19,7 +19,7 @@ from relayer.domain.states import JobState
 from relayer.workers.gauges import GAUGE_INTERVAL_S
 from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon, free_port
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 from tests.private import daemon_settings, private_chain, serving
 from tests.processes import RpcProxy
 

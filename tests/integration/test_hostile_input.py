@@ -11,8 +11,7 @@ import pytest
 
 from relayer.domain.eip712 import SECP256K1_N
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, sign, signed_request
-from tests.unit.test_verify import _mutate
+from tests.helpers.relay import challenge, mutate_request, sign, signed_request
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +141,7 @@ async def test_random_mutations_of_signed_requests_never_answer_5xx(daemon: Daem
     bodies = [await _signed(daemon, 0), await _signed(daemon, 2, inputToken="kVCM")]
     seen: dict[int, int] = {}
     for i in range(300):
-        body = _mutate(rng, bodies[i % 2])
+        body = mutate_request(rng, bodies[i % 2])
         status, data = await daemon.post(body)
         seen[status] = seen.get(status, 0) + 1
         assert status < 500, (body, data)

@@ -14,35 +14,13 @@ import pytest
 
 from relayer.domain import fees
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
 from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 FAST_LANE = {"resend_after_s": 1.0, "replace_after_s": 1.0, "hole_after_s": 1.0}
-
-
-async def _signed(d: Daemon, payer: int, amount: str = "0.01") -> dict[str, Any]:
-    who = d.chain["payers"][payer]
-    ch = await challenge(d, who, carbonClass="RE", amount=amount, inputToken="USDC")
-    return signed_request(ch, who["privateKey"])
-
-
-async def _job(d: Daemon, body: dict[str, Any]) -> Any:
-    return await d.runtime.db.fetchrow(
-        "SELECT * FROM relay_jobs WHERE salt = $1", bytes.fromhex(body["salt"][2:])
-    )
-
-
-async def _until(d: Daemon, body: dict[str, Any], states: set[str], timeout_s: float = 20.0) -> Any:
-    """The job once it is in one of ``states`` (bounded wait)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = await _job(d, body)
-        if job is not None and job["state"] in states:
-            return job
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"job not in {states} within {timeout_s} s: {job and job['state']}")
 
 
 async def _txs(d: Daemon, kind: str | None = None) -> list[Any]:
@@ -85,7 +63,7 @@ async def test_a_hole_in_the_lane_is_filled_and_the_job_behind_it_settles(
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         started = time.monotonic()
-        status, result = await d.post(await _signed(d, 0))
+        status, result = await d.post(await signed_retirement(d, 0))
         recovery = time.monotonic() - started
         assert (status, result["status"]) == (200, "settled"), result
         noops = await _txs(d, "noop")
@@ -100,9 +78,9 @@ async def test_a_broadcast_dropped_from_the_pool_is_sent_again(
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, **FAST_LANE) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         tx_hash = "0x" + bytes(job["tx_hash"]).hex()
         assert tx_hash in anvil.pool()
         anvil.rpc("anvil_dropTransaction", tx_hash)
@@ -123,9 +101,9 @@ async def test_a_transaction_refused_for_its_fee_is_replaced_within_its_allowanc
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, **FAST_LANE) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         first = "0x" + bytes(job["tx_hash"]).hex()
         ceiling = _ceiling(d, job)
         base = (int(job["max_fee_per_gas"]) + ceiling) // 2
@@ -152,9 +130,9 @@ async def test_raised_base_fee_replaces_pending_transactions_and_all_settle(
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, **FAST_LANE) as (d, anvil):
         anvil.automine(False)
-        bodies = [await _signed(d, i) for i in range(3)]
+        bodies = [await signed_retirement(d, i) for i in range(3)]
         answers = [asyncio.create_task(d.post(b)) for b in bodies]
-        jobs = [await _until(d, b, {"submitted"}) for b in bodies]
+        jobs = [await wait_for_job(d, b, {"submitted"}) for b in bodies]
         base = min((int(j["max_fee_per_gas"]) + _ceiling(d, j)) // 2 for j in jobs)
         assert all(int(j["max_fee_per_gas"]) < base for j in jobs)
         anvil.mine(base_fee=base)  # none fits any more
@@ -178,9 +156,9 @@ async def test_a_fee_spike_beyond_the_allowance_until_expiry_drops_the_job_and_f
     overrides = {**FAST_LANE, "class_auth_lifetime_s": 50, "noop_before_expiry_s": 46.0}
     async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         spike = 10 * _ceiling(d, job)
         anvil.mine(base_fee=spike)
         anvil.rpc("anvil_setNextBlockBaseFeePerGas", hex(spike))
@@ -199,12 +177,12 @@ async def test_a_fee_spike_beyond_the_allowance_until_expiry_drops_the_job_and_f
             "gas_estimate_unavailable",
             "fees_above_allowance",
         )
-        assert (await _job(d, body))["state"] == "dropped"
+        assert (await job_row(d, body))["state"] == "dropped"
         cost = d.runtime.metrics.noop_cost_wei._value.get()
         assert cost >= 21_000 * spike
         # Fees come back down: a later job is unaffected.
         anvil.automine(True)
         anvil.rpc("anvil_setNextBlockBaseFeePerGas", hex(1_000))
-        status, later = await d.post(await _signed(d, 1))
+        status, later = await d.post(await signed_retirement(d, 1))
         assert (status, later["status"]) == (200, "settled"), later
         print(f"\nfee spike: dropped 1, no-ops 1 after {filled_in:.1f} s costing {cost} wei, later settled 1")

@@ -15,7 +15,7 @@ from relayer.store.executor_lane import ExecutorLane, LeaseLost
 from relayer.store.lease import ExecutorLease
 from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 
 pytestmark = pytest.mark.integration
 

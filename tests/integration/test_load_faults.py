@@ -19,7 +19,7 @@ import pytest
 
 from relayer.chain import codec
 from tests.exactly_once import assert_settled_exactly_once
-from tests.integration.test_processes import Client, _signed
+from tests.helpers.relay import ProcessClient, signed_retirement
 from tests.private import private_chain
 from tests.processes import DaemonProcess, daemon_env
 
@@ -35,7 +35,7 @@ _SETTLED = codec.event("RetirementSettlement", "RetirementSettled")
 
 
 async def _answer(
-    client: Client, body: dict[str, Any], answers: list[tuple[int, dict[str, Any]]], cut: list[int]
+    client: ProcessClient, body: dict[str, Any], answers: list[tuple[int, dict[str, Any]]], cut: list[int]
 ) -> None:
     """Post until the daemon answers (a connection refused or reset while a process is
     down, counted in ``cut``, or a retryable 503, is posted again): a wallet's retry, bounded."""
@@ -73,8 +73,8 @@ async def test_load_with_replays_and_crashes_settles_each_retirement_once(
         worker = await DaemonProcess("work", env, log).start()
         events: list[str] = []
         try:
-            client = Client(session, api.base, info)
-            bodies = [await _signed(client, i % 3) for i in range(RETIREMENTS)]
+            client = ProcessClient(session, api.base, info)
+            bodies = [await signed_retirement(client, i % 3) for i in range(RETIREMENTS)]
             tampered = []
             for body in bodies[:TAMPERED]:
                 other = copy.deepcopy(body)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Daemon
-from tests.integration.test_lane import _job, _signed, _until
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
 from tests.private import Anvil, private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -58,7 +59,7 @@ async def _stuck(d: Daemon) -> int:
 
 async def _take_its_nonce(d: Daemon, anvil: Anvil, body: dict[str, Any]) -> Any:
     """Hold the job's transaction out of the pool and mine one signed by hand at its nonce."""
-    job = await _until(d, body, {"submitted"})
+    job = await wait_for_job(d, body, {"submitted"})
     anvil.rpc("anvil_dropTransaction", "0x" + bytes(job["tx_hash"]).hex())
     anvil.rpc("eth_sendRawTransaction", _by_hand(d, anvil, int(job["executor_nonce"])))
     anvil.mine()
@@ -70,15 +71,15 @@ async def test_a_foreign_transaction_at_a_journaled_nonce_gets_the_job_signed_ag
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, **HELD) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
         first = await _take_its_nonce(d, anvil, body)
         started = time.monotonic()
-        again = await _until(d, body, {"signed", "submitted"}, timeout_s=25)
+        again = await wait_for_job(d, body, {"signed", "submitted"}, timeout_s=25)
         while bytes(again["tx_hash"]) == bytes(first["tx_hash"]):
             assert time.monotonic() - started < 25, f"stuck in {again['state']} at {first['executor_nonce']}"
             await asyncio.sleep(0.05)
-            again = await _job(d, body)
+            again = await job_row(d, body)
         resigned_in = time.monotonic() - started
         assert int(again["executor_nonce"]) == int(first["executor_nonce"]) + 1
         anvil.automine(True)
@@ -97,9 +98,9 @@ async def test_a_foreign_transaction_at_the_nonce_of_an_expiring_authorization_e
     overrides = {**HELD, "class_auth_lifetime_s": 45, "noop_before_expiry_s": 1.0}
     async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         expires = await _expires(d, job)
         await asyncio.sleep(max(0.0, expires - 19 - time.time()))  # within the margin now
         await _take_its_nonce(d, anvil, body)
@@ -108,7 +109,7 @@ async def test_a_foreign_transaction_at_the_nonce_of_an_expiring_authorization_e
         ended_in = time.monotonic() - started
         ended = (status, result.get("error"), result.get("reason"))
         assert ended == (400, "invalid_auth_payload", "nonce_taken"), (status, result)
-        assert (await _job(d, body))["state"] == "dropped"
+        assert (await job_row(d, body))["state"] == "dropped"
         assert _foreign_uses(d) == 1 and await _stuck(d) == 0
         print(f"\nforeign nonce, authorization expiring: dropped 1 in {ended_in:.1f} s, stuck 0")
 
@@ -117,17 +118,17 @@ async def test_after_a_reorg_a_foreign_transaction_at_a_reverted_relays_nonce_ge
     tmp_path: Path, admin_database_url: str
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, resend_after_s=1.0) as (d, anvil):
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         status, first = await d.post(body)
         assert (status, first["status"]) == (200, "settled"), first
-        job = await _job(d, body)
+        job = await job_row(d, body)
         anvil.automine(False)
         # The new fork holds a transaction signed by hand at the relay's nonce instead.
         anvil.rpc("anvil_reorg", 1, [[_by_hand(d, anvil, int(job["executor_nonce"])), 0]])
         started = time.monotonic()
         deadline = started + 25
-        while (await _job(d, body))["executor_nonce"] == job["executor_nonce"]:
-            state = (await _job(d, body))["state"]
+        while (await job_row(d, body))["executor_nonce"] == job["executor_nonce"]:
+            state = (await job_row(d, body))["state"]
             assert time.monotonic() < deadline, f"stuck in {state} at nonce {job['executor_nonce']}"
             await asyncio.sleep(0.05)
         resigned_in = time.monotonic() - started
@@ -145,9 +146,9 @@ async def test_a_journaled_transaction_older_than_a_day_is_still_sent_again(
 ) -> None:
     async with private_daemon(tmp_path, admin_database_url, resend_after_s=1.0) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         tx_hash = "0x" + bytes(job["tx_hash"]).hex()
         await d.runtime.db.execute(BACKDATE, job["id"])
         anvil.rpc("anvil_dropTransaction", tx_hash)
@@ -169,9 +170,9 @@ async def test_a_job_past_its_authorization_never_stays_submitted_whatever_its_a
     overrides = {"class_auth_lifetime_s": 45, "noop_before_expiry_s": 22.0, "resend_after_s": 1.0}
     async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
         anvil.automine(False)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"submitted"})
+        job = await wait_for_job(d, body, {"submitted"})
         await d.runtime.db.execute(BACKDATE, job["id"])
         anvil.rpc("anvil_dropTransaction", "0x" + bytes(job["tx_hash"]).hex())
         expires = await _expires(d, job)
@@ -186,7 +187,7 @@ async def test_a_job_past_its_authorization_never_stays_submitted_whatever_its_a
         anvil.mine()
         status, result = await answer
         assert (status, result["error"]) == (503, "gas_estimate_unavailable"), result
-        assert (await _job(d, body))["state"] == "dropped"
+        assert (await job_row(d, body))["state"] == "dropped"
         assert await _stuck(d) == 0
         before = expires - time.time()
         print(f"\npast its authorization, older than a day: dropped 1, {before:.0f} s before expiry, stuck 0")

@@ -17,8 +17,7 @@ from aiohttp import web
 
 from relayer.api.http import RateLimit, build_app
 from tests.conftest import Daemon, free_port
-from tests.integration.test_processes import Client, _signed
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import ProcessClient, challenge, signed_request, signed_retirement
 from tests.private import private_chain
 from tests.processes import DaemonProcess, daemon_env, log_lines
 
@@ -49,8 +48,8 @@ async def test_a_full_run_never_logs_the_key_or_the_dsn_password_and_each_reques
         env = {**daemon_env(info, _with_password(dsn)), "RELAYER_LOG_LEVEL": "DEBUG"}
         daemon = await DaemonProcess("all", env, log).start()
         try:
-            client = Client(session, daemon.base, info)
-            bodies = [await _signed(client, i) for i in range(3)]
+            client = ProcessClient(session, daemon.base, info)
+            bodies = [await signed_retirement(client, i) for i in range(3)]
             answers = await asyncio.gather(
                 *(_post(session, daemon.base, b, f"client-req-{n}") for n, b in enumerate(bodies))
             )

@@ -24,7 +24,7 @@ from eth_typing import HexStr
 from relayer.ops import packaged_migrations
 from relayer.store.migrations import migrate
 from relayer_dev import devdb
-from tests.integration.test_processes import Client, _signed
+from tests.helpers.relay import ProcessClient, signed_retirement
 from tests.private import private_chain
 from tests.processes import RELAYER, DaemonProcess, daemon_env
 
@@ -102,9 +102,9 @@ async def test_a_keystore_daemon_relays_and_status_and_config_check_show_it_with
 
         daemon = await DaemonProcess("all", env, tmp_path / "daemon.log").start()
         try:
-            client = Client(session, daemon.base, info)
+            client = ProcessClient(session, daemon.base, info)
             for payer in range(3):
-                status, result = await client.post(await _signed(client, payer))
+                status, result = await client.post(await signed_retirement(client, payer))
                 assert (status, result.get("status")) == (200, "settled"), result
             await _until_lease_held(env)
             table = _relayer(env, "status")

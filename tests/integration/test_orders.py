@@ -111,14 +111,6 @@ async def _until(desk: Desk, order_id: str, statuses: set[str], timeout_s: float
     return order
 
 
-@pytest.fixture(scope="module")
-async def chain_and_db(
-    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
-) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    async with private_chain(tmp_path_factory.mktemp("orders"), admin_database_url) as made:
-        yield made
-
-
 @contextlib.asynccontextmanager
 async def open_desk(
     info: dict[str, Any], dsn: str, treasury_key: str, *, workers: bool

@@ -28,7 +28,7 @@ from relayer.api.x402_meta import GUIDE_IDS
 from relayer.service.documents import certificate_html, certificate_pdf
 from tests.browser import dump_dom, in_ci, read_dom, require_chromium, screenshot
 from tests.conftest import Daemon
-from tests.unit.test_certificate_documents import view
+from tests.helpers.certificates import view
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -54,14 +54,6 @@ ChainAndDb = tuple[dict[str, Any], str]
 NONCE_USED = "invalid_exact_evm_nonce_already_used"
 
 
-@pytest.fixture(scope="module")
-async def chain_and_db(
-    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
-) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    async with private_chain(tmp_path_factory.mktemp("proofs"), admin_database_url) as made:
-        yield made
-
-
 def funded(info: dict[str, Any], usdc_atomic: int = 50_000_000) -> dict[str, str]:
     """A fresh payer holding ``usdc_atomic`` USDC (minted by the deployer) and no ETH."""
     account = Account.create()

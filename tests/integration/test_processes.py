@@ -15,30 +15,13 @@ import aiohttp
 import pytest
 
 from relayer.store.pool import Database
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import ProcessClient, signed_retirement
 from tests.private import Anvil, private_chain
 from tests.processes import DaemonProcess, RpcProxy, daemon_env, log_lines, simulation_of_jobs
 
 # alone: SIGKILLs daemon processes under 200 concurrent requests: both cores busy
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240), pytest.mark.alone]
 WAVE = 20
-
-
-class Client:
-    """An HTTP client of a daemon process (the same calls the session daemon's tests make)."""
-
-    def __init__(self, session: aiohttp.ClientSession, base: str, chain: dict[str, Any]) -> None:
-        self.session, self.base, self.chain = session, base, chain
-
-    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        async with self.session.post(f"{self.base}/api", json=body) as r:
-            return r.status, await r.json(content_type=None)
-
-
-async def _signed(client: Client, payer: int) -> dict[str, Any]:
-    who = client.chain["payers"][payer]
-    ch = await challenge(client, who, carbonClass="RE", amount="0.01", inputToken="USDC")  # type: ignore[arg-type]
-    return signed_request(ch, who["privateKey"])
 
 
 async def _state(db: Database, body: dict[str, Any], states: set[str], timeout_s: float = 20) -> None:
@@ -69,8 +52,8 @@ async def test_sigkill_at_each_stage_then_a_restart_settles_each_retirement_exac
             stage: str, hold: str | None, reached: set[str], env_: dict[str, str]
         ) -> DaemonProcess:
             nonlocal daemon
-            client = Client(session, daemon.base, info)
-            body = bodies[stage] = await _signed(client, len(bodies) % 3)
+            client = ProcessClient(session, daemon.base, info)
+            body = bodies[stage] = await signed_retirement(client, len(bodies) % 3)
             if hold == "simulation":
                 proxy.hold_calls(simulation_of_jobs(info["executor"]["address"]))
             elif hold:
@@ -84,7 +67,7 @@ async def test_sigkill_at_each_stage_then_a_restart_settles_each_retirement_exac
             return daemon
 
         async def settle(stage: str, started: float) -> None:
-            status, result = await Client(session, daemon.base, info).post(bodies[stage])
+            status, result = await ProcessClient(session, daemon.base, info).post(bodies[stage])
             assert (status, result.get("status")) == (200, "settled"), (stage, result)
             recovery[stage] = time.monotonic() - started
 
@@ -142,8 +125,8 @@ async def test_two_api_and_two_worker_processes_on_one_key_settle_200_requests_o
         apis = [await DaemonProcess("serve", env, log).start() for _ in range(2)]
         workers = [await DaemonProcess("work", env, log).start() for _ in range(2)]
         try:
-            clients = [Client(session, api.base, info) for api in apis]
-            bodies = [await _signed(clients[i % 2], i % 3) for i in range(200)]
+            clients = [ProcessClient(session, api.base, info) for api in apis]
+            bodies = [await signed_retirement(clients[i % 2], i % 3) for i in range(200)]
             started = time.monotonic()
             results = await asyncio.gather(*(clients[i % 2].post(b) for i, b in enumerate(bodies)))
             elapsed = time.monotonic() - started
@@ -194,7 +177,7 @@ async def test_two_worker_processes_split_two_executor_keys(
                 await asyncio.sleep(0.2)
             await asyncio.sleep(5)  # past the lease spread: nothing changes hands any more
             holders = await db.fetch("SELECT executor, holder, epoch FROM executor_leases")
-            client = Client(session, api.base, info)
+            client = ProcessClient(session, api.base, info)
             results: list[tuple[int, dict[str, Any]]] = []
             # A wave each with the other worker paused (SIGSTOP: its lease's session and lock
             # stay): each process's lane must take a wave itself. Which lane wins a claim when
@@ -205,7 +188,7 @@ async def test_two_worker_processes_split_two_executor_keys(
                 assert process is not None
                 process.send_signal(signal.SIGSTOP)
                 try:
-                    bodies = [await _signed(client, i % 3) for i in range(WAVE)]
+                    bodies = [await signed_retirement(client, i % 3) for i in range(WAVE)]
                     results += await asyncio.gather(*(client.post(b) for b in bodies))
                 finally:
                     process.send_signal(signal.SIGCONT)

@@ -50,7 +50,7 @@ from relayer.domain.schemas import ACTIONS, ActionRequest, AuthPayload, Details
 from tests.conftest import Daemon
 from tests.helpers.facilitator import JSON_VALUES as ANY_JSON
 from tests.helpers.facilitator import fresh_address, mutate, payment
-from tests.integration.test_relay import challenge, sign, signed_request
+from tests.helpers.relay import challenge, sign, signed_request
 
 pytestmark = pytest.mark.integration
 

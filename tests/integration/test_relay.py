@@ -10,38 +10,14 @@ from typing import Any
 
 import pytest
 from eth_account import Account
-from eth_account.messages import encode_typed_data
 
 from relayer.domain.retirement import Retirement, RetirementDetails, bind_nonce
 from tests.chain_helpers import chain_hash_retirement, eth_balance, token_balance, transact_as_deployer
 from tests.conftest import Daemon
+from tests.helpers.jobs import new_job
+from tests.helpers.relay import challenge, sign, signed_request
 
 pytestmark = pytest.mark.integration
-
-
-def sign(typed: dict[str, Any], key: str) -> str:
-    return "0x" + bytes(Account.sign_message(encode_typed_data(full_message=typed), key).signature).hex()
-
-
-async def challenge(d: Daemon, payer: dict[str, str], **fields: Any) -> dict[str, Any]:
-    """actions/retire without authPayload -> the 402 body."""
-    body = {
-        "action": "actions/retire",
-        "from": payer["address"],
-        "details": {"beneficiaryIsPayer": True, "beneficiaryString": "Test beneficiary"},
-        **fields,
-    }
-    status, data = await d.post(body)
-    assert status == 402, data
-    assert data["error"] == "payment_required"
-    assert data["x402FacilitatorVersion"] == 2
-    return data
-
-
-def signed_request(ch: dict[str, Any], key: str) -> dict[str, Any]:
-    body = copy.deepcopy(ch["actionsRetireRequest"])
-    body["authPayload"]["signature"] = sign(ch["typedData"], key)
-    return body
 
 
 async def balances(d: Daemon, token: str, *owners: str) -> list[int]:
@@ -420,22 +396,15 @@ async def test_one_live_job_per_permit_nonce(daemon: Daemon) -> None:
     jobs = daemon.runtime.jobs
 
     def job(salt: bytes) -> NewJob:
-        return NewJob(
+        """A kvcm job on the session chain holding permit ``permit-key-1``."""
+        return new_job(
+            salt,
+            tag=b"k",
             chain_id=84532,
-            bound_nonce=b"k" + salt,
             permit_key=b"permit-key-1",
-            salt=salt,
             scheme="eip2612",
-            payer="0xpayer",
             input_token="0xkvcm",
-            auth_value=1,
-            auth_expires_at=2**40,
-            gas_allowance=0,
             request_hash=b"h" + salt,
-            settlement="0xsettlement",
-            call_data=b"",
-            summary={},
-            quote_total=0,
         )
 
     first, owned = await jobs.reserve(job(b"\x01" * 31))

@@ -16,27 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Daemon
-from tests.integration.test_lane import _job, _signed, _until
-from tests.private import Anvil, private_daemon
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
+from tests.helpers.reorgs import halted, on_chain, retirements_of
+from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-def _on_chain(anvil: Anvil, tx_hash: str) -> int | None:
-    """The block number holding ``tx_hash`` on the chain as it is now, if any."""
-    receipt = anvil.rpc("eth_getTransactionReceipt", tx_hash)
-    if receipt is None:
-        return None
-    block = anvil.rpc("eth_getBlockByNumber", receipt["blockNumber"], False)
-    assert block["hash"] == receipt["blockHash"]
-    return int(receipt["blockNumber"], 16)
-
-
-async def _retirements(d: Daemon, tx_hash: str) -> int:
-    count: int = await d.runtime.db.fetchval(
-        "SELECT count(*) FROM retirements WHERE tx_hash = $1", bytes.fromhex(tx_hash[2:])
-    )
-    return count
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
@@ -49,26 +34,26 @@ async def test_a_reorg_after_indexing_within_the_window_undoes_the_settlement_un
         d,
         anvil,
     ):
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        await _until(d, body, {"mined", "confirmed", "indexed"})
+        await wait_for_job(d, body, {"mined", "confirmed", "indexed"})
         for _ in range(depth - 1):
             anvil.mine()  # bury it to the depth: settled
         status, first = await answer
         assert (status, first["status"]) == (200, "settled"), first
         tx_hash = first["transactionHash"]
-        mined_in = _on_chain(anvil, tx_hash)
-        assert mined_in is not None and await _retirements(d, tx_hash) == 1
+        mined_in = on_chain(anvil, tx_hash)
+        assert mined_in is not None and await retirements_of(d, tx_hash) == 1
         anvil.automine(False)  # hold the re-sent transaction so the gap can be observed
         with caplog.at_level(logging.INFO):
             anvil.rpc("anvil_reorg", depth, [])
             started = time.monotonic()
-            assert _on_chain(anvil, tx_hash) is None
-            job = await _until(d, body, {"submitted"})
+            assert on_chain(anvil, tx_hash) is None
+            job = await wait_for_job(d, body, {"submitted"})
             undone_in = time.monotonic() - started
             assert job["block_number"] is None
             # While the chain does not hold it, nothing says settled.
-            assert await _retirements(d, tx_hash) == 0
+            assert await retirements_of(d, tx_hash) == 0
             status, cert = await d.get("/api/certificate", txHash=tx_hash)
             assert (status, cert["error"]) == (404, "retirement_not_found")
             while tx_hash not in anvil.pool():  # the same bytes, re-sent
@@ -88,10 +73,10 @@ async def test_a_reorg_after_indexing_within_the_window_undoes_the_settlement_un
         assert (status, again["status"], again["transactionHash"]) == (200, "settled", tx_hash), again
         assert job["request_id"] is not None  # the one line about the job names its request
         assert reorged == [(job["id"], tx_hash, job["request_id"])], reorged
-        assert _on_chain(anvil, tx_hash) is not None
-        assert await _retirements(d, tx_hash) == 1
+        assert on_chain(anvil, tx_hash) is not None
+        assert await retirements_of(d, tx_hash) == 1
         assert [(r.ancestor, r.jobs) for r in undone] == [(mined_in - 1, 1)], "undone exactly once"  # type: ignore[attr-defined]
-        assert _halted(d) == 0.0
+        assert halted(d) == 0.0
         print(
             f"\nreorg depth {depth} after indexing, window {depth}: "
             f"undone once in {undone_in:.1f} s, settled once"
@@ -106,18 +91,18 @@ async def test_a_reorg_below_the_confirmation_depth_is_followed_and_settles(
     async with private_daemon(
         tmp_path, admin_database_url, resend_after_s=1.0, confirmations=confirmations
     ) as (d, anvil):
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
-        job = await _until(d, body, {"mined"})
+        job = await wait_for_job(d, body, {"mined"})
         tx_hash = "0x" + bytes(job["tx_hash"]).hex()
         for _ in range(depth - 1):
             anvil.mine()  # bury it, still below the depth
         await asyncio.sleep(0.3)
-        assert (await _job(d, body))["state"] == "mined"  # not deep enough: not settled
+        assert (await job_row(d, body))["state"] == "mined"  # not deep enough: not settled
         anvil.rpc("anvil_reorg", depth, [])  # the block with it is gone
         started = time.monotonic()
-        await _until(d, body, {"submitted", "mined"})
-        while _on_chain(anvil, tx_hash) is None:  # re-sent, and mined again by automine
+        await wait_for_job(d, body, {"submitted", "mined"})
+        while on_chain(anvil, tx_hash) is None:  # re-sent, and mined again by automine
             await asyncio.sleep(0.05)
         assert not answer.done()  # nothing answered while the chain did not hold it deep enough
         for _ in range(confirmations - 1):
@@ -125,7 +110,7 @@ async def test_a_reorg_below_the_confirmation_depth_is_followed_and_settles(
         status, result = await answer
         took = time.monotonic() - started
         assert (status, result["status"], result["transactionHash"]) == (200, "settled", tx_hash), result
-        assert await _retirements(d, tx_hash) == 1
+        assert await retirements_of(d, tx_hash) == 1
         assert d.runtime.metrics.reorgs._value.get() >= 1
         print(
             f"\nreorg depth {depth} below the depth ({confirmations}): followed, settled once in {took:.1f} s"
@@ -141,14 +126,6 @@ async def _until_indexed(d: Daemon, number: int, timeout_s: float = 10.0) -> Non
     while d.runtime.metrics.indexed_block._value.get() < number or catalogue._value.get() < number:
         assert time.monotonic() < deadline, "the follower or the catalogue indexer did not index the head"
         await asyncio.sleep(0.02)
-
-
-def _halted(d: Daemon) -> float:
-    """The follower's ``relayer_deep_reorg`` gauge."""
-    value: float = d.runtime.metrics.deep_reorg.labels(
-        str(d.runtime.settings.chain_id), "follower"
-    )._value.get()
-    return value
 
 
 def _sends(d: Daemon) -> int:
@@ -171,40 +148,40 @@ async def test_a_reorg_deeper_than_the_window_after_indexing_halts_the_follower_
         d,
         anvil,
     ):
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         status, first = await d.post(body)
         assert (status, first["status"]) == (200, "settled"), first
         tx_hash = first["transactionHash"]
-        mined_in = _on_chain(anvil, tx_hash)
-        assert mined_in is not None and await _retirements(d, tx_hash) == 1
+        mined_in = on_chain(anvil, tx_hash)
+        assert mined_in is not None and await retirements_of(d, tx_hash) == 1
         for _ in range(depth - 1):
             anvil.mine()  # bury it: the reorg takes `depth` blocks, the transaction's included
         await _until_indexed(d, mined_in + depth - 1)  # the follower saw the old chain's head
         sends = _sends(d)
         with caplog.at_level(logging.INFO):
             anvil.rpc("anvil_reorg", depth, [])  # deeper than the window of 1 block
-            assert _on_chain(anvil, tx_hash) is None
+            assert on_chain(anvil, tx_hash) is None
             deadline = time.monotonic() + 10
-            while _halted(d) != 1.0:
+            while halted(d) != 1.0:
                 assert time.monotonic() < deadline, "the follower did not halt"
                 await asyncio.sleep(0.05)
             await asyncio.sleep(3.0)  # a few resend periods: still nothing sent
             undone = [r for r in caplog.records if "reorg: undid" in r.getMessage()]
             halts = [r for r in caplog.records if r.getMessage().startswith("deep reorg: the follower halts")]
-            job = await _job(d, body)
+            job = await job_row(d, body)
             print(
                 f"\nreorg depth {depth} after indexing, window 1: judged "
                 f"{[getattr(r, 'reason', '') for r in halts]}, reorgs undone {len(undone)}, "
                 f"jobs rewound {sum(int(getattr(r, 'jobs', 0)) for r in undone)}, job {job['state']}, "
-                f"retirements {await _retirements(d, tx_hash)}, sends {_sends(d) - sends}"
+                f"retirements {await retirements_of(d, tx_hash)}, sends {_sends(d) - sends}"
             )
             assert undone == [], "nothing settled is rewound"
             assert len(halts) == 1, [r.getMessage() for r in halts]
             assert f"a reorg of {depth} blocks" in halts[0].reason
-            assert job["state"] == "indexed" and await _retirements(d, tx_hash) == 1
+            assert job["state"] == "indexed" and await retirements_of(d, tx_hash) == 1
             status, again = await d.post(body)
             assert (status, again["status"], again["transactionHash"]) == (200, "settled", tx_hash), again
             assert d.runtime.metrics.reorgs._value.get() == 0
             assert _sends(d) == sends, "the lanes halt: nothing is re-sent"
             assert tx_hash not in anvil.pool()
-            assert _halted(d) == 1.0
+            assert halted(d) == 1.0

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_lane import _job, _signed, _until
-from tests.integration.test_reorg import _halted, _on_chain, _retirements
+from tests.helpers.jobs import job_row, wait_for_job
+from tests.helpers.relay import signed_retirement
+from tests.helpers.reorgs import halted, on_chain, retirements_of
 from tests.private import Anvil, private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -92,35 +93,35 @@ async def test_at_200_ms_blocks_a_reorg_within_the_window_is_undone_exactly_once
     ):
         policy = d.runtime.settings.confirmation_policy()
         assert (policy.depth, policy.memory_blocks, d.runtime.settings.poll_interval_s()) == (WINDOW, 80, 0.1)
-        body = await _signed(d, 0)
+        body = await signed_retirement(d, 0)
         miner.bury = depth
         answer = asyncio.create_task(d.post(body))
         await asyncio.wait_for(miner.held.wait(), 30)
-        job = await _until(d, body, {"mined"})
+        job = await wait_for_job(d, body, {"mined"})
         tx_hash = "0x" + bytes(job["tx_hash"]).hex()
-        mined_in = _on_chain(anvil, tx_hash)
+        mined_in = on_chain(anvil, tx_hash)
         assert mined_in == miner.buried_in
         await asyncio.sleep(0.5)  # the follower sees the held head
-        assert (await _job(d, body))["state"] == "mined" and not answer.done(), "not deep enough"
+        assert (await job_row(d, body))["state"] == "mined" and not answer.done(), "not deep enough"
         with caplog.at_level(logging.INFO):
             anvil.rpc("anvil_reorg", depth, [])  # the block with it, and those over it, are gone
-            assert _on_chain(anvil, tx_hash) is None
+            assert on_chain(anvil, tx_hash) is None
             miner.resume()
             started = time.monotonic()
-            await _until(d, body, {"submitted"})
+            await wait_for_job(d, body, {"submitted"})
             assert not answer.done()
             status, result = await answer
             took = time.monotonic() - started
             head = int(anvil.rpc("eth_blockNumber"), 16)
-            again_in = _on_chain(anvil, tx_hash)
+            again_in = on_chain(anvil, tx_hash)
             undone = [
                 r for r in caplog.records if r.name.endswith("follower") and "reorg: undid" in r.getMessage()
             ]
         assert (status, result["status"], result["transactionHash"]) == (200, "settled", tx_hash), result
         assert again_in is not None and head - again_in + 1 >= WINDOW, "settled only 40 blocks deep"
         assert [(r.ancestor, r.jobs) for r in undone] == [(mined_in - 1, 1)], "undone exactly once"  # type: ignore[attr-defined]
-        assert await _retirements(d, tx_hash) == 1
-        assert _halted(d) == 0.0
+        assert await retirements_of(d, tx_hash) == 1
+        assert halted(d) == 0.0
         print(
             f"\n200 ms blocks, reorg depth {depth}, window {WINDOW} blocks ({CONFIRMATION_S} s): "
             f"undone once, settled once {took:.1f} s after the reorg, {head - again_in + 1} blocks deep"

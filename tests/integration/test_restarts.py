@@ -17,7 +17,8 @@ import pytest
 
 from relayer_dev import devdb
 from tests.conftest import Daemon, free_port
-from tests.integration.test_lane import _signed, _until
+from tests.helpers.jobs import wait_for_job
+from tests.helpers.relay import signed_retirement
 from tests.private import Anvil, daemon_settings, private_chain, serving
 from tests.tcp_proxy import TcpProxy
 
@@ -52,11 +53,11 @@ async def test_the_rpc_node_down_for_30_s_loses_nothing(tmp_path: Path, admin_da
         try:
             async with serving(settings, info) as d:
                 anvil.automine(False)
-                bodies = [await _signed(d, i % 3) for i in range(5)]
-                during = await _signed(d, 0)  # posted while the node is away
+                bodies = [await signed_retirement(d, i % 3) for i in range(5)]
+                during = await signed_retirement(d, 0)  # posted while the node is away
                 answers = [asyncio.create_task(d.post(b)) for b in bodies]
                 for body in bodies:
-                    await _until(d, body, {"submitted"})
+                    await wait_for_job(d, body, {"submitted"})
                 await proxy.cut()
                 probes: list[tuple[int, dict[str, Any]]] = [await d.post(during)]
                 started = time.monotonic()
@@ -69,7 +70,7 @@ async def test_the_rpc_node_down_for_30_s_loses_nothing(tmp_path: Path, admin_da
                 anvil.mine()
                 back = time.monotonic()
                 for body in bodies:
-                    await _until(d, body, {"indexed"})
+                    await wait_for_job(d, body, {"indexed"})
                 took = time.monotonic() - back
                 first = await asyncio.gather(*answers)
                 assert all(s in (200, 202) for s, _ in first), first  # settled, or still on its way
@@ -104,13 +105,13 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
             anvil = Anvil(info["rpcUrl"])
             anvil.automine(False)
             # In flight: recorded, signed and sent, waiting for a block when Postgres goes.
-            bodies = [await _signed(daemons[i % 2], i % 3) for i in range(20)]
+            bodies = [await signed_retirement(daemons[i % 2], i % 3) for i in range(20)]
             answers = [asyncio.create_task(daemons[i % 2].post(x)) for i, x in enumerate(bodies)]
             for body in bodies:
-                await _until(a, body, {"submitted"})
+                await wait_for_job(a, body, {"submitted"})
             # Mid-load: posted while the server restarts.
-            during = [await _signed(daemons[i % 2], i % 3) for i in range(10)]
-            fresh = [await _signed(daemons[i % 2], i % 3) for i in range(10)]  # once it is back
+            during = [await signed_retirement(daemons[i % 2], i % 3) for i in range(10)]
+            fresh = [await signed_retirement(daemons[i % 2], i % 3) for i in range(10)]  # once it is back
             epoch = await _epoch(a)
             started = time.monotonic()
             restart = asyncio.create_task(asyncio.to_thread(devdb.restart_private_cluster, cluster))
@@ -135,7 +136,7 @@ async def test_postgres_restarted_under_two_daemons_splits_no_lease_and_resumes_
             for d in daemons:
                 assert d.runtime.notifications.reconnects >= 1  # LISTEN re-opened, no restart
                 assert d.internal_errors() == 0
-            status, after = await a.post(await _signed(a, 0))  # a new request, after the restart
+            status, after = await a.post(await signed_retirement(a, 0))  # a new request, after the restart
             assert (status, after["status"]) == (200, "settled"), after
             await _exactly_once(a, [*bodies, *during, *fresh])
             # The restart ended the lease session: it was taken again under a new epoch, by
@@ -167,10 +168,10 @@ async def test_requests_in_flight_ride_out_a_3_s_database_outage(
         try:
             async with serving(daemon_settings(info, via_proxy, free_port(), resend_after_s=1.0), info) as d:
                 anvil.automine(False)
-                bodies = [await _signed(d, i % 3) for i in range(6)]
+                bodies = [await signed_retirement(d, i % 3) for i in range(6)]
                 answers = [asyncio.create_task(d.post(b)) for b in bodies]
                 for body in bodies:
-                    await _until(d, body, {"submitted"})
+                    await wait_for_job(d, body, {"submitted"})
                 await proxy.cut()
                 await asyncio.sleep(3)  # every waiter re-reads its job at least twice meanwhile
                 await proxy.start()

@@ -19,29 +19,12 @@ from relayer.chain.multicall import MULTICALL3
 from relayer.chain.prober import runtime_code
 from relayer.chain.reads import ETH_BALANCE_MAX_AGE_S
 from tests.chain_helpers import transact_as_deployer
-from tests.conftest import Daemon, free_port
-from tests.integration.test_relay import challenge, signed_request
-from tests.private import Anvil, daemon_settings, private_chain, serving
-from tests.processes import RpcProxy
+from tests.conftest import Daemon
+from tests.helpers.daemons import behind_proxy
+from tests.helpers.relay import challenge, signed_request
+from tests.private import Anvil
 
 _OPERATOR_FEE_SELECTOR = codec.function("GasPriceOracleDev", "getOperatorFee").selector.hex()
-
-
-@asynccontextmanager
-async def _behind_proxy(
-    tmp_path: Path, admin_database_url: str, workers: bool, **overrides: Any
-) -> AsyncIterator[tuple[dict[str, Any], RpcProxy, Daemon]]:
-    """A private chain, a JSON-RPC proxy counting the calls to it, and a daemon in this
-    process reading the chain through the proxy (its workers only when ``workers``; its
-    settings with ``overrides``)."""
-    async with (
-        private_chain(tmp_path, admin_database_url) as (info, dsn),
-        RpcProxy(info["rpcUrl"]) as proxy,
-        serving(
-            daemon_settings(info, dsn, free_port(), rpc_url=proxy.url, **overrides), info, workers=workers
-        ) as d,
-    ):
-        yield info, proxy, d
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +43,7 @@ async def test_balances_asked_together_share_one_eth_call_at_the_block_they_were
     """The payers' balances at the latest block are read in one Multicall3 ``eth_call``
     (placed by state override: the devnet has no Multicall3), each with the number of the
     block it was read at; the amounts are the token's own ``balanceOf``."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         usdc = info["contracts"]["usdc"]
         owners = [p["address"] for p in info["payers"]] + [Account.create().address for _ in range(5)]
@@ -85,7 +68,7 @@ async def test_a_payers_balance_at_accept_shares_the_blocks_eth_call_with_its_pe
 ) -> None:
     """At a new head, the balances read at accept and the block's per-head reads (here the
     carbon classes) go in one Multicall3 ``eth_call`` at the latest block, not one each."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         usdc, payer = info["contracts"]["usdc"], info["payers"][0]["address"]
         await asyncio.gather(reads.balance_latest(usdc, payer), reads.classes())  # warm
@@ -103,7 +86,7 @@ async def test_readers_of_a_credit_not_yet_known_share_one_eth_call(
 ) -> None:
     """A burst of requests for a credit (its metadata, cached for good once read) reads it once,
     not once each (45 ``creditInfo`` calls for the first 300 retirements of the benchmark)."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         token_id = info["credits"][2]["tokenId"]
         proxy.calls.clear()
@@ -148,7 +131,7 @@ async def test_a_job_is_executed_again_before_signing_only_when_a_block_came_sin
     changed on chain and that execution would repeat the simulation; after a new block it is
     made (griefing protection: the payer may have moved its funds meanwhile), in one
     ``eth_call`` of the batch prober placed at the executor's address by state override."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
         payer = info["payers"][0]
         first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
                                                         inputToken="USDC"), payer["privateKey"])
@@ -185,7 +168,7 @@ async def test_a_job_signed_in_the_block_it_was_reserved_at_is_read_again_only_f
     ``eth_blockNumber``, no state read (balances, listings, classes), no database read of
     the payer's signed jobs or the supply's jobs ahead, no execution. After a new block the
     job is checked again in full: the state read once, its execution made."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
         payer = info["payers"][0]
         first, second = [signed_request(await challenge(d, payer, carbonClass="RE", amount="0.01",
                                                         inputToken="USDC"), payer["privateKey"])
@@ -243,7 +226,7 @@ async def test_the_re_checks_reads_go_out_with_its_executions_at_the_block_asked
     under load), where the state's read went first and named the block of the rest. Here
     the state's and the database's reads wait until the execution has begun: one after the
     other, they would wait in vain."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (info, _proxy, d):
         payer = info["payers"][0]
         body = signed_request(
             await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]
@@ -301,7 +284,7 @@ async def test_a_blocks_per_head_reads_share_one_eth_call_and_a_new_head_reads_t
     (read ahead, before any is asked; the operator fees with them: the gas limits of a block's
     jobs, nearly each its own, share a few rounded ones), with the same answers as one call
     each."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         gas = d.runtime.services.relay.simulator.gas
         node = reads.node
@@ -371,7 +354,7 @@ async def test_the_operator_fee_is_the_oracles_at_the_gas_limit_rounded_up_to_16
     """The operator fee a plan prices in is the oracle's ``getOperatorFee`` at the gas limit
     rounded up to a multiple of 16,384 gas: never below the gas limit's own fee, above it by
     at most the fee of 16,383 gas, and the gas limits within one step share one read."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         costs = d.runtime.services.relay.simulator.gas.costs
         node = d.runtime.services.supply.chain.node
         node.read_ttl_s = node.head_every_s = 3600.0  # per head only, for the count
@@ -401,7 +384,7 @@ async def test_the_recheck_reads_its_balances_listings_and_classes_in_one_eth_ca
     jobs fill, the classes) is one Multicall3 ``eth_call`` at the latest block, which also
     gives that block's number (no ``eth_blockNumber``); the figures are the contracts' own,
     and a listing that does not exist is None (not a failure of the others)."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=False) as (info, proxy, d):
         reads = d.runtime.services.supply.chain
         usdc = info["contracts"]["usdc"]
         owners = [p["address"] for p in info["payers"]] + [Account.create().address]
@@ -486,7 +469,7 @@ async def test_an_idle_daemon_reads_the_head_a_few_times_a_block_for_the_whole_p
     ``eth_getLogs``) and the confirmed block's hash from that head, not again; the executor's
     balance at most once every ``ETH_BALANCE_MAX_AGE_S``."""
     async with (
-        _behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d),
+        behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d),
         _mining(info) as mined,
     ):
         await asyncio.sleep(1.0)  # the workers started and follow the mined blocks
@@ -516,7 +499,7 @@ async def test_with_work_the_daemon_reads_the_head_a_few_times_a_block_and_fees_
     share it), the fee history at most once a head, the executor's balance (the accept
     path's and the lanes' floor check) at most once every ``ETH_BALANCE_MAX_AGE_S``, and each
     new confirmed block's logs once; every retirement settles."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True, **AT_BLOCK_TIME) as (info, proxy, d):
         bodies = [
             signed_request(
                 await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"),
@@ -548,7 +531,7 @@ async def test_the_followers_logs_of_a_range_are_read_beside_its_receipts_and_co
     starts, beside the scan of the head's receipts and the confirmation of the jobs mined
     (issue 20: a block's answers waited for the scan, the confirmation, then the logs' read,
     then the index, one after the other); the index takes that read (one ``eth_getLogs``)."""
-    async with _behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
+    async with behind_proxy(tmp_path, admin_database_url, workers=True) as (info, proxy, d):
         payer = info["payers"][0]
         body = signed_request(
             await challenge(d, payer, carbonClass="RE", amount="0.01", inputToken="USDC"), payer["privateKey"]

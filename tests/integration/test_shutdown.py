@@ -36,7 +36,8 @@ from relayer.store.retirements import RetirementStore
 from relayer_dev import devdb
 from tests.exactly_once import assert_settled_exactly_once
 from tests.helpers import stacks
-from tests.integration.test_processes import Client, _signed
+from tests.helpers.jobs import new_job
+from tests.helpers.relay import ProcessClient, signed_retirement
 from tests.private import Anvil, private_chain
 from tests.processes import DaemonProcess, daemon_env
 
@@ -164,8 +165,8 @@ async def test_sigterm_under_load_answers_what_is_in_flight_and_the_next_process
             async with session.get(f"{worker.ops_base}/readyz") as r:
                 assert (r.status, await r.json()) == (200, {"status": "ready"})
 
-            client = Client(session, api.base, info)
-            bodies = [await _signed(client, i % 3) for i in range(RETIREMENTS)]
+            client = ProcessClient(session, api.base, info)
+            bodies = [await signed_retirement(client, i % 3) for i in range(RETIREMENTS)]
             anvil.rpc("evm_setIntervalMining", 1)  # a block a second: relays wait for theirs
             sem = asyncio.Semaphore(CONCURRENCY)
 
@@ -278,23 +279,8 @@ async def _epoch_is(db: Database, epoch: int) -> bool:
 
 
 def _orphan(salt: bytes, chain_id: int = 98) -> NewJob:
-    return NewJob(
-        chain_id=chain_id,
-        bound_nonce=b"orphan" + salt,
-        permit_key=None,
-        salt=salt,
-        scheme="eip3009",
-        payer="0xpayer",
-        input_token="0xusdc",
-        auth_value=1,
-        auth_expires_at=2**40,
-        gas_allowance=0,
-        request_hash=b"h",
-        settlement="0xsettlement",
-        call_data=b"",
-        summary={},
-        quote_total=0,
-    )
+    """A job reserved on ``chain_id`` (98: a chain no worker serves) that nothing moves: an orphan."""
+    return new_job(salt, tag=b"orphan", chain_id=chain_id)
 
 
 async def test_on_stop_taken_orphans_are_handed_back_and_waiting_relays_answer_at_once(

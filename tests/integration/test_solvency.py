@@ -18,7 +18,7 @@ from relayer.ops import ledger_summary
 from relayer.store.orders import Orders, Quote
 from relayer.workers.sweeper import SWEEP_EVERY_S
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, sign, signed_request
+from tests.helpers.relay import challenge, sign, signed_request
 from tests.private import private_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -20,6 +20,7 @@ from relayer.logs import request_scope
 from relayer.store.pool import Database, StoreUnavailable
 from relayer.store.relay_jobs import NewJob
 from tests.conftest import Daemon
+from tests.helpers.jobs import new_job
 
 pytestmark = pytest.mark.integration
 
@@ -44,23 +45,8 @@ async def _changed(notifications: Any, job_id: int, timeout_s: float) -> None:
 
 
 def _job(salt: bytes) -> NewJob:
-    return NewJob(
-        chain_id=98,  # a chain no worker serves, so only this test moves these jobs
-        bound_nonce=b"notify" + salt,
-        permit_key=None,
-        salt=salt,
-        scheme="eip3009",
-        payer="0xpayer",
-        input_token="0xusdc",
-        auth_value=1,
-        auth_expires_at=2**40,
-        gas_allowance=0,
-        request_hash=b"h",
-        settlement="0xsettlement",
-        call_data=b"",
-        summary={},
-        quote_total=0,
-    )
+    """A job on chain 98 (a chain no worker serves, so only this test moves these jobs)."""
+    return new_job(salt, tag=b"notify")
 
 
 async def test_every_state_change_wakes_the_waiters_of_its_job(daemon: Daemon) -> None:

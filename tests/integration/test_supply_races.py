@@ -26,7 +26,7 @@ from relayer.store.relay_jobs import Job
 from relayer_dev.deploy import TREASURY_KEY
 from tests.chain_helpers import transact_as, transact_as_deployer
 from tests.conftest import Daemon, free_port
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 from tests.private import daemon_settings, private_chain, private_daemon, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -35,7 +35,7 @@ from relayer.service.relay import Relay
 from relayer.store.relay_jobs import Job
 from tests.chain_helpers import eth_balance, token_balance
 from tests.conftest import Daemon
-from tests.integration.test_relay import challenge, signed_request
+from tests.helpers.relay import challenge, signed_request
 
 pytestmark = pytest.mark.integration
 

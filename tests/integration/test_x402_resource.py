@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -41,17 +40,8 @@ from tests.helpers.x402 import (
     usdc,
     wait_state,
 )
-from tests.private import private_chain
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-async def chain_and_db(
-    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
-) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    async with private_chain(tmp_path_factory.mktemp("x402res"), admin_database_url) as made:
-        yield made
 
 
 async def ledger_entry(d: Daemon, payment_id: str) -> dict[str, Any]:

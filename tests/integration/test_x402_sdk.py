@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -57,6 +56,7 @@ from relayer.domain.chains import usdc_domain_name
 from relayer_dev.facilitator import create_facilitator_key
 from tests.chain_helpers import token_balance, transact_as_deployer
 from tests.conftest import ROOT, Daemon, free_port
+from tests.helpers.docs import x402_sdk_examples
 from tests.private import Anvil
 
 pytestmark = pytest.mark.integration
@@ -405,16 +405,6 @@ async def test_settlement_pending_and_the_sdks_one_retry(daemon: Daemon, api_key
     assert await transfers_of(daemon, settled.transaction) == (1, 1)
 
 
-def readme_examples() -> tuple[str, str, str]:
-    """The three Python examples of docs/x402.md, "With the official SDKs": server, client,
-    and the client paying the retirement endpoint (run by test_x402_sdk_retire.py)."""
-    text = (ROOT / "docs" / "x402.md").read_text()
-    section = text.split("\n## With the official SDKs\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 3, blocks
-    return blocks[0], blocks[1], blocks[2]
-
-
 async def wait_for_port(port: int, server: asyncio.subprocess.Process) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and server.returncode is None:
@@ -431,7 +421,7 @@ async def test_readme_examples_run(daemon: Daemon, api_key: str, tmp_path: Path)
     """The documented resource server and client (docs/x402.md), as written, against a devnet.json naming the
     test daemon (its facilitator URL and a key) and a fresh payer: the client prints 200 and
     a successful PAYMENT-RESPONSE, and the seller is paid 0.01 USDC."""
-    server_code, client_code, _ = readme_examples()
+    server_code, client_code, _ = x402_sdk_examples()
     port = free_port()
     payer = await asyncio.to_thread(fresh_payer, daemon)
     seller = Account.create().address

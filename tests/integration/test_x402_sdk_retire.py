@@ -48,21 +48,13 @@ from x402.schemas import PaymentCreatedContext, PaymentPayload, PaymentRequired,
 from relayer_dev.settings import dev_settings
 from tests.chain_helpers import token_balance
 from tests.conftest import ROOT, Daemon, free_port
-from tests.integration.test_x402_sdk import readme_examples
-from tests.private import daemon_settings, private_chain, serving
+from tests.helpers.docs import x402_sdk_examples
+from tests.private import daemon_settings, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 CAP = "50000000"  # 50 USDC: the most the clients pay per request (a retirement costs a few)
 TS_CLIENT = ROOT / "tests" / "x402_ts_client.mjs"
-
-
-@pytest.fixture(scope="module")
-async def chain_and_db(
-    tmp_path_factory: pytest.TempPathFactory, admin_database_url: str
-) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    async with private_chain(tmp_path_factory.mktemp("x402sdkretire"), admin_database_url) as made:
-        yield made
 
 
 @contextlib.asynccontextmanager
@@ -365,7 +357,7 @@ async def test_readme_example_pays_the_retirement(resource: Daemon, tmp_path: Pa
     ``.devdata/devnet.json`` has only fields ``make devnet`` writes (pointing at this daemon):
     it prints 200, the retirement's status and hash, and a successful PAYMENT-RESPONSE."""
     d = resource
-    *_, code = readme_examples()
+    *_, code = x402_sdk_examples()
     payer = payer_of(d.chain, 1)  # the example's payer
     written = {k: d.chain[k] for k in ("chainId", "payers", "carbonClasses", "contracts", "treasury")}
     devnet = {**written, "usdc": d.chain["contracts"]["usdc"], "x402BaseUrl": d.api}

@@ -13,25 +13,9 @@ from relayer.chain.types import Contracts
 from relayer.domain.errors import Unavailable
 from relayer.service.market.snapshot import REFRESH_S, STALE_LIMIT_S, CatalogueSnapshots, IndexedChain
 from relayer.service.project_records import ProjectRecords
+from tests.helpers.records import project_record
 
 ADDRESS = "0x" + "11" * 20
-RECORD = {
-    "key": "VCS-10",
-    "registry": "VCS",
-    "projectID": "10",
-    "name": "BAESA Project",
-    "country": "Brazil",
-    "region": "",
-    "methodologies": [],
-    "category": "Renewable Energy",
-    "vintages": [],
-    "latitude": None,
-    "longitude": None,
-    "url": "",
-    "sdgs": [],
-    "description": "",
-    "source": "test",
-}
 
 
 class Down(Unavailable):
@@ -54,7 +38,7 @@ class FakeStore:
     async def projects(self) -> list[Any]:
         from relayer.store.catalogue import ProjectRow
 
-        return [ProjectRow(RECORD, 1)]
+        return [ProjectRow(project_record(), 1)]
 
     async def credits(self) -> list[Any]:
         return []

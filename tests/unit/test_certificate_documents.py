@@ -9,7 +9,6 @@ import dataclasses
 import io
 import re
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from pypdf import PdfReader
@@ -28,38 +27,11 @@ from relayer.service.documents import (
     utc_iso,
 )
 from tests.browser import read_dom
+from tests.helpers.certificates import EXPECTED_FIELDS, HOSTILE_IMG, RID, TIMESTAMP, TX, view
 
-TX = "0x" + "3f" * 32
-RID = f"84532-{TX}-0"
-TIMESTAMP = 1_714_564_800  # 2024-05-01T12:00:00Z
-HOSTILE_IMG = "<img src=x onerror=alert(1)>"
 # What Windows-1252 has beyond Latin-1 (ellipsis, euro, trade mark, S and z caron, per mille,
 # bullet, curly double and single quotes, en and em dash): the PDF keeps them.
 WINDOWS_1252_EXTRAS = "\u2026 \u20ac \u2122 \u0160 \u017e \u2030 \u2022 \u201c\u201d\u2018\u2019 \u2013\u2014"
-
-
-def view(**changes: Any) -> CertificateView:
-    """A plausible retirement, with ``changes`` applied."""
-    base = CertificateView(
-        retirement_id=RID,
-        chain_id=84532,
-        chain_name="Base Sepolia",
-        transaction_hash=TX,
-        retirement_index=0,
-        beneficiary_name="Alice Müller",
-        beneficiary_address="0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
-        retiring_address="0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
-        retiring_name="Acme Travel",
-        message="Offsetting our 2024 flights",
-        amount_tonnes="1.5",
-        project_key="VCS-10",
-        project_name="Kariba REDD+",
-        vintage="2019",
-        registry="VCS",
-        timestamp=TIMESTAMP,
-        verify_url=f"http://127.0.0.1:8402/retirements/{RID}",
-    )
-    return dataclasses.replace(base, **changes)
 
 
 def pdf_pages(data: bytes) -> list[str]:
@@ -264,27 +236,6 @@ def test_pdf_timestamp_out_of_range_does_not_raise() -> None:
 
 
 # --- the HTML --------------------------------------------------------------------------------
-
-EXPECTED_FIELDS = {
-    "beneficiary_name": "Alice Müller",
-    "beneficiary_address": "0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
-    "amount_tonnes": "1.5",
-    "project": "VCS-10 — Kariba REDD+",
-    "project_key": "VCS-10",
-    "project_name": "Kariba REDD+",
-    "vintage": "2019",
-    "registry": "VCS",
-    "transaction_hash": TX,
-    "retirement_id": RID,
-    "chain": "Base Sepolia (chain id 84532)",
-    "chain_name": "Base Sepolia",
-    "chain_id": "84532",
-    "timestamp": "2024-05-01T12:00:00Z",
-    "message": "Offsetting our 2024 flights",
-    "retiring_name": "Acme Travel",
-    "retiring_address": "0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
-    "verify_url": f"http://127.0.0.1:8402/retirements/{RID}",
-}
 
 
 def test_html_shows_every_field_once() -> None:

@@ -13,14 +13,13 @@ import pytest
 
 from relayer.config import Settings, env_name
 from relayer_dev import config_doc
+from tests.helpers.docs import FENCE, anchors, slug
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 LINK: Final = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 """An inline Markdown link or image: ``[text](target "title")``; group 1 the target."""
 REFERENCE: Final = re.compile(r"^\s{0,3}\[[^\]]+\]:\s+<?(\S+?)>?(?:\s|$)", re.M)
-FENCE: Final = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
 INLINE_CODE: Final = re.compile(r"`[^`\n]*`")
-HEADING: Final = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 EXTERNAL: Final = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
@@ -38,26 +37,6 @@ def links(text: str) -> list[str]:
     """The link targets of a Markdown text, outside code."""
     prose = _prose(text)
     return LINK.findall(prose) + REFERENCE.findall(prose)
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, markup and punctuation dropped (word
-    characters, hyphens and spaces kept), spaces as hyphens."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
-    text = re.sub(r"[^\w\- ]", "", text.lower())
-    return text.replace(" ", "-")
-
-
-def anchors(text: str) -> set[str]:
-    """Every heading anchor of a Markdown text (a repeated one as ``x``, ``x-1``, …)."""
-    seen: dict[str, int] = {}
-    found = set()
-    for heading in HEADING.findall(FENCE.sub("", text)):
-        base = slug(heading)
-        count = seen.get(base, 0)
-        seen[base] = count + 1
-        found.add(base if count == 0 else f"{base}-{count}")
-    return found
 
 
 def broken_links(path: Path, root: Path = ROOT) -> list[str]:

@@ -9,7 +9,6 @@ import inspect
 import json
 import pkgutil
 import re
-from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
@@ -18,63 +17,22 @@ import pytest
 import relayer
 from relayer.api.errors import BODIES, error_body, marketplace_body, status_of, x402_body
 from relayer.domain.errors import REGISTRY, X402_FACILITATOR_VERSION, X402_REGISTRY, Rejection, RelayerError
+from tests.helpers.spec import SPEC, SPEC_ERRORS, SpecRow, section, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 # The specs are vendored in docs/spec/ so a clone alone can run the suite; when the shared
 # folder sits beside the clone (as in CI), test_vendored_specs_match_shared checks the copy.
-SPEC = ROOT / "docs" / "spec" / "x402-retirement-endpoint.md"
 SHARED_SPEC_DIR = ROOT.parent / "shared" / "spec"
 RELAYER = Path(__file__).resolve().parents[2] / "relayer"
 
-_CODE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class SpecRow:
-    code: str
-    http_status: int
-    group: str
-    retryable: bool
-
-
-def _section(text: str, title: str) -> str:
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
-
-
-def _table_rows(section: str) -> list[list[str]]:
-    rows = []
-    for line in section.splitlines():
-        line = line.strip()
-        if line.startswith("|") and line.endswith("|") and not set(line) <= set("|- "):
-            rows.append([cell.strip() for cell in line[1:-1].split("|")])
-    return rows
-
-
-def _spec_errors() -> dict[str, SpecRow]:
-    rows = _table_rows(_section(SPEC.read_text(encoding="utf-8"), "Errors"))
-    out: dict[str, SpecRow] = {}
-    for cells in rows:
-        if len(cells) != 5 or not _CODE.match(cells[0]) or cells[1] == "HTTP":
-            continue
-        code, status, group, retryable, _meaning = cells
-        assert retryable in ("yes", "no"), cells
-        assert code not in out, f"duplicate code in spec table: {code}"
-        out[code] = SpecRow(code, int(status), group, retryable == "yes")
-    return out
-
 
 def _spec_action_codes() -> dict[str, set[str]]:
-    rows = _table_rows(_section(SPEC.read_text(encoding="utf-8"), "Errors"))
+    rows = table_rows(section(SPEC.read_text(encoding="utf-8"), "Errors"))
     out: dict[str, set[str]] = {}
     for cells in rows:
         if len(cells) == 2 and cells[0] != "Action":
             out[cells[0]] = {c for c in re.findall(r"[a-z][a-z0-9_]+", cells[1]) if "_" in c}
     return out
-
-
-SPEC_ERRORS = _spec_errors()
 
 
 def test_spec_table_was_parsed() -> None:

@@ -5,7 +5,6 @@ left out, and x402 discover's filters reading the same records (pure logic: a fa
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any, cast
 
 import pytest
@@ -13,24 +12,7 @@ import pytest
 from relayer.domain.errors import Unavailable
 from relayer.service.project_records import ProjectRecords
 from relayer.store.catalogue import ProjectRow
-
-RECORD: dict[str, Any] = {
-    "key": "VCS-10",
-    "registry": "VCS",
-    "projectID": "10",
-    "name": "BAESA Project",
-    "country": "Brazil",
-    "region": "",
-    "methodologies": [],
-    "category": "Renewable Energy",
-    "vintages": [],
-    "latitude": None,
-    "longitude": None,
-    "url": "",
-    "sdgs": [],
-    "description": "",
-    "source": "test",
-}
+from tests.helpers.records import project_record
 
 
 class Down(Unavailable):
@@ -41,7 +23,7 @@ class FakeStore:
     """Stands in for CatalogueStore's two reads of the projects."""
 
     def __init__(self) -> None:
-        self.rows = [ProjectRow(copy.deepcopy(RECORD), 5)]
+        self.rows = [ProjectRow(project_record(), 5)]
         self.revision = 1
         self.versions = self.loads = 0
         self.down = False
@@ -105,6 +87,6 @@ async def test_a_failing_database_is_raised_and_asked_again() -> None:
 
 async def test_a_malformed_row_is_left_out() -> None:
     store = FakeStore()
-    store.rows.append(ProjectRow({**RECORD, "key": "VCS-11", "category": "Unknown"}, 6))
+    store.rows.append(ProjectRow(project_record(key="VCS-11", category="Unknown"), 6))
     records = await _reader(store, [0.0]).current()
     assert list(records.records) == ["VCS-10"]

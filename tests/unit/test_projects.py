@@ -29,6 +29,7 @@ from relayer.domain.projects import (
     project_resource,
     stat_tonnes,
 )
+from tests.helpers.records import project_record
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "carbon-projects.json"
@@ -46,25 +47,14 @@ LIVE = LiveFigures(
     registry_batch_token_id="0xabc-7",
 )
 
-BASE: dict[str, Any] = {
-    "key": "VCS-10",
-    "registry": "VCS",
-    "projectID": "10",
-    "name": "BAESA Project",
-    "country": "Brazil",
-    "region": "",
-    "methodologies": [
-        {"id": "ACM0002", "name": "Grid-connected electricity generation from renewable sources"}
-    ],
-    "category": "Renewable Energy",
-    "vintages": ["2014", "2012", "2013", "2012"],
-    "latitude": None,
-    "longitude": None,
-    "url": "https://registry.verra.org/app/projectDetail/VCS/10",
-    "sdgs": ["13", "3", "7"],
-    "description": "",
-    "source": "KlimaDAO/klima-subgraph@186a356:lib/projects/Projects.ts",
-}
+BASE: dict[str, Any] = project_record(
+    methodologies=[{"id": "ACM0002", "name": "Grid-connected electricity generation from renewable sources"}],
+    vintages=["2014", "2012", "2013", "2012"],
+    url="https://registry.verra.org/app/projectDetail/VCS/10",
+    sdgs=["13", "3", "7"],
+    source="KlimaDAO/klima-subgraph@186a356:lib/projects/Projects.ts",
+)
+"""VCS-10 as the catalogue's source has it (its methodology, vintages, URL and SDGs)."""
 
 
 def _raw(**changes: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from relayer.domain.verify import (
     typed_data,
     verify_authorization,
 )
+from tests.helpers.relay import mutate_request
 
 NOW = 1_800_000_000
 PAYER_KEY = "0x" + "4c" * 32
@@ -490,58 +491,13 @@ def test_permit_key_names_token_owner_and_nonce() -> None:
 # ------------------------------------------------------------------ random mutations
 
 
-def _mutate(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(body)
-    target = out if rng.random() < 0.5 else out["authPayload"]
-    key = rng.choice(sorted(target))
-    value = target[key]
-    choices: list[Any] = [
-        None,
-        0,
-        -1,
-        2**256,
-        2**256 - 1,
-        2**63,
-        "",
-        "0",
-        "²",
-        "0x",
-        "0x" + "00" * 32,
-        "0x" + "ff" * 65,
-        True,
-        [],
-        {},
-        "1e3",
-        " 1",
-        "0x" + "0" * 40,
-        1.5,
-    ]
-    if isinstance(value, str) and value:
-        i = rng.randrange(len(value))
-        choices += [
-            value[:i] + rng.choice("0123456789abcdefABCDEFxX²") + value[i + 1 :],
-            value[:i],
-            value + "0",
-        ]
-    if isinstance(value, str) and value.startswith("0x") and len(value) == 132:
-        raw = bytearray(bytes.fromhex(value[2:]))
-        raw[rng.randrange(65)] = rng.randrange(256)
-        choices.append("0x" + raw.hex())
-    replacement = rng.choice(choices)
-    if replacement is None:
-        del target[key]
-    else:
-        target[key] = replacement
-    return out
-
-
 @pytest.mark.parametrize("scheme", ["eip3009", "eip2612"])
 def test_random_mutations_end_in_a_refusal_never_an_exception(scheme: str) -> None:
     rng = random.Random(5)
     body = _body(scheme)
     outcomes: dict[str, int] = {}
     for _ in range(1_500):
-        mutated = _mutate(rng, body)
+        mutated = mutate_request(rng, body)
         try:
             request = parse_request(mutated)
         except Rejection as rej:

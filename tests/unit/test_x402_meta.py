@@ -39,7 +39,7 @@ from relayer.domain.errors import (
 from relayer.domain.schemas import ACTION_FIELDS, ACTION_REQUIRED, ACTIONS, CHOOSES_CREDIT, ActionRequest
 from relayer.domain.verify import AUTH_EXPIRY_MARGIN_S
 from relayer.metrics import Metrics
-from tests.unit.test_errors import SPEC, SPEC_ERRORS
+from tests.helpers.spec import SPEC, SPEC_ERRORS
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES_DIR = ROOT / "relayer" / "guides"
