@@ -17,6 +17,7 @@ import pytest
 from eth_account import Account
 
 from relayer.domain.lane import IN_FLIGHT_WINDOW
+from relayer.workers.chain_guard import RECHECK_S
 from relayer_dev import devnet
 from relayer_dev.deploy import deploy_and_seed
 from tests.conftest import PROJECTS, Daemon, free_port
@@ -29,9 +30,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 OLD_NONCE = 100
 """The executor's nonce on the first chain: the new chain's is 0, a gap of 100."""
-SWAPPED_FOR_S = 8.0
-"""How long the node answers the other chain: longer than the lane's patience (1 s) and
-the guard's re-check."""
+SWAPPED_FOR_S = 2 * RECHECK_S + 0.5
+"""How long the node answers the other chain once the daemon has seen it: two of the guard's
+re-checks (each finding the other chain again, one log line for all) and longer than the
+lane's patience (1 s)."""
 
 
 async def _counts(d: Daemon) -> dict[str, int]:
@@ -109,6 +111,10 @@ async def _swap_and_back(
     caplog.clear()
     with caplog.at_level(logging.INFO):
         proxy.upstream = other["rpcUrl"]  # the node is reset under the running daemon
+        deadline = time.monotonic() + 10
+        while _gauge(d, "relayer_chain_identity_mismatch") != 1.0:
+            assert time.monotonic() < deadline, "the other chain was not seen"
+            await asyncio.sleep(0.05)
         await asyncio.sleep(SWAPPED_FOR_S)
         during = await _counts(d)
         undone = [r for r in caplog.records if "reorg: undid" in r.getMessage()]
@@ -120,7 +126,7 @@ async def _swap_and_back(
         why = [r for r in caplog.records if "another chain" in r.getMessage()]
         print(
             "\nchain swapped under the daemon for "
-            f"{SWAPPED_FOR_S:.0f} s: reorgs undone {len(undone)}, jobs rewound {rewound}, "
+            f"{SWAPPED_FOR_S:.1f} s after it was seen: reorgs undone {len(undone)}, jobs rewound {rewound}, "
             f"retirements deleted {deleted}, "
             f"no-ops signed {during['noops'] - before['noops']}, sends {during['sends'] - before['sends']}, "
             f"old transactions on the new chain {replayed}; mismatch gauge {mismatch}, "

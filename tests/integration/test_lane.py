@@ -152,9 +152,7 @@ async def test_raised_base_fee_replaces_pending_transactions_and_all_settle(
 async def test_a_fee_spike_beyond_the_allowance_until_expiry_drops_the_job_and_fills_its_nonce(
     tmp_path: Path, admin_database_url: str
 ) -> None:
-    # Authorizations live 50 s; 46 s before expiry unmined means "about to expire".
-    overrides = {**FAST_LANE, "class_auth_lifetime_s": 50, "noop_before_expiry_s": 46.0}
-    async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
+    async with private_daemon(tmp_path, admin_database_url, **FAST_LANE) as (d, anvil):
         anvil.automine(False)
         body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
@@ -162,6 +160,11 @@ async def test_a_fee_spike_beyond_the_allowance_until_expiry_drops_the_job_and_f
         spike = 10 * _ceiling(d, job)
         anvil.mine(base_fee=spike)
         anvil.rpc("anvil_setNextBlockBaseFeePerGas", hex(spike))
+        # Then the authorization is about to expire: 31 s left, within the no-op's 30 s before
+        # expiry in 1 s; as time passing would leave it (expiry is judged by the job's recorded
+        # auth_expires_at against the daemon's clock, not by a block's timestamp).
+        expiry = "UPDATE relay_jobs SET auth_expires_at = $2 WHERE id = $1"
+        await d.runtime.db.execute(expiry, job["id"], int(time.time()) + 31)
         started = time.monotonic()
         deadline = time.monotonic() + 30
         while not await _txs(d, "noop") and time.monotonic() < deadline:

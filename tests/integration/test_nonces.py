@@ -42,10 +42,13 @@ def _foreign_uses(d: Daemon) -> float:
     return value
 
 
-async def _expires(d: Daemon, job: Any) -> int:
-    """When the job's authorization expires (unix seconds)."""
-    query = "SELECT auth_expires_at FROM relay_jobs WHERE id = $1"
-    expires: int = await d.runtime.db.fetchval(query, job["id"])
+async def _expire_in(d: Daemon, job: Any, seconds: int) -> int:
+    """Leave the job's authorization ``seconds`` to live, as time passing would: the daemon
+    judges expiry by the job's recorded ``auth_expires_at`` against its own clock (wall time,
+    and the database's ``now()``), never by a block's timestamp. Returns the new expiry."""
+    expires = int(time.time()) + seconds
+    query = "UPDATE relay_jobs SET auth_expires_at = $2 WHERE id = $1"
+    await d.runtime.db.execute(query, job["id"], expires)
     return expires
 
 
@@ -94,15 +97,15 @@ async def test_a_foreign_transaction_at_a_journaled_nonce_gets_the_job_signed_ag
 async def test_a_foreign_transaction_at_the_nonce_of_an_expiring_authorization_ends_the_job(
     tmp_path: Path, admin_database_url: str
 ) -> None:
-    # Authorizations live 45 s; one with less than the signing margin (20 s) left is not signed again.
-    overrides = {**HELD, "class_auth_lifetime_s": 45, "noop_before_expiry_s": 1.0}
+    # One with less than the signing margin (20 s) left is not signed again (its no-op is not
+    # due yet: 1 s before expiry).
+    overrides = {**HELD, "noop_before_expiry_s": 1.0}
     async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
         anvil.automine(False)
         body = await signed_retirement(d, 0)
         answer = asyncio.create_task(d.post(body))
         job = await wait_for_job(d, body, {"submitted"})
-        expires = await _expires(d, job)
-        await asyncio.sleep(max(0.0, expires - 19 - time.time()))  # within the margin now
+        await _expire_in(d, job, 19)  # within the margin now
         await _take_its_nonce(d, anvil, body)
         started = time.monotonic()
         status, result = await answer
@@ -167,7 +170,7 @@ async def test_a_journaled_transaction_older_than_a_day_is_still_sent_again(
 async def test_a_job_past_its_authorization_never_stays_submitted_whatever_its_age(
     tmp_path: Path, admin_database_url: str
 ) -> None:
-    overrides = {"class_auth_lifetime_s": 45, "noop_before_expiry_s": 22.0, "resend_after_s": 1.0}
+    overrides = {"noop_before_expiry_s": 22.0, "resend_after_s": 1.0}
     async with private_daemon(tmp_path, admin_database_url, **overrides) as (d, anvil):
         anvil.automine(False)
         body = await signed_retirement(d, 0)
@@ -175,7 +178,7 @@ async def test_a_job_past_its_authorization_never_stays_submitted_whatever_its_a
         job = await wait_for_job(d, body, {"submitted"})
         await d.runtime.db.execute(BACKDATE, job["id"])
         anvil.rpc("anvil_dropTransaction", "0x" + bytes(job["tx_hash"]).hex())
-        expires = await _expires(d, job)
+        expires = await _expire_in(d, job, 24)  # its no-op is due in 2 s (22 s before expiry)
         deadline = expires + 5
         noop = None
         while noop is None:

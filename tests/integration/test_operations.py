@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from relayer.api.http import RateLimit, build_app
+from relayer.workers.gauges import GAUGE_INTERVAL_S
 from tests.conftest import Daemon, free_port
 from tests.helpers.relay import ProcessClient, challenge, signed_request, signed_retirement
 from tests.private import private_chain
@@ -114,14 +116,6 @@ async def test_every_operator_metric_family_has_samples(daemon: Daemon) -> None:
     ch = await challenge(daemon, payer, carbonClass="RE", amount="0.01", inputToken="USDC")
     status, settled = await daemon.post(signed_request(ch, payer["privateKey"]))
     assert (status, settled["status"]) == (200, "settled"), settled
-    await asyncio.sleep(5.5)  # one refresh of the gauges
-    async with daemon.session.get(f"{daemon.base_url}/metrics") as r:
-        text = await r.text()
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name = re.split(r"[{ ]", line, maxsplit=1)[0]
-            samples[name] = max(samples.get(name, 0.0), float(line.rsplit(" ", 1)[1]))
     nonzero = [
         "relayer_http_server_requests_total",
         "relayer_http_server_request_duration_seconds_count",
@@ -140,6 +134,18 @@ async def test_every_operator_metric_family_has_samples(daemon: Daemon) -> None:
         "relayer_http_unhandled_errors_total",
         "relayer_rate_limited_total",
     ]
+    deadline = time.monotonic() + 2 * GAUGE_INTERVAL_S + 1  # until a refresh of the gauges shows it
+    while True:
+        async with daemon.session.get(f"{daemon.base_url}/metrics") as r:
+            text = await r.text()
+        samples: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name = re.split(r"[{ ]", line, maxsplit=1)[0]
+                samples[name] = max(samples.get(name, 0.0), float(line.rsplit(" ", 1)[1]))
+        if all(samples.get(n, 0) > 0 for n in nonzero) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
     assert [n for n in nonzero if samples.get(n, 0) <= 0] == [], {n: samples.get(n) for n in nonzero}
     assert [n for n in present if n not in samples] == []
     assert re.search(r'relayer_http_server_requests_total\{method="POST",route="/api",status="402"\}', text)
