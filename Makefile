@@ -128,7 +128,7 @@ lint: install ## ruff check, ruff format --check, mypy --strict, import-linter c
 
 check: install ## The inner loop: lint, then the tests that need no chain and no database (tests/unit, tests/deploy)
 	@$(MAKE) lint
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit tests/deploy $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests/unit tests/deploy $(PYTEST_ARGS)
 
 docs: install ## Regenerate the settings reference in docs/configuration.md from relayer/config.py
 	$(DEV) config-doc

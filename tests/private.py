@@ -57,15 +57,17 @@ async def private_chain(state: Path, admin_database_url: str) -> AsyncIterator[t
     description (with ``deploymentFile``) and the database URL (see
     :mod:`tests.helpers.stacks`)."""
     proc, info = stacks.start_chain(state)
-    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_fault")
-    try:
+    dsn: str | None = None
+    try:  # the node is stopped whatever fails after it started (a copy of the template too)
+        dsn = stacks.scratch_database(admin_database_url, prefix="relayer_fault")
         info["deploymentFile"] = str(state / "devnet.json")
         (state / "devnet.json").write_text(json.dumps(info))
         yield info, dsn
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+        if dsn is not None:
+            devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
 
 
 def daemon_settings(info: dict[str, Any], dsn: str, http_port: int, **overrides: Any) -> Settings:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from relayer.store.migrations import migrate
@@ -43,7 +45,7 @@ from relayer_dev.deploy import deploy_and_seed
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
 TEMPLATE_PREFIX = "relayer_tmpl"
-_RECORD = "database-template.json"
+_RECORD = "database-template-{server}.json"
 
 
 _directory: list[Path] = []
@@ -139,13 +141,28 @@ def start_chain(
     return proc, {**template["info"], "rpcUrl": url}
 
 
+def _record(directory: Path, admin_url: str) -> Path:
+    """Where the template of the server behind ``admin_url`` is recorded: one per server, as
+    a test with its own private cluster (a Postgres restart) needs its own template there."""
+    server = hashlib.sha256(admin_url.encode()).hexdigest()[:16]
+    return directory / _RECORD.format(server=server)
+
+
+def _exists(admin_url: str, name: str) -> bool:
+    """Whether database ``name`` is on the server of ``admin_url`` (a port reused by a later
+    private cluster in the same run would otherwise name a template it never had)."""
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=devdb.CONNECT_TIMEOUT_SECONDS) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+
+
 def database_template(admin_url: str) -> str:
-    """The name of this run's template database (migrated, catalogue loaded), built on first
-    use and recorded in the run's directory for :func:`drop_templates`."""
+    """The name of this run's template database on the server of ``admin_url`` (migrated,
+    catalogue loaded), built on first use and recorded in the run's directory for
+    :func:`drop_templates`."""
     directory = _current()
-    record = directory / _RECORD
+    record = _record(directory, admin_url)
     with _locked(directory):
-        if not record.exists():
+        if not record.exists() or not _exists(admin_url, json.loads(record.read_text())["name"]):
             dsn = devdb.create_scratch_database(admin_url, prefix=TEMPLATE_PREFIX)
             name = dsn.rsplit("/", 1)[1]
             tmp = record.with_suffix(".tmp")
@@ -171,9 +188,10 @@ def scratch_database(admin_url: str, prefix: str = "relayer_test") -> str:
 
 
 def drop_templates(directory: Path) -> None:
-    """Drop the run's template database, if one was built (at the end of the run)."""
-    record = directory / _RECORD
-    if record.exists():
+    """Drop the run's template databases (at the end of the run). A template on a server
+    that is gone (a test's private cluster, stopped and deleted) went with it."""
+    for record in sorted(directory.glob(_RECORD.format(server="*"))):
         made = json.loads(record.read_text())
-        devdb.drop_database(made["admin"], made["name"])
+        with contextlib.suppress(psycopg.OperationalError):
+            devdb.drop_database(made["admin"], made["name"])
         record.unlink()

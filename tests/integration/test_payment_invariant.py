@@ -258,7 +258,11 @@ async def _settled_payments(d: Daemon, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         open_ = await d.runtime.db.fetch(
-            "SELECT id, state FROM x402_payments WHERE state <> ALL($1::text[])", FINAL
+            "SELECT p.id, p.state, p.error, p.due_at, p.payload->'payload'->'authorization'->>'validBefore'"
+            " AS valid_before, extract(epoch FROM now())::bigint AS now, j.state AS job_state,"
+            " j.error AS job_error FROM x402_payments p LEFT JOIN relay_jobs j ON j.id = p.transfer_job_id"
+            " WHERE p.state <> ALL($1::text[])",
+            FINAL,
         )
         if not open_:
             return
