@@ -148,21 +148,15 @@ def _record(directory: Path, admin_url: str) -> Path:
     return directory / _RECORD.format(server=server)
 
 
-def _exists(admin_url: str, name: str) -> bool:
-    """Whether database ``name`` is on the server of ``admin_url`` (a port reused by a later
-    private cluster in the same run would otherwise name a template it never had)."""
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=devdb.CONNECT_TIMEOUT_SECONDS) as conn:
-        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
-
-
-def database_template(admin_url: str) -> str:
+def database_template(admin_url: str, *, stale: str | None = None) -> str:
     """The name of this run's template database on the server of ``admin_url`` (migrated,
     catalogue loaded), built on first use and recorded in the run's directory for
-    :func:`drop_templates`."""
+    :func:`drop_templates`; built again when the recorded one is ``stale`` (not on that
+    server)."""
     directory = _current()
     record = _record(directory, admin_url)
     with _locked(directory):
-        if not record.exists() or not _exists(admin_url, json.loads(record.read_text())["name"]):
+        if not record.exists() or json.loads(record.read_text())["name"] == stale:
             dsn = devdb.create_scratch_database(admin_url, prefix=TEMPLATE_PREFIX)
             name = dsn.rsplit("/", 1)[1]
             tmp = record.with_suffix(".tmp")
@@ -184,7 +178,12 @@ def database_template(admin_url: str) -> str:
 def scratch_database(admin_url: str, prefix: str = "relayer_test") -> str:
     """A new database copied from the run's template (migrated, catalogue loaded): its DSN.
     The caller drops it (``devdb.drop_database``)."""
-    return devdb.create_scratch_database(admin_url, prefix=prefix, template=database_template(admin_url))
+    template = database_template(admin_url)
+    try:
+        return devdb.create_scratch_database(admin_url, prefix=prefix, template=template)
+    except psycopg.errors.InvalidCatalogName:  # a later private cluster on a stopped one's port
+        template = database_template(admin_url, stale=template)
+        return devdb.create_scratch_database(admin_url, prefix=prefix, template=template)
 
 
 def drop_templates(directory: Path) -> None:
