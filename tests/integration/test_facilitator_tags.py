@@ -35,7 +35,7 @@ async def test_under_safe_a_front_runners_transfer_is_success_once_its_block_is_
         confirmations=None,
         confirmation="safe",
         block_time_ms=20_000,  # the horizon: 900 s = 45 blocks, few to mine, more than anvil's 32
-        facilitator_settle_wait_s=1.0,  # a pending answer waits this long before it answers
+        facilitator_settle_wait_s=0.1,  # a pending answer waits this long before it answers (32 of them)
     ) as (d, anvil):
         policy = d.runtime.settings.confirmation_policy()
         assert policy.tag == "safe" and policy.depth > LAG["safe"] + 1, (
