@@ -326,6 +326,7 @@ def _marketplace(
         settings.quote_lifetime_s,
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
         project_records=project_records,
+        order_grace_s=settings.order_grace_s,
     )
 
 

@@ -285,6 +285,13 @@ class Settings(BaseSettings):
         "gasless relay (64 hex digits); without it POST /orders answers 503",
     )
     quote_lifetime_s: int = Field(default=300, gt=0, description="How long a marketplace quote is valid, s.")
+    order_grace_s: int = Field(
+        default=10,
+        gt=0,
+        le=300,
+        description="How long the order keeper leaves a marketplace order without a relay job alone after "
+        "it was recorded (its own request is still attempting it), seconds.",
+    )
     facilitator_settle_wait_s: float = Field(
         default=20.0, gt=0, description="How long /facilitator/settle waits for confirmation, seconds."
     )

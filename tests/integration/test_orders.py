@@ -270,6 +270,10 @@ async def test_sigkill_between_order_and_job_then_a_restart_completes_each_order
             rpc_url=proxy.url,
             treasury_private_key=info["treasury"]["privateKey"],
             min_executor_balance_wei=1,
+            # the restarted keeper takes the order over this long after it was recorded (10 s
+            # in production, asserted in tests/unit/test_config.py); longer than the killed
+            # daemon needs to reach the held step, so its own keeper never gets there first
+            order_grace_s=4,
         )
         settings = daemon_settings(info, dsn, free_port())
         key = await create_api_key(settings, "sigkill")

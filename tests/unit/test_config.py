@@ -224,3 +224,15 @@ def test_the_event_loop_is_uvloop_unless_told() -> None:
     assert Settings().event_loop == "uvloop"
     with pytest.raises(ValidationError):
         Settings(event_loop="trio")  # type: ignore[arg-type]
+
+
+def test_the_order_keepers_grace_is_ten_seconds_unless_told() -> None:
+    """The tests shorten ``RELAYER_ORDER_GRACE_S``; production keeps ten seconds, and an
+    order's own request is never taken over within a second of it being recorded."""
+    from relayer.service.market.orders import ORDER_GRACE_S
+
+    assert Settings().order_grace_s == ORDER_GRACE_S == 10
+    assert Settings(order_grace_s=2).order_grace_s == 2
+    for bad in (0, -1, 301):
+        with pytest.raises(ValidationError):
+            Settings(order_grace_s=bad)

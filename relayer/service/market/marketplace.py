@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from relayer.chain.signer import TreasurySigner
 from relayer.service.market.keys import ApiKeys
-from relayer.service.market.orders import OrderDesk
+from relayer.service.market.orders import ORDER_GRACE_S, OrderDesk
 from relayer.service.market.retirements import RetirementViews
 from relayer.service.market.snapshot import CatalogueSnapshots, IndexedChain
 from relayer.service.prepare import Prepare
@@ -47,6 +47,7 @@ class Marketplace:
         treasury: TreasurySigner | None,
         clock: Callable[[], float] = time.time,
         project_records: ProjectRecords | None = None,
+        order_grace_s: int = ORDER_GRACE_S,
     ) -> None:
         self.public_base_url = public_base_url
         self.snapshots = CatalogueSnapshots(store, project_records or ProjectRecords(store), chains, clock)
@@ -63,4 +64,5 @@ class Marketplace:
             quote_lifetime_s,
             public_base_url,
             clock,
+            order_grace_s,
         )

@@ -66,8 +66,8 @@ ORDER_RETRY_WINDOW_S: Final = 900
 """An order whose hand-over to the relay keeps failing on an outage is FAILED this many
 seconds after it was recorded (the keeper attempts it until then)."""
 ORDER_GRACE_S: Final = 10
-"""The keeper leaves an order without a job alone for this many seconds after it was recorded
-(its own request is still attempting it)."""
+"""The default of ``RELAYER_ORDER_GRACE_S``: the keeper leaves an order without a job alone
+for this many seconds after it was recorded (its own request is still attempting it)."""
 RESUME_BATCH: Final = 20
 """Orders the keeper attempts per step, oldest first."""
 
@@ -148,6 +148,7 @@ class OrderDesk:
         quote_lifetime_s: int,
         public_base_url: str,
         clock: Callable[[], float],
+        grace_s: int = ORDER_GRACE_S,
     ) -> None:
         self.store = store
         self.orders = orders
@@ -159,6 +160,7 @@ class OrderDesk:
         self.quote_lifetime_s = quote_lifetime_s
         self.public_base_url = public_base_url
         self.clock = clock
+        self.grace_s = grace_s
         self.chain_id = supply.chain_id
 
     # ------------------------------------------------------------------ quotes
@@ -383,15 +385,15 @@ class OrderDesk:
         return marketplace_fill_refusal(refusal, listing_id, self.chain_id)
 
     async def resume(self) -> int:
-        """The order keeper's step: attempt again each order recorded more than
-        :data:`ORDER_GRACE_S` ago that has neither a job nor an error (at most
+        """The order keeper's step: attempt again each order recorded more than ``grace_s``
+        (:data:`ORDER_GRACE_S` by default) ago that has neither a job nor an error (at most
         :data:`RESUME_BATCH`, oldest first); how many were attempted.
 
         Raises:
             Unavailable: the database failed.
         """
         now = int(self.clock())
-        pending = await self.orders.pending(now - ORDER_GRACE_S, RESUME_BATCH)
+        pending = await self.orders.pending(now - self.grace_s, RESUME_BATCH)
         for o in pending:
             if await self._link_existing_job(o.id):
                 continue
