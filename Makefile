@@ -76,7 +76,7 @@ demo: install ## Bring up devnet, database and daemon as needed and run one gasl
 # were skipped, and the command that installs it.
 test: install ## Run the whole test suite: in parallel, then the `alone` tests (PYTEST_ARGS=... to pass options)
 	@status=0; \
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
 	$(BIN)/pytest -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
 	scripts/test-tools check; exit $$status
 

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,9 +26,10 @@ NONCE_REFUSALS = "(sends refused for their nonce)"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port (from the block the test suite gives, when run by it)."""
+    from relayer_dev.ports import free_port as pick
+
+    return pick()
 
 
 async def counting_proxy(

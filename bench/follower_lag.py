@@ -50,11 +50,9 @@ class InFlight(ExecutorLane):
 
 
 def free_port() -> int:
-    import socket
+    from relayer_dev.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 async def measure(rt: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -90,11 +90,9 @@ def _rpc(url: str, method: str, *params: Any) -> Any:
 
 
 def _free_port() -> int:
-    import socket
+    from relayer_dev.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def chain_template(chain_id: int = 84532) -> dict[str, Any]:

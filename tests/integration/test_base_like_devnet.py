@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,18 +22,13 @@ from web3 import Web3
 
 from relayer_dev import devnet
 from relayer_dev.deploy import deploy_and_seed
+from relayer_dev.ports import free_port
 from relayer_dev.traffic import TRANSFER_TOPIC, sender_key
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN_ID = 84532
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _blocks_per_second(w3: Web3, seconds: float) -> float:
@@ -45,7 +39,7 @@ def _blocks_per_second(w3: Web3, seconds: float) -> float:
 
 def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: Path) -> None:
     block_time = devnet.block_time_setting({"DEVNET_BLOCK_TIME": "0.2"})
-    port, index_port = _free_port(), _free_port()
+    port, index_port = free_port(), free_port()
     try:
         info = devnet.up(
             tmp_path,
@@ -87,7 +81,7 @@ def base_like_chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     description). Deployed afresh, not from the run's template (tests/helpers/stacks.py): the
     deployment under 200 ms interval mining is part of what the devnet must do."""
     state = tmp_path_factory.mktemp("base-like")
-    port = _free_port()
+    port = free_port()
     proc = devnet.start_anvil(state, port, CHAIN_ID, 0.2)
     try:
         info = deploy_and_seed(devnet.rpc_url(port), CHAIN_ID, devnet.DEFAULT_PROJECTS_FILE)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-# alone: a benchmark: its figures need the machine to itself
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.alone]
+# Not `alone`: this smoke run asserts what settled and that each figure is there, not the
+# figures themselves (those in docs/benchmarks.md come from full runs of the benchmark)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "facilitator_vs_reference.py"

@@ -5,7 +5,6 @@ the span of 64 blocks (12.8 s) and lands within a block-time-and-a-bit of 200 ms
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from relayer.chain.blocks import BlockReader
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer_dev import devnet
+from relayer_dev.ports import free_port
 
 # alone: measures the block time it is given: a busy machine skews the figure
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120), pytest.mark.alone]
@@ -22,14 +22,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120), pytest.mark.alo
 NOWHERE = "0x" + "00" * 20
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_a_200_ms_devnet_measures_about_200_ms_from_its_newest_64_headers(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     anvil = devnet.start_anvil(tmp_path, port, 84532, 0.2)
     node = ChainNode(devnet.rpc_url(port), 84532, Contracts(*[NOWHERE] * 7))
     try:

@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from relayer_dev.deploy import (
     load_artifact,
 )
 from relayer_dev.facilitator import record_facilitator_key
+from relayer_dev.ports import free_port
 from relayer_dev.settings import dev_settings, env_lines, write_env_file
 
 pytestmark = pytest.mark.integration
@@ -56,12 +56,6 @@ ANVIL_ACCOUNTS = {
     "feeRecipient": 3,
 }
 TREASURY_USDC = 10_000 * 10**6
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -81,7 +75,7 @@ def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, 
         pytest.skip(f"{PROJECTS_FILE} missing")
     state = tmp_path_factory.mktemp("anvils")
     procs: dict[int, subprocess.Popen[bytes]] = {}
-    urls = {chain_id: devnet.rpc_url(_free_port()) for chain_id in (CHAIN_ID, POLYGON)}
+    urls = {chain_id: devnet.rpc_url(free_port()) for chain_id in (CHAIN_ID, POLYGON)}
     try:
         for chain_id, url in urls.items():
             port = int(url.rsplit(":", 1)[1])
@@ -405,8 +399,8 @@ def _pid(root: Path, name: str) -> int:
 
 
 def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
-    guard = devnet.start_anvil(tmp_path / "guard", _free_port(), CHAIN_ID)  # another anvil: left alone
-    port, index_port = _free_port(), _free_port()
+    guard = devnet.start_anvil(tmp_path / "guard", free_port(), CHAIN_ID)  # another anvil: left alone
+    port, index_port = free_port(), free_port()
     devdata = tmp_path / ".devdata"
     try:
         started = time.monotonic()
@@ -492,12 +486,12 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
 
 
 def test_up_refuses_a_devnet_of_this_root_on_another_port(tmp_path: Path) -> None:
-    port, index_port = _free_port(), _free_port()
+    port, index_port = free_port(), free_port()
     try:
         devnet.up(tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=index_port)
         with pytest.raises(devnet.DevnetError, match="already running"):
             devnet.up(
-                tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=_free_port()
+                tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=free_port()
             )
     finally:
         assert devnet.down(tmp_path) is True
@@ -589,7 +583,7 @@ def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, dat
     standard x402 resource server needs: the facilitator's URL, a bearer key the daemon's
     database knows, and the USDC address; an older description gains them, a reused one keeps
     its key."""
-    port, index_port = _free_port(), _free_port()
+    port, index_port = free_port(), free_port()
     devdata = tmp_path / ".devdata"
     try:
         info = devnet.up(
