@@ -70,7 +70,8 @@ demo: install ## Bring up devnet, database and daemon as needed and run one gasl
 	$(DEV) demo
 
 # Two runs: every test but those marked `alone` on TEST_WORKERS pytest-xdist workers (a file's
-# tests and module fixtures stay together: --dist loadfile), then the `alone` ones (benchmarks,
+# tests and module fixtures stay together: --dist loadfile; handed out in collection order, the
+# slowest first: --no-loadscope-reorder and tests/conftest.py), then the `alone` ones (process kills,
 # whole-machine load) one at a time. Exit status 5 (nothing collected, e.g. PYTEST_ARGS named
 # files with no `alone` test) is not a failure. Ends by naming each system tool whose tests
 # were skipped, and the command that installs it.
