@@ -219,7 +219,8 @@ class Metrics:
         )
         self.oldest_job_age = Gauge(
             "relayer_relay_oldest_job_age_seconds",
-            "Age of the oldest relay job in each open state (since its last change), seconds.",
+            "Age of the oldest open relay job in each state (since its last change; open: not final "
+            "for its kind, so a confirmed transfer is not), seconds.",
             ["state"],
             registry=self.registry,
         )

@@ -426,7 +426,11 @@ def _job_rows(states: list[StateCount]) -> list[dict[str, Any]]:
             {
                 "state": state,
                 "jobs": found.jobs if found else 0,
-                "oldestAgeS": round(found.oldest_s, 1) if found and state in OPEN_STATES else None,
+                "oldestAgeS": (
+                    round(found.oldest_s, 1)
+                    if found and found.oldest_s is not None and state in OPEN_STATES
+                    else None
+                ),
             }
         )
     return rows

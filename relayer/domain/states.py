@@ -76,6 +76,23 @@ def terminal(kind: JobKind) -> frozenset[JobState]:
     return TERMINAL | {FINAL[kind], S.REJECTED, S.REVERTED}
 
 
+def open_states(kind: JobKind) -> tuple[JobState, ...]:
+    """The states in which the relay still owes a job of ``kind`` work, in the machine's order:
+    every state such a job can reach but its :func:`terminal` ones (a retirement: accepted to
+    confirmed; a transfer: accepted to mined, since a confirmed transfer is final and never
+    indexed). ``relayer status``, the ``relayer_relay_oldest_job_age_seconds`` gauges and the
+    alerts on them count only these."""
+    reached, todo = {S.ACCEPTED}, [S.ACCEPTED]
+    while todo:  # bounded: each state is added once
+        state = todo.pop()
+        for target in TRANSITIONS[state]:
+            if target not in reached and can_move(state, target, kind):
+                reached.add(target)
+                todo.append(target)
+    done = terminal(kind)
+    return tuple(s for s in JobState if s in reached and s not in done)
+
+
 def can_move(current: JobState, target: JobState, kind: JobKind = "retire") -> bool:
     """Whether the table allows ``current -> target`` for a job of ``kind`` (a transfer is
     final at confirmed: it never moves confirmed -> indexed)."""

@@ -11,22 +11,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from relayer.domain.states import JOB_KINDS, JobState, open_states
 from relayer.package_data import migrations_dir
 from relayer.store.lease import lease_name
 from relayer.store.pool import Database
 
-# Jobs per state, with the age (seconds) of the oldest one, counted from its acceptance.
+OPEN_STATES: Final = tuple(dict.fromkeys(s.value for kind in JOB_KINDS for s in open_states(kind)))
+"""The states in which the relay still owes some kind of job work (the outcomes move only on a
+reorg or a retry): ``relayer status`` and the gauges show the age of the oldest open job in
+each. A job is open only in its own kind's open states (:func:`open_states`)."""
+FINAL_IN_OPEN: Final = tuple(
+    f"{kind}:{state}"
+    for kind in JOB_KINDS
+    for state in OPEN_STATES
+    if JobState(state) not in open_states(kind)
+)
+"""``kind:state`` of the jobs in an open state that are final for their kind (a confirmed
+transfer): never counted as open."""
+# Jobs per state, with the age (seconds) of the oldest open one (NULL: none open), counted from
+# its acceptance. $1: FINAL_IN_OPEN.
 JOBS_BY_STATE: Final = """
-SELECT state, count(*) AS jobs, extract(epoch FROM now() - min(created_at))::float8 AS oldest_s
+SELECT state, count(*) AS jobs,
+       extract(epoch FROM now() - min(created_at) FILTER (
+         WHERE NOT (kind || ':' || state) = ANY($1::text[])))::float8 AS oldest_s
 FROM relay_jobs GROUP BY state
 """
-OPEN_STATES: Final = ("accepted", "simulated", "signed", "submitted", "mined", "confirmed")
-"""The states in which the relay still owes a job work (the outcomes move only on a reorg or a
-retry): ``relayer status`` and the gauges show the age of the oldest job in each."""
-# Seconds since the oldest job of each open state last changed (how long it has been stuck).
+# Seconds since the oldest open job of each open state last changed (how long it has been
+# stuck). $1: OPEN_STATES, $2: FINAL_IN_OPEN.
 OLDEST_BY_STATE: Final = """
 SELECT state, extract(epoch FROM now() - min(updated_at))::float8 AS age FROM relay_jobs
-WHERE state = ANY($1::text[]) GROUP BY state
+WHERE state = ANY($1::text[]) AND NOT (kind || ':' || state) = ANY($2::text[]) GROUP BY state
 """
 # Every executor lane: its next nonce, per chain.
 LANES: Final = "SELECT chain_id, executor, next_nonce FROM executor_nonces ORDER BY chain_id, executor"
@@ -70,7 +84,7 @@ APPLIED_MIGRATIONS: Final = "SELECT migration_id FROM _yoyo_migration ORDER BY m
 class StateCount:
     state: str
     jobs: int
-    oldest_s: float
+    oldest_s: float | None
 
 
 @dataclass(frozen=True)
@@ -106,9 +120,13 @@ class StatusQueries:
         self.db = db
 
     async def jobs_by_state(self) -> list[StateCount]:
-        """Jobs per state present (of every chain), with the oldest one's age in seconds."""
-        rows = await self.db.fetch(JOBS_BY_STATE)
-        return [StateCount(r["state"], int(r["jobs"]), float(r["oldest_s"])) for r in rows]
+        """Jobs per state present (of every chain), with the oldest open one's age in seconds
+        (None: none in that state is open, e.g. only confirmed transfers)."""
+        rows = await self.db.fetch(JOBS_BY_STATE, list(FINAL_IN_OPEN))
+        return [
+            StateCount(r["state"], int(r["jobs"]), None if r["oldest_s"] is None else float(r["oldest_s"]))
+            for r in rows
+        ]
 
     async def lanes(self) -> list[Lane]:
         """Every executor lane (an executor's nonces on a chain), by chain and address."""
@@ -158,8 +176,9 @@ class StatusQueries:
         return [r["migration_id"] for r in await self.db.fetch(APPLIED_MIGRATIONS)]
 
     async def oldest_by_state(self) -> dict[str, float]:
-        """Seconds since the oldest job of each open state last changed (absent: none)."""
-        rows = await self.db.fetch(OLDEST_BY_STATE, list(OPEN_STATES))
+        """Seconds since the oldest open job of each open state last changed (absent: none; a
+        job final for its kind, such as a confirmed transfer, is not open)."""
+        rows = await self.db.fetch(OLDEST_BY_STATE, list(OPEN_STATES), list(FINAL_IN_OPEN))
         return {r["state"]: float(r["age"]) for r in rows}
 
     async def leases_held(self, chain_id: int, executors: Sequence[str]) -> set[str]:

@@ -13,9 +13,11 @@ from relayer.domain.states import (
     UNSIGNED,
     JobState,
     can_move,
+    open_states,
     sources_of,
     terminal,
 )
+from relayer.store.status import FINAL_IN_OPEN, OPEN_STATES
 
 S = JobState
 SIGNED_OR_LATER = frozenset(JobState) - UNSIGNED
@@ -200,6 +202,18 @@ def test_a_transfer_is_final_at_confirmed() -> None:
     assert FINAL == {"retire": S.INDEXED, "transfer": S.CONFIRMED}
     assert S.CONFIRMED in terminal("transfer") and S.CONFIRMED not in terminal("retire")
     assert S.INDEXED in terminal("retire") and S.INDEXED not in terminal("transfer")
+
+
+def test_a_job_is_open_until_its_own_kinds_final_state() -> None:
+    """Issue 37: a confirmed transfer counted as open paged RelayJobsStuck on every
+    deployment that settles facilitator payments."""
+    assert open_states("retire") == (S.ACCEPTED, S.SIMULATED, S.SIGNED, S.SUBMITTED, S.MINED, S.CONFIRMED)
+    assert open_states("transfer") == (S.ACCEPTED, S.SIMULATED, S.SIGNED, S.SUBMITTED, S.MINED)
+
+
+def test_the_status_queries_count_open_states_of_any_kind_less_each_kinds_final() -> None:
+    assert OPEN_STATES == ("accepted", "simulated", "signed", "submitted", "mined", "confirmed")
+    assert FINAL_IN_OPEN == ("transfer:confirmed",)
 
 
 @pytest.mark.parametrize(("source", "target"), sorted(EXPECTED_EDGES - {(S.CONFIRMED, S.INDEXED)}))
