@@ -138,8 +138,9 @@ def config() -> None:
 def config_check(connect: bool, as_json: bool) -> None:
     """Print the effective configuration (every setting, its value with secrets redacted, and
     where it came from) and what would stop `relayer all` from starting. Offline unless
-    --connect. Exit 0: it would start; 2: a setting to fix (one line each on stderr, naming
-    the variable); 1: with --connect, the database or a chain node does not answer."""
+    --connect. Exit 0: it would start; 2: a setting to fix, or (with --connect) the database
+    or a chain node that cannot be used: one line each on stderr, naming the variable, its
+    value (redacted), the cause and the remedy, the same lines a daemon's start prints."""
     from pydantic import ValidationError
 
     from relayer.config import setting_origins, validation_problems
@@ -165,7 +166,13 @@ def config_check(connect: bool, as_json: bool) -> None:
                 _fail(exc)
             problems, unreachable, connected = found.problems, found.unreachable, True
     if as_json:
-        report = {"settings": rows, "problems": problems, "unreachable": unreachable, "connected": connected}
+        # connected: with --connect, the database and every chain node answered as configured
+        report = {
+            "settings": rows,
+            "problems": problems,
+            "unreachable": unreachable,
+            "connected": connected and not unreachable,
+        }
         click.echo(json.dumps(report, indent=2))
     else:
         if rows:
@@ -175,12 +182,14 @@ def config_check(connect: bool, as_json: bool) -> None:
         if connect and not connected:
             click.echo("relayer: not connected: fix the settings first", err=True)
         if not problems and not unreachable:
-            checked = "settings, database and chain nodes" if connected else "settings (offline: --connect)"
+            checked = (
+                "the settings, the database and every chain node"
+                if connected
+                else "the settings, offline (--connect also tries the database and the chain nodes)"
+            )
             click.echo(f"configuration ok: {checked}")
-    if problems:
+    if problems or unreachable:
         sys.exit(EXIT_CONFIG)
-    if unreachable:
-        sys.exit(EXIT_UNAVAILABLE)
 
 
 @main.command()

@@ -15,6 +15,7 @@ from typing import Any
 from relayer.config import Settings, check_rate_limit
 from relayer.service.catalogue_load import load_projects
 from relayer.service.market.keys import API_KEY_PREFIX, SCOPES
+from relayer.service.startup import open_database
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.orders import ListedKey, Orders
 from relayer.store.pool import Database
@@ -24,7 +25,7 @@ from relayer.store.pool import Database
 async def _database(settings: Settings) -> AsyncIterator[Database]:
     """A one-connection pool on ``RELAYER_DATABASE_URL``, closed on the way out."""
     assert settings.database_url is not None
-    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    db = await open_database(settings.database_url.get_secret_value())
     try:
         yield db
     finally:

@@ -58,6 +58,13 @@ from relayer.service.project_records import ProjectRecords
 from relayer.service.readiness import Readiness
 from relayer.service.relay import Relay
 from relayer.service.simulate import Simulator
+from relayer.service.startup import (
+    check_contracts,
+    check_node,
+    index_chain_id_setting,
+    index_chain_setting,
+    open_database,
+)
 from relayer.service.supply import Supply
 from relayer.service.x402_payments import Payments
 from relayer.store.catalogue import CatalogueStore
@@ -159,14 +166,15 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     the workers when asked; on exit stop them and close everything in reverse order.
 
     Raises:
-        ConfigError: a setting the daemon needs is missing, or the deployment is unusable.
-        Unavailable: the chain node or the database cannot be reached at start.
+        ConfigError: a setting the daemon needs is missing, or the deployment is unusable; a
+            chain node or the database cannot be used at start, or a contract of the
+            deployment file holds no code (one line naming the setting: service.startup).
     """
     settings.require("database_url", "rpc_url", "deployment_file", "executor_private_key")
     assert settings.database_url and settings.rpc_url and settings.deployment_file
     assert settings.executor_private_key is not None
     dsn = settings.database_url.get_secret_value()
-    contracts, deploy_block = load_deployment(settings.deployment_file)
+    contracts, deploy_block = load_deployment(settings.deployment_file, chain_id=settings.chain_id)
     extras = extra_chains(settings)
     signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
     async with contextlib.AsyncExitStack() as stack:
@@ -175,8 +183,9 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
             settings.rpc_url, settings.chain_id, contracts, head_every_s=settings.poll_interval_s()
         )
         stack.push_async_callback(node.close)
-        genesis = await node.check()
-        db = await Database.connect(dsn, settings.db_pool_min, settings.db_pool_max)
+        genesis = await check_node(node)
+        await check_contracts(node, settings.deployment_file, contracts.named())
+        db = await open_database(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
         await _check_identity(db, settings.chain_id, genesis)
         await seed_catalogue(CatalogueStore(db), settings)
@@ -193,7 +202,11 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
                     head_every_s=extra.config.confirmation_policy().poll_interval_s(),
                 )
                 stack.push_async_callback(extra_node.close)
-                await _check_identity(db, extra.config.chain_id, await extra_node.check())
+                chain_id = extra.config.chain_id
+                genesis = await check_node(
+                    extra_node, index_chain_setting(chain_id), index_chain_id_setting(chain_id)
+                )
+                await _check_identity(db, extra.config.chain_id, genesis)
                 rt.extra_nodes.append(extra_node)
         stack.push_async_callback(rt.stop_tasks)
         rt.tasks.append(asyncio.create_task(_supervised("listener", notifications.run, rt), name="listener"))

@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import click
 from eth_account import Account
 from pydantic import SecretStr
 
 from relayer.chain.deployment import extra_chains, load_deployment
+from relayer.chain.errors import ChainUnavailable
 from relayer.chain.node import ChainNode
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import Contracts
@@ -30,12 +31,22 @@ from relayer.config import ConfigError, Settings, env_name
 from relayer.domain.budget import utc_day
 from relayer.domain.errors import Unavailable
 from relayer.domain.states import JobState
+from relayer.domain.urls import redact_url
 from relayer.package_data import migrations_dir
 from relayer.service.catalogue_load import projects_file_records
+from relayer.service.startup import (
+    CHAIN_SETTING,
+    RPC_SETTING,
+    check_contracts,
+    check_node,
+    index_chain_id_setting,
+    index_chain_setting,
+    node_line,
+    open_database,
+)
 from relayer.service.x402_payments import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
-from relayer.store.migrations import redact
-from relayer.store.pool import Database
+from relayer.store.pool import StoreUnavailable, database_line, redact
 from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries
 from relayer.store.x402_payments import X402Payments
 
@@ -49,22 +60,6 @@ UNKNOWN: Final = "-"
 
 
 # --- shown values --------------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """An RPC URL without what may be a credential: the password, the path (``/v2/<key>``)
-    and the query, each replaced by ``***``; the scheme, user, host and port stay."""
-    try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "***"
-    if not parts.scheme or not host:
-        return "***"
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{port}" if port else "")
-    path = parts.path if parts.path in ("", "/") else "/***"
-    return urlunsplit((parts.scheme, netloc, path, "***" if parts.query else "", ""))
 
 
 def key_address(key: str) -> str:
@@ -135,9 +130,9 @@ def configuration(settings: Settings, origins: dict[str, str]) -> list[dict[str,
 
 @dataclass
 class Findings:
-    """What a check found: ``problems`` (a setting to change: exit 2) and ``unreachable``
-    (the database or a chain node did not answer: exit 1). One line each, naming the
-    variable, never a secret."""
+    """What a check found: ``problems`` (a setting to change) and ``unreachable`` (the
+    database or a chain node cannot be used: the start-up lines of service.startup); either
+    exits 2. One line each, naming the variable, never a secret."""
 
     problems: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
@@ -167,7 +162,7 @@ def offline_problems(settings: Settings, required: Sequence[str]) -> list[str]:
     deployment = settings.deployment_file
     checks: list[Callable[[], object]] = [lambda: extra_chains(settings)]  # their files; no chain twice
     if deployment is not None:
-        checks.append(lambda: load_deployment(deployment))
+        checks.append(lambda: load_deployment(deployment, chain_id=settings.chain_id))
     if settings.projects_file is not None:
         checks.append(lambda: projects_file_records(settings))
     for check in checks:
@@ -203,16 +198,16 @@ async def connected_findings(settings: Settings) -> Findings:
     dsn = settings.database_url.get_secret_value()
     recorded: dict[int, bytes] = {}
     try:
-        db = await Database.connect(dsn, 1, 1)
+        db = await open_database(dsn)
         try:
             queries = StatusQueries(db)
             applied, recorded = await queries.applied_migrations(), await queries.chains()
         finally:
             await db.close()
     except ConfigError as exc:
-        found.problems.append(exc.message)
-    except Unavailable as exc:
-        found.unreachable.append(f"RELAYER_DATABASE_URL {redact(dsn)} does not answer ({exc.detail})")
+        found.unreachable.append(exc.message)
+    except StoreUnavailable as exc:  # lost after it answered
+        found.unreachable.append(database_line(dsn, exc.cause))
     else:
         packaged = packaged_migrations()
         pending = [m for m in packaged if m not in applied]
@@ -227,19 +222,30 @@ async def connected_findings(settings: Settings) -> Findings:
                 f"RELAYER_DATABASE_URL {redact(dsn)} has migrations this version does not know "
                 f"({', '.join(unknown)}): a newer relayer migrated it"
             )
-    nodes = [("RELAYER_RPC_URL", settings.rpc_url, settings.chain_id)] + [
-        (f"RELAYER_INDEX_CHAINS (chain {ic.chain_id})", ic.rpc_url, ic.chain_id)
+    nodes = [(RPC_SETTING, settings.rpc_url, settings.chain_id, CHAIN_SETTING)] + [
+        (
+            index_chain_setting(ic.chain_id),
+            ic.rpc_url,
+            ic.chain_id,
+            index_chain_id_setting(ic.chain_id),
+        )
         for ic in settings.index_chains
     ]
-    for label, url, chain_id in nodes:
+    for label, url, chain_id, chain_label in nodes:
         node = ChainNode(url, chain_id, NO_CONTRACTS, timeout_s=RPC_TIMEOUT_S)
         try:
-            genesis = await node.check()
+            genesis = await check_node(node, label, chain_label)
+            if label == RPC_SETTING and settings.deployment_file is not None:
+                contracts, _block = load_deployment(settings.deployment_file)
+                try:
+                    await check_contracts(node, settings.deployment_file, contracts.named())
+                except ConfigError as exc:
+                    found.problems.append(exc.message)
         except ConfigError as exc:
-            found.problems.append(f"{label}: {exc.message}")
+            found.unreachable.append(exc.message)
             continue
-        except Unavailable as exc:
-            found.unreachable.append(f"{label} {redact_url(url)} does not answer ({exc.detail})")
+        except ChainUnavailable as exc:  # lost after it answered
+            found.unreachable.append(node_line(label, url, exc))
             continue
         finally:
             await node.close()
@@ -328,7 +334,7 @@ async def _recorded(dsn: str, chain_id: int, configured: Sequence[str]) -> Recor
         ConfigError: the database is not migrated to this version's head.
         StoreUnavailable: the database failed.
     """
-    db = await Database.connect(dsn, 1, 1)
+    db = await open_database(dsn)
     try:
         q = StatusQueries(db)
         applied = await q.applied_migrations()
@@ -520,7 +526,7 @@ async def ledger_summary(settings: Settings) -> dict[str, Any]:
         ConfigError: the database refused the DSN, or the deployment file is unreadable.
     """
     assert settings.database_url is not None
-    db = await Database.connect(settings.database_url.get_secret_value(), 1, 1)
+    db = await open_database(settings.database_url.get_secret_value())
     try:
         lane = ExecutorLane(db, settings.chain_id)
         rows = await lane.ledger()

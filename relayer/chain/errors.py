@@ -5,6 +5,8 @@ from the ABIs), anything else that fails on the way to or at the node becomes
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Awaitable
 from enum import StrEnum
 from typing import Any, Final, TypeVar
@@ -29,9 +31,44 @@ T = TypeVar("T")
 
 class ChainUnavailable(Unavailable):
     """The node could not be reached, timed out, or answered with an error that is not a
-    revert (transient: retry later)."""
+    revert (transient: retry later). ``cause`` says why in words, with the remedy
+    (:func:`node_cause`), for the operator's start-up line; it never reaches an error body."""
 
     upstream = "chain node"
+    cause: tuple[str, str] = ("it failed", "is the node up?")
+
+
+# (what happened, what to do): the start-up line's words for each way a node fails.
+NODE_REFUSED: Final = ("connection refused", "is the node running, and listening on that port?")
+NODE_NO_HOST: Final = ("no such host", "check the host name")
+NODE_TLS: Final = ("the TLS handshake failed", "use http:// for a node that does not serve TLS")
+NODE_NOT_RPC: Final = ("its answer is not JSON-RPC", "give the node's JSON-RPC URL")
+NODE_TIMEOUT: Final = ("no answer in time", "is the node up, and reachable from here?")
+
+
+def node_cause(exc: BaseException) -> tuple[str, str]:
+    """Why a node could not be used, and the remedy, from the exception (or what it was
+    raised from): refused, no such host, TLS, not a JSON-RPC answer (an HTTP error status or a
+    body that is not JSON-RPC), no answer in time, or the exception's class name."""
+    current: BaseException | None = exc
+    for _ in range(8):  # bounded: a cause chain is short
+        if current is None:
+            break
+        if isinstance(current, (aiohttp.ClientConnectorDNSError, socket.gaierror)):
+            return NODE_NO_HOST
+        if isinstance(current, (aiohttp.ClientSSLError, ssl.SSLError)):
+            return NODE_TLS
+        os_error = current.os_error if isinstance(current, aiohttp.ClientConnectorError) else current
+        if isinstance(os_error, ConnectionRefusedError):
+            return NODE_REFUSED
+        if isinstance(current, aiohttp.ClientResponseError):
+            return (f"it answers HTTP {current.status}, not JSON-RPC", NODE_NOT_RPC[1])
+        if isinstance(current, BadResponseFormat):
+            return NODE_NOT_RPC
+        if isinstance(current, TimeoutError):
+            return NODE_TIMEOUT
+        current = current.__cause__ or current.__context__
+    return (f"it failed ({type(exc).__name__})", "is the node up?")
 
 
 class ChainRevert(RelayerError):
@@ -114,7 +151,9 @@ def translate(exc: BaseException, function: str | None = None) -> RelayerError |
         data = exc.data if isinstance(exc.data, str) and exc.data.startswith("0x") else None
         return ChainRevert(bytes.fromhex(data[2:]) if data else None, function, exc.message)
     if isinstance(exc, NODE_FAILURES):
-        return ChainUnavailable(detail=type(exc).__name__)
+        unavailable = ChainUnavailable(detail=type(exc).__name__)
+        unavailable.cause = node_cause(exc)
+        return unavailable
     return None
 
 

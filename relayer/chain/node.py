@@ -48,6 +48,15 @@ def address(value: str) -> ChecksumAddress:
     return cast(ChecksumAddress, value)
 
 
+class WrongChain(ConfigError):
+    """The node serves chain ``served``, not the configured ``expected``."""
+
+    def __init__(self, served: int, expected: int) -> None:
+        super().__init__(message=f"the chain node serves chain {served}, not the configured chain {expected}")
+        self.served = served
+        self.expected = expected
+
+
 class ChainNode:
     """Async access to the reference protocol on one chain.
 
@@ -75,6 +84,7 @@ class ChainNode:
         self.contracts = contracts
         # No default middleware: the validation middleware asks eth_chainId on every call,
         # and the chain id is checked once in check() instead.
+        self.rpc_url = rpc_url
         self.w3 = AsyncWeb3(KeepAliveHTTPProvider(rpc_url, timeout_s), middleware=[])
         self.read_ttl_s = read_ttl_s
         self.head_every_s = head_every_s
@@ -91,13 +101,11 @@ class ChainNode:
 
         Raises:
             ChainUnavailable: it does not answer.
-            ConfigError: it serves another chain.
+            WrongChain: it serves another chain (a ConfigError).
         """
         got = await rpc(self.w3.eth.chain_id)
         if int(got) != self.chain_id:
-            raise ConfigError(
-                message=f"the chain node serves chain {got}, RELAYER_CHAIN_ID is {self.chain_id}"
-            )
+            raise WrongChain(int(got), self.chain_id)
         genesis = await rpc(self.w3.eth.get_block(BlockNumber(0)))
         return bytes(genesis["hash"])
 

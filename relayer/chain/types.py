@@ -60,6 +60,11 @@ class Contracts:
             eth_usd_feed=None if feed is None else str(to_checksum_address(feed)),
         )
 
+    def named(self) -> list[tuple[str, str]]:
+        """(the deployment file's key, address) of each contract, the feed when there is one."""
+        named = [(key, getattr(self, field)) for key, field in _DEPLOYMENT_KEYS.items()]
+        return named + ([("ethUsdFeed", self.eth_usd_feed)] if self.eth_usd_feed else [])
+
 
 @dataclass(frozen=True, slots=True)
 class CreditInfo:

@@ -6,10 +6,8 @@ runs (e.g. several pods starting at once) are safe. DSNs are redacted in every m
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from yoyo import get_backend, read_migrations
@@ -17,7 +15,7 @@ from yoyo.connections import BadConnectionURI
 
 from relayer.config import ConfigError
 from relayer.package_data import migrations_dir as migrations_dir_of_package
-from relayer.store.pool import StoreUnavailable
+from relayer.store.pool import StoreUnavailable, database_line, libpq_cause, redact
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +26,6 @@ LOCK_MIGRATIONS: Final = "SELECT pg_advisory_lock(%s)"
 UNLOCK_MIGRATIONS: Final = "SELECT pg_advisory_unlock(%s)"
 
 
-def redact(dsn: str) -> str:
-    """The DSN without password, for logs (never log a full DSN). Handles URLs and libpq
-    ``key=value`` strings."""
-    if "://" not in dsn:
-        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
-    parts = urlsplit(dsn)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
-
-
 def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
     """Apply pending migrations (default: the packaged ones); returns the ids applied
     (empty when up to date).
@@ -48,9 +33,9 @@ def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
     Safe to run concurrently: the whole run holds a session advisory lock.
 
     Raises:
-        StoreUnavailable: the database cannot be reached (the message carries the DSN
-            without its password).
-        ConfigError: the URL is unusable.
+        ConfigError: the URL is unusable, or the database cannot be reached at the start: one
+            line naming RELAYER_DATABASE_URL (without its password), the cause and the remedy.
+        StoreUnavailable: the connection was lost mid-way.
         psycopg.Error: a migration failed (its SQL's own error; nothing of it applied).
     """
     migrations_dir = migrations_dir or migrations_dir_of_package()
@@ -62,7 +47,7 @@ def migrate(dsn: str, migrations_dir: Path | None = None) -> list[str]:
     except psycopg.ProgrammingError:  # not a DSN libpq can parse
         raise ConfigError(message=f"RELAYER_DATABASE_URL is not a usable URL: {redact(dsn)}") from None
     except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach the database {redact(dsn)}: {type(exc).__name__}") from None
+        raise ConfigError(message=database_line(dsn, libpq_cause(exc))) from None
     try:
         with lock_conn:
             applied = _apply(lock_conn, yoyo_dsn, migrations_dir)

@@ -5,8 +5,12 @@ their named statements through it; nothing above the store sees an asyncpg type.
 from __future__ import annotations
 
 import contextlib
+import errno
+import re
+import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -20,6 +24,76 @@ class StoreUnavailable(Unavailable):
     refused more connections (transient: retry later)."""
 
     upstream = "database"
+    cause: tuple[str, str] = ("it failed", "is Postgres up?")
+
+
+def redact(dsn: str) -> str:
+    """The DSN without password, for logs (never log a full DSN). Handles URLs and libpq
+    ``key=value`` strings."""
+    if "://" not in dsn:
+        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+    parts = urlsplit(dsn)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit((parts.scheme, f"{user}{host}", parts.path, "", ""))
+
+
+# (what happened, what to do): the start-up line's words for each way a database fails.
+DB_REFUSED: Final = ("connection refused", "is Postgres running, and listening on that port?")
+DB_NO_HOST: Final = ("no such host", "check the host name")
+DB_AUTH: Final = ("authentication failed", "check its user and password")
+DB_NO_DATABASE: Final = ("no such database", "create it (createdb), or fix the database name")
+DB_TIMEOUT: Final = ("no answer in time", "is Postgres up, and reachable from here?")
+
+
+def database_line(dsn: str, cause: tuple[str, str]) -> str:
+    """The one start-up line: ``RELAYER_DATABASE_URL <dsn without password>: <cause>; <remedy>``."""
+    return f"RELAYER_DATABASE_URL {redact(dsn)}: {cause[0]}; {cause[1]}"
+
+
+def database_cause(exc: BaseException) -> tuple[str, str] | None:
+    """Why asyncpg could not connect, and the remedy: refused, no such host, authentication,
+    no such database, no answer in time, or the class name of another outage; None when
+    ``exc`` is no connection failure (a bug: let it propagate)."""
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return DB_NO_DATABASE
+    if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):  # incl. InvalidPasswordError
+        return DB_AUTH
+    if isinstance(exc, socket.gaierror):
+        return DB_NO_HOST
+    if isinstance(exc, ConnectionRefusedError) or (
+        isinstance(exc, OSError) and (exc.errno == errno.ECONNREFUSED or "refused" in str(exc).lower())
+    ):
+        return DB_REFUSED
+    if isinstance(exc, TimeoutError):
+        return DB_TIMEOUT
+    outage = _outage(exc)
+    return None if outage is None else (f"it failed ({type(outage).__name__})", "is Postgres up?")
+
+
+def libpq_cause(exc: BaseException) -> tuple[str, str]:
+    """:func:`database_cause` for libpq's (psycopg's) connection errors, read from their
+    SQLSTATE or, where the server was never reached, libpq's message."""
+    state = getattr(exc, "sqlstate", None)
+    text = str(exc).lower()
+    if state == "3D000" or ("database" in text and "does not exist" in text):
+        return DB_NO_DATABASE
+    if (
+        state in ("28P01", "28000")
+        or "authentication failed" in text
+        or "password" in text
+        or ("role" in text and "does not exist" in text)
+    ):
+        return DB_AUTH
+    if "translate host name" in text or "name or service not known" in text or "nodename nor" in text:
+        return DB_NO_HOST
+    if "refused" in text:
+        return DB_REFUSED
+    if "timeout" in text or "timed out" in text:
+        return DB_TIMEOUT
+    return (f"it failed ({type(exc).__name__})", "is Postgres up?")
 
 
 # Failures of the server or the way to it, never of a statement's own input or logic.
@@ -101,10 +175,11 @@ class Database:
         """Open the pool (bounded: 30 s per statement).
 
         Raises:
-            StoreUnavailable: the server cannot be reached.
-            ConfigError: the server refused the credentials or the database name.
+            StoreUnavailable: the server cannot be reached (``cause``: why, and the remedy).
+            ConfigError: the server refused the credentials or the database name (one line:
+                :func:`database_line`).
         """
-        with translated():
+        try:
             pool = await asyncpg.create_pool(
                 dsn,
                 min_size=min_size,
@@ -112,6 +187,15 @@ class Database:
                 command_timeout=30,
                 connection_class=StatelessConnection,
             )
+        except Exception as exc:
+            cause = database_cause(exc)
+            if cause is None:
+                raise
+            if isinstance(exc, REFUSED):
+                raise ConfigError(message=database_line(dsn, cause)) from None
+            unavailable = StoreUnavailable(detail=type(_outage(exc) or exc).__name__)
+            unavailable.cause = cause
+            raise unavailable from None
         assert pool is not None
         return cls(pool)
 

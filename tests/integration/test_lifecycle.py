@@ -9,7 +9,7 @@ from pydantic import SecretStr
 from relayer import app
 from relayer.app import open_runtime
 from relayer.chain.node import ChainNode
-from relayer.store.pool import StoreUnavailable
+from relayer.config import ConfigError
 from tests.conftest import Daemon, free_port
 
 pytestmark = pytest.mark.integration
@@ -28,9 +28,13 @@ async def test_a_failure_after_the_node_opened_closes_the_node(
     monkeypatch.setattr(app, "ChainNode", RecordingNode)
     unreachable = SecretStr(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
     settings = daemon.runtime.settings.model_copy(update={"database_url": unreachable})
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(ConfigError) as refused:
         async with open_runtime(settings, workers=False):
             pytest.fail("the runtime must not open without its database")
+    assert refused.value.message == (
+        f"RELAYER_DATABASE_URL {unreachable.get_secret_value()}: connection refused; "
+        "is Postgres running, and listening on that port?"
+    )
     assert len(closed) == 1
 
 

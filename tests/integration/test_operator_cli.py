@@ -98,7 +98,8 @@ async def test_a_keystore_daemon_relays_and_status_and_config_check_show_it_with
             "1500000",
             "default",
         ]
-        assert check.stdout.splitlines()[-1] == "configuration ok: settings, database and chain nodes"
+        last = check.stdout.splitlines()[-1]
+        assert last == "configuration ok: the settings, the database and every chain node"
 
         daemon = await DaemonProcess("all", env, tmp_path / "daemon.log").start()
         try:
@@ -188,15 +189,20 @@ def test_config_check_offline_passes_and_connects_to_nothing(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert "https://base.example.invalid/***" in done.stdout
     assert str(Account.from_key("0x" + "4c" * 32).address) in done.stdout
-    assert done.stdout.splitlines()[-1] == "configuration ok: settings (offline: --connect)"
+    assert done.stdout.splitlines()[-1] == (
+        "configuration ok: the settings, offline (--connect also tries the database and the chain nodes)"
+    )
     reached = _relayer(_offline_env(tmp_path), "config", "check", "--connect")
-    assert reached.returncode == 1, reached.stderr  # nothing answers: unavailable, not misconfigured
+    assert reached.returncode == 2, reached.stderr  # nothing answers: each line says why and what to do
     _assert_no_secret(reached, OFFLINE_SECRETS)
     assert (
-        "relayer: RELAYER_DATABASE_URL postgresql://relayer@127.0.0.1:1/relayer does not answer"
+        "relayer: RELAYER_DATABASE_URL postgresql://relayer@127.0.0.1:1/relayer: connection refused; "
+        "is Postgres running, and listening on that port?" in reached.stderr
+    )
+    assert (
+        "relayer: RELAYER_RPC_URL https://base.example.invalid/***: no such host; check the host name"
         in reached.stderr
     )
-    assert "relayer: RELAYER_RPC_URL https://base.example.invalid/*** does not answer" in reached.stderr
 
 
 @pytest.mark.parametrize(

@@ -258,7 +258,7 @@ def test_a_start_that_cannot_work_says_why_in_one_line(
     }
     wrong_chain = _relayer(venv, outside, "serve", **settings, RELAYER_CHAIN_ID="8453")
     assert wrong_chain.returncode == 2, wrong_chain.stderr
-    assert "serves chain 84532, RELAYER_CHAIN_ID is 8453" in wrong_chain.stderr
+    assert "the deployment of chain 84532, not 8453 (RELAYER_CHAIN_ID)" in wrong_chain.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
