@@ -277,8 +277,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
             metrics.unhandled_errors.inc()
             error = Rejection("internal_error", requestId=request_id)
     if error is not None:
-        if error.code == "method_not_allowed":  # a known path: its own surface answers
-            surface = surface_of(request.path)
+        if error.code in ("method_not_allowed", "not_found"):  # the path's own surface answers
+            surface = surface_of(request.path)  # (an unknown /projects: the marketplace's body)
         response = error_response(error, surface)
         metrics.error_responses.labels(error.code).inc()
         if error.code == "payment_required":

@@ -254,7 +254,7 @@ async def prices(request: web.Request) -> web.Response:
         raise removed
     q = validated(PricesQuery, query)
     market = request.app[MARKETPLACE]
-    return _paged(request, projects.prices(await market.snapshots.snapshot(), q))
+    return _paged(request, projects.prices(await market.snapshots.snapshot(), q, market.desk.chain_id))
 
 
 @guarded

@@ -205,7 +205,9 @@ class ProjectDetail(Project):
 
 
 class Price(TypedDict):
-    """One item of ``GET /prices`` (seller listings only)."""
+    """One item of ``GET /prices`` (seller listings only). ``orderable``: POST /quotes and
+    /orders take it (a listing on the chain this daemon retires on); the others are listed
+    for discovery, after the orderable ones."""
 
     sourceId: str
     type: Literal["listing"]
@@ -214,6 +216,7 @@ class Price(TypedDict):
     supply: str
     liquidSupply: str
     minFillAmount: str
+    orderable: bool
     listing: Listing
 
 

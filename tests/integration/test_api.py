@@ -42,9 +42,16 @@ async def test_unknown_keys_are_schema_validation_with_paths(daemon: Daemon) -> 
     assert issues[("details",)] == ["shoeSize"]
 
 
-async def test_unknown_route_is_not_found(daemon: Daemon) -> None:
-    status, body = await daemon.get("/nowhere")
-    assert (status, body["error"]) == (404, "not_found")
+async def test_unknown_route_is_not_found_in_its_surfaces_envelope(daemon: Daemon) -> None:
+    """Under the x402 endpoint's paths the x402 envelope (an unknown action under /api is
+    unknown_action); elsewhere (an unknown /projects: issue 37) the marketplace's
+    ``{statusCode, error, message, code}``."""
+    status, body = await daemon.get("/.well-known/nowhere")
+    assert (status, body["error"], body["x402FacilitatorVersion"]) == (404, "not_found", 2)
+    for path in ("/projects", "/nowhere"):
+        status, body = await daemon.get(path)
+        assert status == 404 and "x402FacilitatorVersion" not in body, body
+        assert (body["statusCode"], body["error"], body["code"]) == (404, "Not Found", "not_found"), body
 
 
 async def test_quote_rules(daemon: Daemon) -> None:

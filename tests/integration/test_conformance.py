@@ -279,7 +279,7 @@ async def unknown_action(conf: Conformance) -> Answer:
 
 
 async def not_found(conf: Conformance) -> Answer:
-    return await conf.daemon.get("/nowhere")
+    return await conf.daemon.get("/.well-known/nowhere")  # an x402 path; elsewhere the marketplace answers
 
 
 async def document_not_found(conf: Conformance) -> Answer:

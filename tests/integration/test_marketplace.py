@@ -355,7 +355,14 @@ async def test_prices_are_live_listings_only_and_removed_parameters_refused(mark
     assert all(p["sourceId"].startswith(f"listing-{p['listing']['chainId']}-0x") for p in prices)
     ids = {(p["listing"]["chainId"], int(p["listing"]["id"], 16)) for p in prices}
     assert (84532, CANCELLED_LISTING_ID) not in ids and (84532, UPDATED_LISTING_ID) in ids
-    assert [float(p["baseUnitPrice"]) for p in prices] == sorted(float(p["baseUnitPrice"]) for p in prices)
+    # issue 37: what an order can take (this daemon's chain) first, then the other chain's
+    # listings (for discovery), each part cheapest first: the first price can be ordered
+    orderable = [p for p in prices if p["orderable"]]
+    assert prices[0]["orderable"] and prices[: len(orderable)] == orderable
+    assert {p["listing"]["chainId"] for p in orderable} == {84532}
+    assert {p["listing"]["chainId"] for p in prices[len(orderable) :]} == {137}
+    for part in (orderable, prices[len(orderable) :]):
+        assert [float(p["baseUnitPrice"]) for p in part] == sorted(float(p["baseUnitPrice"]) for p in part)
     status, body, _ = await market.get("/prices", productIds="1")
     assert status == 400
     _error(body, 400, "parameter_removed")

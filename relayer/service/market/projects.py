@@ -173,8 +173,11 @@ def listing(snap: Snapshot, cl: ChainListing) -> views.Listing:
     }
 
 
-def prices(snap: Snapshot, q: PricesQuery) -> Page:
-    """GET /prices: live seller listings only, cheapest first (spec: Rules 1, 3)."""
+def prices(snap: Snapshot, q: PricesQuery, order_chain_id: int) -> Page:
+    """GET /prices: live seller listings only (spec: Rules 1, 3): first those an order can
+    take (listings on ``order_chain_id``, the chain this daemon retires on), then the others
+    (listed for discovery: ``orderable`` false), each part cheapest first; ``chainId`` and
+    ``projectKey`` filter."""
     items = []
     for cl in snap.all_listings:
         if q.chainId is not None and cl.chain_id != q.chainId:
@@ -185,6 +188,7 @@ def prices(snap: Snapshot, q: PricesQuery) -> Page:
         if q.projectKey is not None and credit.project_key.lower() != q.projectKey.lower():
             continue
         items.append(cl)
+    items.sort(key=lambda cl: cl.chain_id != order_chain_id)  # stable: cheapest first in each part
     page = items[q.offset : q.offset + q.limit]
     out: list[views.Price] = []
     for cl in page:
@@ -198,6 +202,7 @@ def prices(snap: Snapshot, q: PricesQuery) -> Page:
                 "supply": format_tonnes(s.left_to_sell),
                 "liquidSupply": format_tonnes(s.left_to_sell),
                 "minFillAmount": format_tonnes(s.min_fill),
+                "orderable": cl.chain_id == order_chain_id,
                 "listing": listing(snap, cl),
             }
         )
