@@ -36,7 +36,7 @@ endef
 
 help: ## List the targets
 	@echo "usage: make <target>"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "  %-12s %s\n", $$1, $$2 }'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{ printf "  %-18s %s\n", $$1, $$2 }'
 
 install: $(PY_STAMP) $(NODE_STAMP) ## Create .venv, install Python (editable, with dev extras) and npm deps; as root, chromium and promtool
 	@scripts/test-tools install
@@ -46,6 +46,7 @@ $(PY_STAMP): pyproject.toml
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv --clear $(VENV); \
 	fi
+	@echo "installing the Python packages into $(VENV) (about a minute on a fresh clone)"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
@@ -55,6 +56,7 @@ $(PY_STAMP): pyproject.toml
 # same lock without rewriting it. Any other npm ci failure stops here.
 $(NODE_STAMP): package.json package-lock.json
 	@mkdir -p $(DEVDATA)
+	@echo "installing the npm packages (anvil, solc, OpenZeppelin) into node_modules"
 	@if npm ci --no-audit --no-fund 2>$(DEVDATA)/npm-ci.err; then :; \
 	elif awk '/^npm error Missing: / { m = 1; if ($$0 !~ /Missing: @foundry-rs\/anvil-/) bad = 1 } \
 		END { exit !(m && !bad) }' $(DEVDATA)/npm-ci.err; then \

@@ -510,6 +510,14 @@ def _article(word: str) -> str:
     return "an" if word[:1].upper() in "AEIOU" else "a"
 
 
+def _kind_of_project(category: str) -> str:
+    """ "a Forestry project", "an Energy Efficiency project"; the catch-all category reads "a
+    project (category Other)", not "an Other project"."""
+    if category.strip().lower() in ("", "other"):
+        return f"a project (category {category.strip() or 'unknown'})"
+    return f"{_article(category)} {category} project"
+
+
 def _named(record: ProjectRecord) -> tuple[Methodology, ...]:
     """The record's methodologies that have a code or a name (not the category-only entry)."""
     return tuple(m for m in record.methodologies if m.id or m.name)
@@ -525,7 +533,7 @@ def _derived_description(record: ProjectRecord) -> str:
     """One sentence built only from the record's own fields (see :func:`descriptions`)."""
     where = "listed as International" if record.country == INTERNATIONAL else f"in {record.country}"
     text = (
-        f"{record.name}: {_article(record.category)} {record.category} project {where}"
+        f"{record.name}: {_kind_of_project(record.category)} {where}"
         f" registered with {record.registry} as {record.key}"
     )
     named = _named(record)

@@ -126,7 +126,11 @@ def test_unknown_code_raises_key_error() -> None:
         Rejection("Not_Found")
 
 
-@pytest.mark.skipif(not SHARED_SPEC_DIR.is_dir(), reason="no shared/ folder beside the clone")
+@pytest.mark.skipif(
+    not SHARED_SPEC_DIR.is_dir(),
+    reason="the specs' source (../shared/spec) is not beside this clone: docs/spec/ has nothing "
+    "to be compared with (expected outside the team's workspace)",
+)
 def test_vendored_specs_match_shared() -> None:
     for shared in sorted(SHARED_SPEC_DIR.glob("*.md")):
         vendored = ROOT / "docs" / "spec" / shared.name

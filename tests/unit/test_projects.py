@@ -414,6 +414,7 @@ _TEMPLATE_WORDS = {
     "a",
     "an",
     "project",
+    "category",  # "a project (category Other)"
     "in",
     "listed",
     "as",
@@ -455,8 +456,8 @@ def test_derived_description_reads_as_documented() -> None:
     bare = parse_record(_raw(methodologies=[], category="Other", country=INTERNATIONAL))
     assert (
         descriptions(bare)[0]
-        == "BAESA Project: an Other project listed as International registered with VCS as VCS-10."
-    )
+        == "BAESA Project: a project (category Other) listed as International registered with VCS as VCS-10."
+    )  # issue 37: not "an Other project"
 
 
 def test_long_description_lists_the_present_facts_only() -> None:
