@@ -133,7 +133,7 @@ async def test_errors_document_gives_the_statuses_the_daemon_answers(daemon: Dae
     answered = [
         await daemon.post({"action": "teleport"}),
         await daemon.post({"action": "quote", "carbonClass": "NBO", "amount": "1", "colour": "green"}),
-        await daemon.get("/nowhere"),
+        await daemon.get("/.well-known/nowhere"),  # an x402 path (elsewhere the marketplace answers)
         await daemon.get("/api/quote", listingId="999", amount="1"),
         await daemon.get("/api/quote", carbonClass="NBO", amount="0.0001"),
         await daemon.get("/api/quote", listingId="1", amount="1", inputToken="kVCM"),
