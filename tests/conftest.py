@@ -33,6 +33,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
 
 
+def _name_each_transport_by_its_test() -> None:
+    """An asyncio transport left unclosed is found by the garbage collector, often during a
+    later test, which its ResourceWarning then fails (``filterwarnings = error``): the warning
+    names the test that opened it (``PYTEST_CURRENT_TEST`` when it was made), so the leak is
+    found where it is, not where it was collected."""
+    from asyncio import selector_events
+
+    cls: Any = selector_events._SelectorTransport
+    init, shown = cls.__init__, cls.__repr__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._opened_in = os.environ.get("PYTEST_CURRENT_TEST", "no test")
+
+    def __repr__(self: Any) -> str:
+        return f"{shown(self)[:-1]} opened in {getattr(self, '_opened_in', 'no test')}>"
+
+    cls.__init__, cls.__repr__ = __init__, __repr__
+
+
+_name_each_transport_by_its_test()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Each pytest-xdist worker (gw0 ... gw7; a run without xdist takes the block after them)
     finds its free ports in a block of its own below the kernel's ephemeral range
