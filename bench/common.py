@@ -19,17 +19,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from relayer_dev.ports import free_port as free_port  # the benchmarks' ports (a block per test worker)
+
 RELAYER = Path(sys.executable).with_name("relayer")
 
 ROUND_TRIPS = "(round trips)"
 NONCE_REFUSALS = "(sends refused for their nonce)"
-
-
-def free_port() -> int:
-    """A free loopback port (from the block the test suite gives, when run by it)."""
-    from relayer_dev.ports import free_port as pick
-
-    return pick()
 
 
 async def counting_proxy(

@@ -36,6 +36,7 @@ from relayer.store.migrations import migrate  # noqa: E402
 from relayer.workers.follower import ChainFollower  # noqa: E402
 from relayer_dev import devdb, devnet  # noqa: E402
 from relayer_dev.deploy import deploy_and_seed  # noqa: E402
+from relayer_dev.ports import free_port  # noqa: E402
 
 
 class InFlight(ExecutorLane):
@@ -47,12 +48,6 @@ class InFlight(ExecutorLane):
 
     async def pending(self) -> dict[bytes, PendingTx]:
         return {**await super().pending(), **self.extra}
-
-
-def free_port() -> int:
-    from relayer_dev.ports import free_port
-
-    return free_port()
 
 
 async def measure(rt: Any, args: argparse.Namespace) -> dict[str, Any]:

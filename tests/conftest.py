@@ -74,9 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(ports.BLOCK_ENV, f"{12_000 + 2_000 * index}:2000")
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on, from this worker's block (:mod:`relayer_dev.ports`)."""
-    return ports.free_port()
+free_port = ports.free_port
+"""A loopback port nothing listens on, from this worker's block (:mod:`relayer_dev.ports`)."""
 
 
 # The modules that take longest (seconds summed over their tests, `--durations=0` on 4 workers:

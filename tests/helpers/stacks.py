@@ -41,6 +41,7 @@ import pytest
 from relayer.store.migrations import migrate
 from relayer_dev import devdb, devnet
 from relayer_dev.deploy import deploy_and_seed
+from relayer_dev.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ROOT / "data" / "carbon-projects.json"
@@ -89,12 +90,6 @@ def _rpc(url: str, method: str, *params: Any) -> Any:
     return answer.get("result")
 
 
-def _free_port() -> int:
-    from relayer_dev.ports import free_port
-
-    return free_port()
-
-
 def chain_template(chain_id: int = 84532) -> dict[str, Any]:
     """The deployed and seeded protocol of chain ``chain_id`` for this run, built on first
     use: ``{"info": <devnet description, rpcUrl of the builder>, "state": <anvil_dumpState
@@ -104,7 +99,7 @@ def chain_template(chain_id: int = 84532) -> dict[str, Any]:
     with _locked(directory):
         if not path.exists():
             build = directory / f"chain-{chain_id}-build"
-            port = _free_port()
+            port = free_port()
             proc = devnet.start_anvil(build, port, chain_id)
             try:
                 url = devnet.rpc_url(port)
@@ -127,7 +122,7 @@ def start_chain(
     run's deployed and seeded protocol of ``chain_id``: the process (the caller stops it) and
     its devnet description with this node's ``rpcUrl`` (no ``deploymentFile``)."""
     template = chain_template(chain_id)
-    port = _free_port()
+    port = free_port()
     proc = devnet.start_anvil(state_dir, port, chain_id, log_name=log_name)
     try:
         url = devnet.rpc_url(port)
