@@ -215,15 +215,22 @@ async def test_sigterm_under_load_answers_what_is_in_flight_and_the_next_process
                 await _until(
                     lambda: _sent_at_least(db, RETIREMENTS // 2), "no progress before the API's SIGTERM"
                 )
-                recorded = {bytes(r["salt"]) for r in await db.fetch("SELECT salt FROM relay_jobs")}
-                tries = collections.Counter(a.body for a in attempts)
-                in_flight = [  # posted once, not answered yet, and its job recorded: the API has it
-                    a
-                    for a in attempts
-                    if not a.done
-                    and tries[a.body] == 1
-                    and bytes.fromhex(bodies[a.body]["salt"][2:]) in recorded
-                ]
+                # ... at a moment when at least 5 are in flight (bounded: the load lasts longer; at
+                # the half mark alone the pipeline was once drained: 0 in flight, nothing tested)
+                deadline = time.monotonic() + 20
+                while True:
+                    recorded = {bytes(r["salt"]) for r in await db.fetch("SELECT salt FROM relay_jobs")}
+                    tries = collections.Counter(a.body for a in attempts)
+                    in_flight = [  # posted once, not answered yet, and its job recorded: the API has it
+                        a
+                        for a in attempts
+                        if not a.done
+                        and tries[a.body] == 1
+                        and bytes.fromhex(bodies[a.body]["salt"][2:]) in recorded
+                    ]
+                    if len(in_flight) >= 5 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.02)
                 code, took = await _sigterm(api)
                 assert code == 0 and took < GRACE_S, (code, took, api.log.read_text()[-3000:])
                 await asyncio.sleep(0.2)  # the last answers reach their clients
