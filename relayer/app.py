@@ -340,6 +340,7 @@ def _marketplace(
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
         project_records=project_records,
         order_grace_s=settings.order_grace_s,
+        issuer=settings.issuer(),
     )
 
 

@@ -419,6 +419,12 @@ class Settings(BaseSettings):
         default="mailto:security@example.invalid",
         description="The security.txt Contact (RFC 9116): set it to the operator's address",
     )
+    certificate_issuer: str = Field(
+        default="",
+        max_length=80,
+        description="Who issues the retirement certificates, as each certificate names it (the "
+        "operator's name); empty: the host of RELAYER_PUBLIC_BASE_URL",
+    )
 
     # --- process -----------------------------------------------------------------------
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -541,6 +547,13 @@ class Settings(BaseSettings):
                 seen.add(int(key.removeprefix("0x"), 16))
                 unique.append(key)
         return unique
+
+    def issuer(self) -> str:
+        """The certificates' issuer: ``certificate_issuer``, else the host (and port) of
+        ``public_base_url`` ("relay.example.org")."""
+        if self.certificate_issuer.strip():
+            return self.certificate_issuer.strip()
+        return self.public_base_url.partition("://")[2].split("/", 1)[0] or self.public_base_url
 
     @property
     def x402_base_url(self) -> str:

@@ -68,6 +68,19 @@ def require_chromium() -> str:
     return path
 
 
+def require_poppler() -> None:
+    """poppler's ``pdftoppm`` and ``pdftotext``, for a test that renders or reads a PDF.
+
+    Without them the calling test is skipped, or fails when ``CI`` is set.
+    """
+    if shutil.which("pdftoppm") and shutil.which("pdftotext"):
+        return
+    msg = "no poppler-utils (pdftoppm, pdftotext); Debian: apt-get install poppler-utils"
+    if in_ci():
+        pytest.fail(f"{msg} (CI is set: browser tests may not be skipped)", pytrace=False)
+    pytest.skip(msg)
+
+
 def dump_dom(url: str, timeout_s: float = 30) -> str:
     """Load ``url`` in headless Chromium and return the DOM it serialises once loaded.
 
@@ -105,6 +118,24 @@ def screenshot(url: str, png: Path, width: int = 1000, height: int = 1400, timeo
     if not png.is_file():
         raise BrowserError(f"chromium --screenshot {url} wrote no {png}")
     return png.read_bytes()
+
+
+def print_to_pdf(url: str, pdf: Path, timeout_s: float = 30) -> bytes:
+    """Load ``url`` in headless Chromium and print it to ``pdf`` as the print dialog would
+    (the page's own ``@page`` size and margins, no header or footer).
+
+    Blocking, like :func:`dump_dom`.
+
+    Returns:
+        The PDF's bytes.
+
+    Raises:
+        BrowserError: no Chromium, a non-zero exit, no PDF, or the timeout.
+    """
+    _run_chromium(url, ["--no-pdf-header-footer", f"--print-to-pdf={pdf}"], timeout_s)
+    if not pdf.is_file():
+        raise BrowserError(f"chromium --print-to-pdf {url} wrote no {pdf}")
+    return pdf.read_bytes()
 
 
 def _run_chromium(url: str, args: list[str], timeout_s: float) -> bytes:

@@ -188,8 +188,7 @@ async def retirement(request: web.Request) -> web.Response:
     if request.query:
         validated(_NoQuery, _query(request))
     views = request.app[MARKETPLACE].retirements
-    r = await views.retirement(parse_retirement_id(request.match_info["id"]))
-    return _respond(_dump(views.retirement_view(r)))
+    return _respond(_dump(await views.one(parse_retirement_id(request.match_info["id"]))))
 
 
 class _CertificateQuery(BaseModel):

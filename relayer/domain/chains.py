@@ -31,6 +31,9 @@ class ChainFacts:
         network: x402 network slug ("base-sepolia"), as prepare/retire writes it.
         explorer_tx: block explorer transaction URL prefix (the ``0x`` hash is appended),
             None when there is none.
+        genesis_hash: the public chain's block 0 hash (32 bytes): a node of this chain id with
+            another genesis (a local devnet, a fork) is not the public chain, and its
+            transactions are not on the public explorer (see :func:`explorer_tx_url`).
         block_time_ms: the chain's block interval, milliseconds (Base since Denim: 200).
         confirmation_s: default seconds of blocks under a receipt or event before it counts
             (settled for the relay, indexed for the catalogue); :attr:`confirmations` is the
@@ -45,6 +48,7 @@ class ChainFacts:
     name: str
     network: str
     explorer_tx: str | None
+    genesis_hash: bytes
     block_time_ms: int
     confirmation_s: float
     relay: bool
@@ -68,6 +72,7 @@ BASE: Final = ChainFacts(
     name="Base",
     network="base",
     explorer_tx="https://basescan.org/tx/",
+    genesis_hash=bytes.fromhex("f712aa9241cc24369b143cf6dce85f0902a9731e70d66818a3a5845b296c73dd"),
     block_time_ms=200,
     confirmation_s=20.0,
     relay=True,
@@ -83,6 +88,7 @@ BASE_SEPOLIA: Final = ChainFacts(
     name="Base Sepolia",
     network="base-sepolia",
     explorer_tx="https://sepolia.basescan.org/tx/",
+    genesis_hash=bytes.fromhex("0dcc9e089e30b90ddfc55be9a37dd15bc551aeee999d2e2b51414c54eaf934e4"),
     block_time_ms=200,
     confirmation_s=10.0,
     relay=True,
@@ -95,6 +101,7 @@ POLYGON: Final = ChainFacts(
     name="Polygon",
     network="polygon",
     explorer_tx="https://polygonscan.com/tx/",
+    genesis_hash=bytes.fromhex("a9c28ce2141b56c474f1dc504bee9b01eb1bd7d1a507580d5519d4437a97de1b"),
     block_time_ms=2_000,
     confirmation_s=128.0,
     relay=False,
@@ -108,6 +115,7 @@ POLYGON_AMOY: Final = ChainFacts(
     name="Polygon Amoy",
     network="polygon-amoy",
     explorer_tx="https://amoy.polygonscan.com/tx/",
+    genesis_hash=bytes.fromhex("7202b2b53c5a0836e773e319d18922cc756dd67432f9a1f65352b61f4406c697"),
     block_time_ms=2_000,
     confirmation_s=32.0,
     relay=False,
@@ -156,11 +164,17 @@ def network(chain_id: int) -> str:
     return caip2(chain_id) if known is None else known.network
 
 
-def explorer_tx_url(chain_id: int, tx_hash: str) -> str | None:
-    """The block explorer's page of a transaction (``tx_hash``: ``0x`` + 64 hex digits);
-    None for a chain without a known explorer (not in the table)."""
+def explorer_tx_url(chain_id: int, tx_hash: str, genesis_hash: bytes | None) -> str | None:
+    """The public block explorer's page of a transaction (``tx_hash``: ``0x`` + 64 hex
+    digits) on the chain whose block 0 hash is ``genesis_hash`` (as the node reported it,
+    recorded in ``chain_identity``); None for a chain without a known explorer (not in the
+    table), for a chain whose genesis is not the public chain's (a local devnet or a fork that
+    uses the chain id: the explorer has no such transaction), and when the genesis is not
+    known yet (``None``)."""
     known = CHAINS.get(chain_id)
-    return None if known is None or known.explorer_tx is None else known.explorer_tx + tx_hash
+    if known is None or known.explorer_tx is None or genesis_hash != known.genesis_hash:
+        return None
+    return known.explorer_tx + tx_hash
 
 
 def default_confirmations(chain_id: int) -> int:

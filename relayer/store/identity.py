@@ -20,6 +20,9 @@ SELECT genesis_hash FROM chain_identity WHERE chain_id = $1
 LIMIT 1
 """
 
+# The recorded genesis of each chain of $1.
+GENESES: Final = "SELECT chain_id, genesis_hash FROM chain_identity WHERE chain_id = ANY($1::bigint[])"
+
 
 class ChainIdentity:
     """Repository of the chain identity. Raises ``StoreUnavailable`` when the database fails."""
@@ -31,3 +34,9 @@ class ChainIdentity:
         """Record ``genesis_hash`` for ``chain_id`` if none is recorded; returns the genesis
         hash the database belongs to (equal to the argument unless the chain changed)."""
         return bytes(await self.db.fetchval(RECORD_GENESIS, chain_id, genesis_hash))
+
+    async def geneses(self, chain_ids: list[int]) -> dict[int, bytes]:
+        """The recorded genesis hash of each of ``chain_ids`` that has one (a chain whose
+        node no process has checked yet has none)."""
+        rows = await self.db.fetch(GENESES, chain_ids)
+        return {int(r["chain_id"]): bytes(r["genesis_hash"]) for r in rows}

@@ -20,7 +20,8 @@ HOSTILE_IMG = "<img src=x onerror=alert(1)>"
 
 def view(**changes: Any) -> CertificateView:
     """A plausible retirement (1.5 t of VCS-10 on Base Sepolia, :data:`TX`, :data:`RID`,
-    :data:`TIMESTAMP`), with ``changes`` (its fields) applied."""
+    :data:`TIMESTAMP`, its explorer link as on the public chain, no registry serial numbers),
+    with ``changes`` (its fields) applied."""
     base = CertificateView(
         retirement_id=RID,
         chain_id=84532,
@@ -39,6 +40,14 @@ def view(**changes: Any) -> CertificateView:
         registry="VCS",
         timestamp=TIMESTAMP,
         verify_url=f"http://127.0.0.1:8402/retirements/{RID}",
+        view_url=f"http://127.0.0.1:8402/retirements/{RID}/certificate?format=html",
+        explorer_url=f"https://sepolia.basescan.org/tx/{TX}",
+        project_country="Zimbabwe",
+        project_region="Mashonaland West",
+        methodology="VM0009 — Methodology for Avoided Ecosystem Conversion",
+        project_category="Forestry",
+        registry_serials=(),
+        issuer="Carbon Relay Ltd",
     )
     return dataclasses.replace(base, **changes)
 
@@ -57,10 +66,17 @@ EXPECTED_FIELDS = {
     "chain": "Base Sepolia (chain id 84532)",
     "chain_name": "Base Sepolia",
     "chain_id": "84532",
-    "timestamp": "2024-05-01T12:00:00Z",
+    "timestamp": "Wednesday, 1 May 2024 at 12:00:00 UTC",
     "message": "Offsetting our 2024 flights",
     "retiring_name": "Acme Travel",
     "retiring_address": "0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
     "verify_url": f"http://127.0.0.1:8402/retirements/{RID}",
+    "view_url": f"http://127.0.0.1:8402/retirements/{RID}/certificate?format=html",
+    "explorer_url": f"https://sepolia.basescan.org/tx/{TX}",
+    "place": "Mashonaland West, Zimbabwe",
+    "methodology": "VM0009 — Methodology for Avoided Ecosystem Conversion",
+    "project_category": "Forestry",
+    "issuer": "Carbon Relay Ltd",
+    "qr_code": "",
 }
 """The text of each ``data-field`` of :func:`view`'s HTML certificate (by field name)."""

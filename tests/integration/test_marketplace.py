@@ -26,6 +26,8 @@ from pypdf import PdfReader
 
 from relayer.app import Runtime, open_runtime, web_runner
 from relayer.config import IndexChain, Settings
+from relayer.domain.chains import BASE_SEPOLIA
+from relayer.domain.marketplace import parse_retirement_id
 from relayer_dev import devdb
 from relayer_dev.deploy import CANCELLED_LISTING_ID, UPDATED_LISTING_ID
 from tests.browser import dump_dom, read_dom, require_chromium
@@ -645,3 +647,32 @@ async def test_random_bad_requests_never_answer_5xx(market: Market) -> None:
             assert r.status < 500, (path, body, await r.text())
     assert (await market.rows("quotes"), await market.rows("orders")) <= (before[0] + 500, before[1])
     print("\nrandom bad requests by status:", dict(sorted(statuses.items())))
+
+
+async def test_certificate_shows_the_catalogue_and_links_the_explorer_only_on_the_public_chain(
+    market: Market,
+) -> None:
+    """The local chain uses chain id 84532 with its own genesis: no link to Base Sepolia's
+    explorer (it has no such transaction), in the retirement and on its certificate. The same
+    retirement read against the public genesis links it."""
+    seeded = market.chain["seededRetirements"][0]
+    _, view, _ = await market.get(f"/retirements/{seeded['id']}")
+    assert view["onChainExplorerUrl"] is None
+    _, page, _ = await market.get("/retirements", chainId=84532, limit=50)
+    assert page and all(item["onChainExplorerUrl"] is None for item in page)
+    snapshots = market.runtime.marketplace.snapshots  # the catalogue the certificate reads
+    project = (await snapshots.snapshot()).records[view["project"]["key"]]
+    async with market.session.get(f"{market.base}{view['viewRetirementUrl'][len(market.base) :]}") as r:
+        dom = read_dom(await r.text())
+    assert "explorer_url" not in dom.fields
+    assert dom.text("place") == ", ".join(p for p in (project.region, project.country) if p)
+    assert dom.text("project_category") == project.category
+    assert project.methodologies[0].id in dom.text("methodology")
+    assert dom.text("issuer") == market.base.removeprefix("http://")  # RELAYER_CERTIFICATE_ISSUER unset
+    assert dom.text("view_url") == view["viewRetirementUrl"]
+    assert "qr_code" in dom.fields
+
+    views = market.runtime.marketplace.retirements
+    rid = parse_retirement_id(seeded["id"])
+    public = views.retirement_view(await views.retirement(rid), {84532: BASE_SEPOLIA.genesis_hash})
+    assert public["onChainExplorerUrl"] == f"https://sepolia.basescan.org/tx/{view['hash']}"

@@ -13,7 +13,6 @@ import asyncio
 import io
 import logging
 import re
-import shutil
 import subprocess
 import zlib
 from collections.abc import AsyncIterator
@@ -26,7 +25,7 @@ from pypdf import PdfReader
 
 from relayer.api.x402_meta import GUIDE_IDS
 from relayer.service.documents import certificate_html, certificate_pdf
-from tests.browser import dump_dom, in_ci, read_dom, require_chromium, screenshot
+from tests.browser import dump_dom, read_dom, require_chromium, require_poppler, screenshot
 from tests.conftest import Daemon
 from tests.helpers.certificates import view
 
@@ -42,15 +41,6 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("screenshots")
     print(f"\nscreenshots in {path}")
     return path
-
-
-def require_poppler() -> None:
-    if shutil.which("pdftoppm") and shutil.which("pdftotext"):
-        return
-    msg = "no poppler-utils (pdftoppm, pdftotext); Debian: apt-get install poppler-utils"
-    if in_ci():
-        pytest.fail(f"{msg} (CI is set: browser tests may not be skipped)", pytrace=False)
-    pytest.skip(msg)
 
 
 def assert_picture(png: bytes, width: int, height: int) -> None:

@@ -15,14 +15,17 @@ from pypdf import PdfReader
 
 from relayer.service.documents import (
     MAX_CHARS,
+    MAX_SERIALS,
     NO_MESSAGE,
     NOT_GIVEN,
     NOT_IN_CATALOGUE,
+    SERIAL_MAX_CHARS,
     CertificateView,
     certificate_html,
     certificate_pdf,
     clean_text,
     pdf_text,
+    time_in_words,
     tonne_unit,
     utc_iso,
 )
@@ -46,28 +49,75 @@ def one_line(text: str) -> str:
 # --- the PDF ---------------------------------------------------------------------------------
 
 
+def words(text: str) -> str:
+    """The PDF's text with its line breaks (where values wrap) read as spaces."""
+    return " ".join(text.split())
+
+
 def test_pdf_shows_every_field() -> None:
     (text,) = pdf_pages(certificate_pdf(view()))
+    shown = words(text)
     for expected in (
-        "Alice Müller",
-        "0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
-        "1.5 tonnes CO₂e",
-        "VCS-10",
-        "Kariba REDD+",
-        "2019",
-        "VCS",
-        TX,
-        RID,
-        "Base Sepolia (chain id 84532)",
-        "Acme Travel",
-        "0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
-        "Offsetting our 2024 flights",
-        "2024-05-01T12:00:00Z",
+        "for the benefit of Alice Müller",
+        "Message: Offsetting our 2024 flights",
+        "Beneficiary address 0x5B38Da6a701c568545dCfcB03FcB875f56beddC4",
+        "1.5 tonnes CO₂e retired",
+        "Project VCS-10 — Kariba REDD+",
+        "Location Mashonaland West, Zimbabwe",
+        "Methodology VM0009 — Methodology for Avoided Ecosystem Conversion",
+        "Category Forestry",
+        "Vintage 2019",
+        "Registry VCS",
+        f"Transaction {TX}",
+        f"Retirement id {RID}",
+        "Chain Base Sepolia (chain id 84532)",
+        "Retired by Acme Travel",
+        "Retiring address 0xAb8483F64d9C6d1EcF9b849Ae677dD3315835cb2",
+        "Retired on Wednesday, 1 May 2024 at 12:00:00 UTC (2024-05-01T12:00:00Z)",
+        "Issued by Carbon Relay Ltd, the relayer that carried out and indexed this retirement on Base",
         "on-chain retirement event",
         "project catalogue",
+        "The transaction on the block explorer",
     ):
-        assert expected in text, expected
-    assert f"http://127.0.0.1:8402/retirements/{RID}" in one_line(text)
+        assert expected in shown, expected
+    flat = one_line(text)
+    for url in (
+        f"http://127.0.0.1:8402/retirements/{RID}",
+        f"http://127.0.0.1:8402/retirements/{RID}/certificate?format=html",
+        f"https://sepolia.basescan.org/tx/{TX}",
+    ):
+        assert url in flat, url
+    assert "Registry serial numbers" not in shown  # none known: no row
+
+
+def test_pdf_shows_registry_serials_when_known_and_sums_up_the_rest() -> None:
+    serials = tuple(f"VCS-10-2019-{n:04d}" for n in range(MAX_SERIALS + 2))
+    shown = words(pdf_pages(certificate_pdf(view(registry_serials=serials)))[0])
+    assert "Registry serial numbers " + ", ".join(serials[:MAX_SERIALS]) + " and 2 more" in shown
+    dom = read_dom(certificate_html(view(registry_serials=serials[:2])))
+    assert dom.text("registry_serials") == "VCS-10-2019-0000, VCS-10-2019-0001"
+
+
+def test_no_explorer_link_off_the_public_chain() -> None:
+    local = view(explorer_url="")
+    assert "block explorer" not in words(pdf_pages(certificate_pdf(local))[0])
+    page = certificate_html(local)
+    assert "explorer_url" not in read_dom(page).fields and "basescan" not in page
+
+
+@pytest.mark.parametrize(
+    ("ts", "spoken"),
+    [
+        (0, "Thursday, 1 January 1970 at 00:00:00 UTC"),
+        (TIMESTAMP, "Wednesday, 1 May 2024 at 12:00:00 UTC"),
+        (951_825_599, "Tuesday, 29 February 2000 at 11:59:59 UTC"),
+        (253_402_300_799, "Friday, 31 December 9999 at 23:59:59 UTC"),
+        (253_402_300_800, "unix time 253402300800 (out of range)"),
+        (-1, "unix time -1 (out of range)"),
+    ],
+)
+def test_time_in_words(ts: int, spoken: str) -> None:
+    assert time_in_words(ts) == spoken
 
 
 def test_pdf_is_one_a4_page_with_metadata_from_the_view() -> None:
@@ -94,9 +144,9 @@ def test_pdf_says_what_is_absent() -> None:
     (text,) = pdf_pages(
         certificate_pdf(view(beneficiary_name="", retiring_name="", message="", project_name=""))
     )
-    assert f"Beneficiary {NOT_GIVEN}" in text
+    assert f"for the benefit of {NOT_GIVEN}" in text
     assert f"Retired by {NOT_GIVEN}" in text
-    assert f"Message {NO_MESSAGE}" in text
+    assert f"Message: {NO_MESSAGE}" in text
     assert NOT_IN_CATALOGUE in text
 
 
@@ -116,14 +166,14 @@ def test_pdf_shows_every_script_with_embedded_fonts() -> None:
     name = MULTI_SCRIPT + " 🌳"
     data = certificate_pdf(view(beneficiary_name=name, message=f"{HEBREW} {ARABIC} ok"))
     text = pdf_text_of(data)
-    assert f"Beneficiary {MULTI_SCRIPT} [deciduous tree]" in text
+    assert f"for the benefit of {MULTI_SCRIPT} [deciduous tree]" in words(text)
     # right-to-left words are stored in visual order; each word is whole and shaped
     for word in (HEBREW[::-1], HEBREW):
         if word in text:
             break
     else:
         raise AssertionError(f"no Hebrew in {text!r}")
-    assert "?" not in text
+    assert "?" not in text.replace("/certificate?format=html", "")  # no glyph replaced by "?"
     # every font is embedded (TrueType subsets, the CJK one as CFF); no core (unembedded) font
     assert data.count(b"/FontFile2") == 3  # Noto Sans, Heebo, Noto Sans Arabic
     assert data.count(b"/FontFile3") == 1  # Noto Sans CJK
@@ -135,7 +185,7 @@ def test_pdf_latin_embeds_only_the_main_font() -> None:
     data = certificate_pdf(view())
     assert data.count(b"/FontFile2") == 1
     assert b"NotoSans" in data and b"NotoSansCJK" not in data
-    assert len(data) < 15_000
+    assert len(data) < 20_000  # about 15.5 KB: the subset, the text and the QR code's squares
 
 
 @pytest.mark.parametrize(
@@ -216,7 +266,8 @@ def test_pdf_fits_one_page_with_every_field_at_its_bound(word_len: int, letter: 
     """The widest letters (and the longest emoji name), in words that waste the most of each line."""
     word = letter * word_len + " "
     filled = {name: word * (bound // len(word) + 2) for name, bound in MAX_CHARS.items()}
-    data = certificate_pdf(view(chain_id=10**40, **filled))
+    serials = (word * (SERIAL_MAX_CHARS // len(word) + 2),) * (MAX_SERIALS + 5)
+    data = certificate_pdf(view(chain_id=10**40, registry_serials=serials, **filled))
     assert len(PdfReader(io.BytesIO(data)).pages) == 1
 
 
@@ -248,12 +299,15 @@ def test_html_shows_every_field_once() -> None:
     assert "on-chain retirement event" in page
     assert "project catalogue" in page
     assert dom.field_attrs["timestamp"][0]["datetime"] == "2024-05-01T12:00:00Z"
-    assert dom.field_attrs["verify_url"][0]["href"] == EXPECTED_FIELDS["verify_url"]
+    for link in ("verify_url", "view_url", "explorer_url"):
+        assert dom.field_attrs[link][0]["href"] == EXPECTED_FIELDS[link], link
+    assert "<svg" in page and 'aria-label="QR code of the verification page"' in page
 
 
 def test_html_is_standalone() -> None:
     """No scripts, nothing loaded: no src attributes, no stylesheets, no CSS url()/@import,
-    and a CSP that would refuse them anyway. The one http URL is the verify link's."""
+    and a CSP that would refuse them anyway. The http URLs are the three links' (href and
+    text); the QR code is an inline SVG (part of the page, not a load)."""
     page = certificate_html(view())
     dom = read_dom(page)
     assert page.startswith("<!DOCTYPE html>")
@@ -263,7 +317,8 @@ def test_html_is_standalone() -> None:
     lowered = page.lower()
     for banned in ("<script", " src=", "url(", "@import", "@font-face", "javascript:"):
         assert banned not in lowered, banned
-    assert lowered.count("http://") == 2  # href and text of the verify link
+    assert lowered.count("http://") == 4  # href and text of the verify and view links
+    assert lowered.count("https://") == 2  # the explorer link
     assert "default-src 'none'" in page
 
 
@@ -322,8 +377,11 @@ def test_html_escapes_markup_in_every_user_field() -> None:
 
 def test_html_verify_url_is_a_link_only_when_http() -> None:
     dom = read_dom(certificate_html(view(verify_url="javascript:alert(1)")))
-    assert "a" not in dom.tags
+    assert "href" not in dom.field_attrs["verify_url"][0]
     assert dom.text("verify_url") == "javascript:alert(1)"
+    dom = read_dom(certificate_html(view(view_url="javascript:alert(1)", explorer_url="data:x")))
+    assert "qr_code" not in dom.fields  # no QR code of what is not a link
+    assert "href" not in dom.field_attrs["view_url"][0] and "href" not in dom.field_attrs["explorer_url"][0]
     dom = read_dom(certificate_html(view(verify_url='https://x.test/"><script>')))
     assert dom.field_attrs["verify_url"][0]["href"] == 'https://x.test/"><script>'
 
@@ -403,6 +461,7 @@ def test_every_string_field_has_a_bound() -> None:
     strings = {f.name for f in dataclasses.fields(CertificateView) if f.type == "str"}
     assert set(MAX_CHARS) == strings
     assert MAX_CHARS["message"] == 500
+    assert (MAX_SERIALS, SERIAL_MAX_CHARS) == (5, 40)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,16 @@ SEPOLIA, AMOY = "https://sepolia.basescan.org", "https://amoy.polygonscan.com"
 UNKNOWN = 31337  # anvil's default chain id: not in the table
 
 
+# Block 0 of each public chain (read from the public nodes; the same in reth's and silkworm's
+# chain specs): what tells the public chain from a devnet that uses its chain id.
+GENESIS = {
+    8453: "f712aa9241cc24369b143cf6dce85f0902a9731e70d66818a3a5845b296c73dd",
+    84532: "0dcc9e089e30b90ddfc55be9a37dd15bc551aeee999d2e2b51414c54eaf934e4",
+    137: "a9c28ce2141b56c474f1dc504bee9b01eb1bd7d1a507580d5519d4437a97de1b",
+    80002: "7202b2b53c5a0836e773e319d18922cc756dd67432f9a1f65352b61f4406c697",
+}
+
+
 @pytest.mark.parametrize(
     ("chain_id", "name", "network", "explorer", "block_ms", "seconds", "confirmations", "relay", "usdc"),
     [
@@ -46,6 +56,7 @@ def test_each_chains_facts(
         name=name,
         network=network,
         explorer_tx=explorer,
+        genesis_hash=bytes.fromhex(GENESIS[chain_id]),
         block_time_ms=block_ms,
         confirmation_s=seconds,
         relay=relay,
@@ -57,7 +68,11 @@ def test_each_chains_facts(
     assert chains.display_name(chain_id) == name
     assert chains.network(chain_id) == network
     tx = "0x" + "ab" * 32
-    assert chains.explorer_tx_url(chain_id, tx) == explorer + tx
+    public = bytes.fromhex(GENESIS[chain_id])
+    assert chains.explorer_tx_url(chain_id, tx, public) == explorer + tx
+    # a devnet or fork that uses the chain id, or a chain whose genesis is not known yet
+    assert chains.explorer_tx_url(chain_id, tx, b"\x01" * 32) is None
+    assert chains.explorer_tx_url(chain_id, tx, None) is None
     assert chains.default_confirmations(chain_id) == confirmations
     assert chains.relay_supported(chain_id) is relay
     assert chains.catalogue_supported(chain_id) is True
@@ -76,7 +91,7 @@ def test_an_unknown_chain_gets_the_stated_fallbacks() -> None:
     assert chains.caip2(UNKNOWN) == "eip155:31337"
     assert chains.display_name(UNKNOWN) == "chain 31337"
     assert chains.network(UNKNOWN) == "eip155:31337"
-    assert chains.explorer_tx_url(UNKNOWN, "0x" + "00" * 32) is None
+    assert chains.explorer_tx_url(UNKNOWN, "0x" + "00" * 32, b"\x01" * 32) is None
     assert chains.default_confirmations(UNKNOWN) == chains.UNKNOWN_CHAIN_CONFIRMATIONS == 100
     assert chains.relay_supported(UNKNOWN) is False
     assert chains.catalogue_supported(UNKNOWN) is False

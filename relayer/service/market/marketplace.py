@@ -18,6 +18,7 @@ from relayer.service.project_records import ProjectRecords
 from relayer.service.relay import Relay
 from relayer.service.supply import Supply
 from relayer.store.catalogue import CatalogueStore
+from relayer.store.identity import ChainIdentity
 from relayer.store.orders import Orders
 from relayer.store.retirements import RetirementStore
 
@@ -31,6 +32,7 @@ class Marketplace:
         keys: bearer API keys.
         desk: quotes, orders and the order keeper's step.
         public_base_url: where callers reach this daemon (no trailing slash).
+        issuer: who issues the certificates (``Settings.issuer``).
     """
 
     def __init__(
@@ -48,10 +50,13 @@ class Marketplace:
         clock: Callable[[], float] = time.time,
         project_records: ProjectRecords | None = None,
         order_grace_s: int = ORDER_GRACE_S,
+        issuer: str = "relayer",
     ) -> None:
         self.public_base_url = public_base_url
         self.snapshots = CatalogueSnapshots(store, project_records or ProjectRecords(store), chains, clock)
-        self.retirements = RetirementViews(retirements, store, self.snapshots, public_base_url)
+        self.retirements = RetirementViews(
+            retirements, store, self.snapshots, public_base_url, ChainIdentity(store.db), issuer
+        )
         self.keys = ApiKeys(orders)
         self.desk = OrderDesk(
             store,

@@ -19,11 +19,13 @@ from relayer.domain.marketplace import (
     not_found,
     provenance,
 )
+from relayer.domain.projects import ProjectRecord
 from relayer.domain.retirement import retirement_links, retiring_address
 from relayer.service.documents import CertificateView
 from relayer.service.market.projects import Page
 from relayer.service.market.snapshot import CatalogueSnapshots
 from relayer.store.catalogue import CatalogueStore
+from relayer.store.identity import ChainIdentity
 from relayer.store.retirements import IndexedRetirement, RetirementStore
 
 
@@ -32,6 +34,10 @@ class RetirementViews:
 
     Args:
         public_base_url: where callers reach this daemon (no trailing slash).
+        identity: the recorded genesis of each chain: a retirement links to the public
+            block explorer only where its chain is the public one (not a local devnet that
+            uses the chain id).
+        issuer: who issues the certificates, as each names it.
     """
 
     def __init__(
@@ -40,15 +46,41 @@ class RetirementViews:
         store: CatalogueStore,
         snapshots: CatalogueSnapshots,
         public_base_url: str,
+        identity: ChainIdentity,
+        issuer: str,
     ) -> None:
         self.retirements = retirements
         self.store = store
         self.snapshots = snapshots
         self.chains = snapshots.chains
         self.public_base_url = public_base_url
+        self.identity = identity
+        self.issuer = issuer
+        # a chain's genesis, once recorded, never changes under a running daemon (a reset
+        # chain halts it: chain_identity's guard), so a read one is kept
+        self._geneses: dict[int, bytes] = {}
 
-    def retirement_view(self, r: IndexedRetirement) -> views.Retirement:
-        """One retirement (amount in tonnes, timestamp unix seconds as a string)."""
+    async def geneses(self) -> dict[int, bytes]:
+        """The recorded genesis hash of each indexed chain that has one (read until all
+        are known, then kept).
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        missing = [c for c in self.chains if c not in self._geneses]
+        if missing:
+            self._geneses.update(await self.identity.geneses(missing))
+        return self._geneses
+
+    async def one(self, rid: RetirementId) -> views.Retirement:
+        """GET /retirements/{id} (404 ``retirement_not_found``)."""
+        r = await self.retirement(rid)
+        return self.retirement_view(r, await self.geneses())
+
+    def retirement_view(self, r: IndexedRetirement, geneses: dict[int, bytes]) -> views.Retirement:
+        """One retirement (amount in tonnes, timestamp unix seconds as a string);
+        ``geneses``: :meth:`geneses` (``onChainExplorerUrl`` is null unless the recorded
+        genesis is the public chain's)."""
         rid = str(RetirementId(r.chain_id, r.tx_hash, r.retirement_index))
         d = r.details
         tx = "0x" + r.tx_hash.hex()
@@ -72,7 +104,7 @@ class RetirementViews:
             "tokenId": str(r.token_id),
             "creditId": f"{r.project_id}-{r.vintage}",
             "project": {"key": r.project_id, "vintage": str(r.vintage), "registry": r.registry},
-            "onChainExplorerUrl": explorer_tx_url(r.chain_id, tx),
+            "onChainExplorerUrl": explorer_tx_url(r.chain_id, tx, geneses.get(r.chain_id)),
             "viewRetirementUrl": links["viewRetirementUrl"],
             "certificateUrl": links["certificateUrl"],
             "provenanceUrl": links["provenanceUrl"],
@@ -87,7 +119,8 @@ class RetirementViews:
         rows, total = await self.retirements.search(
             q.chainId, q.beneficiaryAddress, q.retiringAddress, q.projectKey, q.offset, q.limit
         )
-        return Page([self.retirement_view(r) for r in rows], total, q.offset, q.limit)
+        geneses = await self.geneses()
+        return Page([self.retirement_view(r, geneses) for r in rows], total, q.offset, q.limit)
 
     async def retirement(self, rid: RetirementId) -> IndexedRetirement:
         """Raises Rejection 404 ``retirement_not_found`` (not indexed, or not yet)."""
@@ -135,11 +168,15 @@ class RetirementViews:
         return records
 
     async def certificate(self, rid: RetirementId) -> CertificateView:
-        """What a certificate shows (404 ``retirement_not_found``)."""
+        """What a certificate shows (404 ``retirement_not_found``): the indexed retirement
+        event, its project's catalogue record (name, country, region, methodologies,
+        category; empty when the project is not in the catalogue), the explorer link only on
+        the public chain, and this daemon's links."""
         r = await self.retirement(rid)
-        view = self.retirement_view(r)
+        view = self.retirement_view(r, await self.geneses())
         snap = await self.snapshots.snapshot()
         record = snap.records.get(r.project_id)
+        links = retirement_links(self.public_base_url, view["id"])
         return CertificateView(
             retirement_id=view["id"],
             chain_id=r.chain_id,
@@ -158,7 +195,22 @@ class RetirementViews:
             registry=r.registry,
             timestamp=r.block_timestamp,
             verify_url=f"{self.public_base_url}/retirements/{view['id']}",
+            view_url=links["viewRetirementUrl"],
+            explorer_url=view["onChainExplorerUrl"] or "",
+            project_country="" if record is None else record.country,
+            project_region="" if record is None else record.region,
+            methodology="" if record is None else methodology_text(record),
+            project_category="" if record is None else record.category,
+            registry_serials=(),  # the retirement event carries none, nor does the catalogue
+            issuer=self.issuer,
         )
+
+
+def methodology_text(record: ProjectRecord) -> str:
+    """A record's methodologies as one line: each "code — name" (or whichever it has),
+    joined by "; " ("" when the source named none)."""
+    parts = [" — ".join(p for p in (m.id, m.name) if p) for m in record.methodologies]
+    return "; ".join(p for p in parts if p)
 
 
 def _burn_of(burns: list[Transfer], r: IndexedRetirement) -> Transfer | None:
