@@ -78,7 +78,7 @@ def shown_value(settings: Settings, name: str) -> str:
     """How ``config check`` shows the setting ``name``: never a secret, and for an unset
     setting with a derived default, that default."""
     value = getattr(settings, name)
-    if value is None:
+    if value is None or (name == "certificate_issuer" and not value.strip()):
         return _unset(settings, name)
     if name == "database_url":
         return redact(value.get_secret_value())
@@ -108,6 +108,7 @@ def _unset(settings: Settings, name: str) -> str:
         "projects_file": "the packaged data set",
         "x402_v1_base_url": settings.x402_hosts()["v1"],
         "x402_v0_base_url": settings.x402_hosts()["v0"],
+        "certificate_issuer": f"the public host: {settings.issuer()}",
     }
     return f"(unset: {derived[name]})" if name in derived else "(unset)"
 

@@ -186,6 +186,25 @@ def test_config_check_shows_no_secret(tmp_path: Path) -> None:
     assert shown_value(settings, "confirmations") == "(unset: chain 84532's default: 50)"
     default = "(unset: chain 84532's default: 10 s = 50 blocks of 200 ms)"
     assert shown_value(settings, "confirmation") == default
+    assert shown_value(settings, "certificate_issuer") == "(unset: the public host: 127.0.0.1:8402)"
+
+
+@pytest.mark.parametrize(
+    ("issuer", "base", "named"),
+    [
+        ("", "https://relay.example.org", "relay.example.org"),
+        ("  ", "https://relay.example.org:8443/sub", "relay.example.org:8443"),
+        ("Carbon Relay Ltd", "https://relay.example.org", "Carbon Relay Ltd"),
+    ],
+)
+def test_the_certificates_issuer(issuer: str, base: str, named: str) -> None:
+    settings = Settings(certificate_issuer=issuer, public_base_url=base)
+    assert settings.issuer() == named
+
+
+def test_the_certificates_issuer_is_bounded() -> None:
+    with pytest.raises(ValidationError):
+        Settings(certificate_issuer="x" * 81)
 
 
 @pytest.mark.parametrize(
