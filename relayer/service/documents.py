@@ -22,8 +22,10 @@ HTML: every value goes through ``html.escape`` (quotes too); user text sits in `
 elements so right-to-left names lay out on their own; a Content-Security-Policy meta tag
 forbids scripts and every network load (inline CSS only; fonts only as ``data:`` URLs). Text
 in Hebrew, Arabic or CJK brings subsets of those fonts (the PDF's) inside the page, so a
-reader without such fonts still sees it; emoji are left to the reader's emoji font. The
-verify URL is a link only when it is ``http(s)://`` and was not cut.
+reader without such fonts still sees it; emoji are left to the reader's emoji font. Each
+URL (verification page, machine-readable record, explorer) is a link only when it is
+``http(s)://`` and was not cut; the QR code (segno, error correction M) of the verification
+page is an inline SVG, drawn only for such a link (the PDF draws it as filled squares).
 
 PDF: every font embedded (subsets), from pinned font packages with their licences
 (:mod:`relayer.service.pdf_fonts`: Noto Sans for Latin, Greek and Cyrillic, Heebo for Hebrew,
