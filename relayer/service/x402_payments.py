@@ -56,6 +56,7 @@ from relayer.domain import eip712, fees
 from relayer.domain.addresses import checksum_address
 from relayer.domain.eip712 import parse_signature, typed_data_digest
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.payment_states import PaymentState
 from relayer.domain.proof import Standing, TransferClaim
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
@@ -88,6 +89,7 @@ from relayer.store.relay_jobs import Job
 from relayer.store.x402_payments import NewPayment, PaymentLedgerRow, PaymentRow, QuoteSpent, X402Payments
 
 log = logging.getLogger(__name__)
+P = PaymentState
 
 QUOTE_VERSION: Final = "q1"
 TRANSFER_GAS: Final = 100_000
@@ -507,13 +509,13 @@ class Payments:
             return Refused(_reason({"code": exc.code}), exc.message)
         if job is not None:
             await self.store.move(
-                row.id, ("accepted",), "accepted", int(self.clock()), transfer_job_id=job.id
+                row.id, (P.ACCEPTED,), P.ACCEPTED, int(self.clock()), transfer_job_id=job.id
             )
         return None
 
     async def _note(self, row: PaymentRow, record: dict[str, Any]) -> None:
         """Keep why the payment's transfer did not happen (``{code, message}``)."""
-        await self.store.move(row.id, ("accepted",), "accepted", int(self.clock()), error=record)
+        await self.store.move(row.id, (P.ACCEPTED,), P.ACCEPTED, int(self.clock()), error=record)
 
     # ------------------------------------------------------------------ driving a payment
 
@@ -533,7 +535,7 @@ class Payments:
                     if advanced is None:
                         return None
                     row = advanced
-            if remaining <= 0 or (taken and (last_step or row.state != "accepted")):
+            if remaining <= 0 or (taken and (last_step or row.state is not P.ACCEPTED)):
                 break
             if not taken or row.transfer_job_id is None:
                 await asyncio.sleep(min(0.2, remaining))  # another actor holds it for a moment
@@ -553,16 +555,16 @@ class Payments:
         """The answer of a payment as it stands (waiting at most ``wait_s`` for a retirement
         on its way): paid only with the transaction the chain proves."""
         transfer = None if row.transfer_job_id is None else await self.relay.jobs.get(row.transfer_job_id)
-        paid = row.payment_tx is not None and row.state not in ("accepted", "failed")
+        paid = row.payment_tx is not None and row.state not in (P.ACCEPTED, P.FAILED)
         failing = row.error is not None and row.error.get("code") != FRONT_RUN
         if not paid and (
-            row.state == "failed" or (failing and (transfer is None or transfer.state in FAILED))
+            row.state is P.FAILED or (failing and (transfer is None or transfer.state in FAILED))
         ):
             error = row.error or {}
             return Refused(_reason(error), str(error.get("message", "the payment did not happen")))
         tx = row.payment_tx if paid else (None if transfer is None else transfer.tx_hash)
         retirement: dict[str, Any] | None = None
-        if row.retire_job_id is not None and row.state in ("retiring", "retired"):
+        if row.retire_job_id is not None and row.state in (P.RETIRING, P.RETIRED):
             try:
                 outcome: RetireOutcome = await self.relay.outcomes.wait(row.retire_job_id, wait_s)
                 retirement = outcome.body
@@ -584,11 +586,11 @@ class Payments:
         if row is None:
             return None
         now = int(self.clock())
-        if row.state == "accepted":
+        if row.state is P.ACCEPTED:
             row = await self._settle_transfer(row, now)
-        if row.state in ("paid", "retiring"):
+        if row.state in (P.PAID, P.RETIRING):
             row = await self._retire(row, now)
-        if row.state == "refunding":
+        if row.state is P.REFUNDING:
             row = await self._refund(row, now)
         return row
 
@@ -628,14 +630,14 @@ class Payments:
             record = {"code": USED_OTHERWISE["code"], "message": USED_OTHERWISE["message"]}
             if row.error is None or row.error.get("code") == FRONT_RUN:
                 await self._note(row, record)
-            return await self.store.move(row.id, ("accepted",), "failed", now) or row
+            return await self.store.move(row.id, (P.ACCEPTED,), P.FAILED, now) or row
         return await self.store.get(row.id) or row
 
     async def _to_paid(self, row: PaymentRow, tx_hash: bytes | None, now: int) -> PaymentRow:
         """``accepted`` -> ``paid`` with the proven transaction (the claim's value arrived)."""
         assert tx_hash, "a proven transfer names its transaction"
         moved = await self.store.move(
-            row.id, ("accepted",), "paid", now, payment_tx=tx_hash, received=row.amount
+            row.id, (P.ACCEPTED,), P.PAID, now, payment_tx=tx_hash, received=row.amount
         )
         return moved or row
 
@@ -660,7 +662,7 @@ class Payments:
                 else await self.relay.jobs.get(fresh.transfer_job_id)
             )
         if job is not None:
-            await self.store.move(row.id, ("accepted",), "accepted", now, transfer_job_id=job.id)
+            await self.store.move(row.id, (P.ACCEPTED,), P.ACCEPTED, now, transfer_job_id=job.id)
         return job
 
     async def _retire(self, row: PaymentRow, now: int) -> PaymentRow:
@@ -671,12 +673,12 @@ class Payments:
         if job is not None and job.request_hash == payment_request_key(row.id):
             if job.state in SUCCEEDED:
                 return (
-                    await self.store.move(row.id, ("paid", "retiring"), "retired", now, retire_job_id=job.id)
+                    await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRED, now, retire_job_id=job.id)
                     or row
                 )
             if job.state not in FAILED:
                 return (
-                    await self.store.move(row.id, ("paid", "retiring"), "retiring", now, retire_job_id=job.id)
+                    await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRING, now, retire_job_id=job.id)
                     or row
                 )
             return await self._after_failed_retirement(row, job, now)
@@ -694,14 +696,14 @@ class Payments:
             job = await self.relay.jobs.find_by_salt(self.chain_id, payment_salt(row.id))
             if job is not None and job.state not in FAILED:
                 return (
-                    await self.store.move(row.id, ("paid", "retiring"), "retiring", now, retire_job_id=job.id)
+                    await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRING, now, retire_job_id=job.id)
                     or row
                 )
             if job is not None:
                 return await self._after_failed_retirement(row, job, now)
             return await self._to_refund(row, {"code": refusal.code, "message": refusal.message}, now)
         return (
-            await self.store.move(row.id, ("paid", "retiring"), "retiring", now, retire_job_id=made.id) or row
+            await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRING, now, retire_job_id=made.id) or row
         )
 
     async def _make_retirement(self, row: PaymentRow, now: int) -> Job:
@@ -730,7 +732,7 @@ class Payments:
         settled = await self.relay.outcomes.retirements.by_bound_nonce(self.chain_id, job.bound_nonce)
         if settled:
             return (
-                await self.store.move(row.id, ("paid", "retiring"), "retired", now, retire_job_id=job.id)
+                await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRED, now, retire_job_id=job.id)
                 or row
             )
         if job.tx_hash is not None and now <= await self.store.expires_at(job.id) + EXPIRY_MARGIN_S:
@@ -753,8 +755,8 @@ class Payments:
         )
         moved = await self.store.move(
             row.id,
-            ("paid", "retiring"),
-            "refunding",
+            (P.PAID, P.RETIRING),
+            P.REFUNDING,
             now,
             retire_job_id=retire_job_id,
             refund_valid_before=now + REFUND_LIFETIME_S,
@@ -772,14 +774,14 @@ class Payments:
             except RelayerError as exc:
                 log.warning("x402 refund not taken yet", extra={"payment": str(row.id), "code": exc.code})
                 return row
-            row = await self.store.move(row.id, ("refunding",), "refunding", now, refund_job_id=job.id) or row
+            row = await self.store.move(row.id, (P.REFUNDING,), P.REFUNDING, now, refund_job_id=job.id) or row
         if job.state is JobState.CONFIRMED:
             try:
                 proven = (await self.relay.outcomes.wait_transfer(job.id, 0)).success
             except Unavailable:
                 return row
             if proven:
-                return await self.store.move(row.id, ("refunding",), "refunded", now) or row
+                return await self.store.move(row.id, (P.REFUNDING,), P.REFUNDED, now) or row
         return row
 
     def _refund_transfer(self, row: PaymentRow, now: int) -> VerifiedTransfer:

@@ -11,15 +11,15 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import asyncpg
 
 from relayer.domain.errors import RelayerError
+from relayer.domain.payment_states import OPEN_PAYMENT_STATES, PaymentState, guard_payment_move
 from relayer.store.pool import Database
 
-PaymentState = Literal["accepted", "paid", "retiring", "retired", "refunding", "refunded", "failed"]
-OPEN_STATES: Final = ("accepted", "paid", "retiring", "refunding")
+_OPEN: Final = ", ".join(f"'{s.value}'" for s in OPEN_PAYMENT_STATES)  # constants of the table
 
 _COLUMNS: Final = (
     "id, chain_id, quote_id, request_hash, request::text AS request, payload::text AS payload, payload_hash, "
@@ -40,12 +40,12 @@ BY_QUOTE: Final = f"SELECT {_COLUMNS} FROM x402_payments WHERE quote_id = $1"
 # Payments not final that are due at $1 (unix seconds), the earliest due first.
 DUE: Final = f"""
 SELECT {_COLUMNS} FROM x402_payments
-WHERE state IN ('accepted', 'paid', 'retiring', 'refunding') AND due_at <= $1 ORDER BY due_at LIMIT $2
+WHERE state IN ({_OPEN}) AND due_at <= $1 ORDER BY due_at LIMIT $2
 """
 # Put payment $1 off until $2 (unix seconds), while it is not final.
-DEFER: Final = """
+DEFER: Final = f"""
 UPDATE x402_payments SET due_at = $2
-WHERE id = $1 AND state IN ('accepted', 'paid', 'retiring', 'refunding')
+WHERE id = $1 AND state IN ({_OPEN})
 """
 # Forget payment $1 that was refused before any money moved: the refusal records nothing, and its
 # quote may be used again. Only while its authorization's transfer job (salt $3 on chain $2), if
@@ -192,7 +192,7 @@ def _row(r: asyncpg.Record) -> PaymentRow:
         opt(r["retire_job_id"]),
         opt(r["refund_job_id"]),
         opt(r["refund_valid_before"]),
-        r["state"],
+        PaymentState(r["state"]),
         None if r["error"] is None else json.loads(r["error"]),
         int(r["created_at"]),
         int(r["updated_at"]),
@@ -286,12 +286,18 @@ class X402Payments:
     ) -> PaymentRow | None:
         """Move the payment from one of ``sources`` to ``target`` setting the given columns
         (None keeps one); None when it was in none of ``sources``. The table refuses a paid
-        state without the proven ``payment_tx`` and ``received`` (migration 0025)."""
+        state without the proven ``payment_tx`` and ``received`` (migration 0025).
+
+        Raises:
+            PaymentMoveRefused: a source the payment state table
+                (:mod:`relayer.domain.payment_states`) does not allow into ``target``.
+        """
+        guard = guard_payment_move(sources, target)
         row = await self.db.fetchrow(
             MOVE,
             payment_id,
-            list(sources),
-            target,
+            guard,
+            target.value,
             transfer_job_id,
             payment_tx,
             retire_job_id,

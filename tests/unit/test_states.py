@@ -1,11 +1,26 @@
-"""The relay job state machine: one enum, one transition table (STYLE 7)."""
+"""The relay job and x402 payment state machines: one enum and one transition table each
+(STYLE 7), held by the same kinds of test."""
 
 from __future__ import annotations
 
 import itertools
+import re
+import uuid
+from pathlib import Path
 
 import pytest
 
+from relayer.domain.payment_states import (
+    FINAL_PAYMENT_STATES,
+    OPEN_PAYMENT_STATES,
+    PAYMENT_TRANSITIONS,
+    PROVEN_PAID,
+    PaymentMoveRefused,
+    PaymentState,
+    can_move_payment,
+    guard_payment_move,
+    payment_sources_of,
+)
 from relayer.domain.states import (
     FINAL,
     TERMINAL,
@@ -17,6 +32,7 @@ from relayer.domain.states import (
     sources_of,
     terminal,
 )
+from relayer.store import x402_payments as payments_store
 from relayer.store.status import FINAL_IN_OPEN, OPEN_STATES
 
 S = JobState
@@ -219,3 +235,102 @@ def test_the_status_queries_count_open_states_of_any_kind_less_each_kinds_final(
 @pytest.mark.parametrize(("source", "target"), sorted(EXPECTED_EDGES - {(S.CONFIRMED, S.INDEXED)}))
 def test_a_transfer_takes_every_other_edge_of_the_one_table(source: JobState, target: JobState) -> None:
     assert can_move(source, target, "transfer")
+
+
+# --- the x402 payment table (relayer/domain/payment_states.py), held as the job table is -------
+
+P = PaymentState
+# Written out independently of relayer.domain.payment_states (its module docstring).
+EXPECTED_PAYMENT_EDGES = {
+    (P.ACCEPTED, P.ACCEPTED),
+    (P.ACCEPTED, P.PAID),
+    (P.ACCEPTED, P.FAILED),
+    (P.PAID, P.RETIRING),
+    (P.PAID, P.RETIRED),
+    (P.PAID, P.REFUNDING),
+    (P.RETIRING, P.RETIRING),
+    (P.RETIRING, P.RETIRED),
+    (P.RETIRING, P.REFUNDING),
+    (P.REFUNDING, P.REFUNDING),
+    (P.REFUNDING, P.REFUNDED),
+}
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def _sql_list(text: str) -> list[str]:
+    return re.findall(r"'([a-z]+)'", text)
+
+
+def test_every_payment_state_has_a_row_and_the_table_its_edges() -> None:
+    assert set(PAYMENT_TRANSITIONS) == set(PaymentState)
+    edges = {(a, b) for a, targets in PAYMENT_TRANSITIONS.items() for b in targets}
+    assert edges == EXPECTED_PAYMENT_EDGES
+
+
+def test_payment_states_are_the_tables_check_and_the_open_ones_its_index() -> None:
+    """The enum's values are the SQL CHECK of ``x402_payments.state`` (migration 0017); the
+    open states are the keeper index's predicate (0025), and DUE and DEFER say it the same
+    way (so the planner uses the partial index)."""
+    created = (MIGRATIONS / "0017_x402_payments.sql").read_text()
+    check = re.search(r"CHECK \(state IN \(([^)]*)\)\)", created)
+    assert check is not None and _sql_list(check.group(1)) == [s.value for s in PaymentState]
+    proven = (MIGRATIONS / "0025_payments_proven.sql").read_text()
+    index = re.search(r"x402_payments_due ON x402_payments \(due_at\)\s+WHERE state IN \(([^)]*)\)", proven)
+    assert index is not None and _sql_list(index.group(1)) == [s.value for s in OPEN_PAYMENT_STATES]
+    predicate = f"state IN ({index.group(1)})"
+    assert predicate in payments_store.DUE and predicate in payments_store.DEFER
+    paid_check = re.search(r"paid_is_proven CHECK \(\s*state IN \(([^)]*)\)", proven)
+    assert paid_check is not None
+    assert set(_sql_list(paid_check.group(1))) == set(PaymentState) - PROVEN_PAID
+
+
+def test_final_payment_states_move_nowhere() -> None:
+    assert frozenset({P.RETIRED, P.REFUNDED, P.FAILED}) == FINAL_PAYMENT_STATES
+    assert OPEN_PAYMENT_STATES == (P.ACCEPTED, P.PAID, P.RETIRING, P.REFUNDING)
+    for state in FINAL_PAYMENT_STATES:
+        assert not any(can_move_payment(state, target) for target in PaymentState)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (P.ACCEPTED, P.RETIRING),  # nothing retires before the chain proves the payment
+        (P.ACCEPTED, P.RETIRED),
+        (P.ACCEPTED, P.REFUNDING),  # nothing is refunded that was not received
+        (P.ACCEPTED, P.REFUNDED),
+        (P.PAID, P.ACCEPTED),
+        (P.PAID, P.FAILED),  # a proven payment ends retired or refunded, never failed
+        (P.RETIRING, P.FAILED),
+        (P.REFUNDING, P.RETIRING),
+        (P.REFUNDED, P.REFUNDING),
+        (P.FAILED, P.ACCEPTED),
+    ],
+)
+def test_forbidden_payment_moves(source: PaymentState, target: PaymentState) -> None:
+    assert not can_move_payment(source, target)
+    assert source not in payment_sources_of(target)
+    with pytest.raises(PaymentMoveRefused):
+        guard_payment_move([source], target)
+
+
+def test_only_a_proven_payment_reaches_a_paid_state() -> None:
+    reached, todo = {P.ACCEPTED}, [P.ACCEPTED]
+    while todo:
+        for target in PAYMENT_TRANSITIONS[todo.pop()]:
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    assert reached == set(PaymentState)
+    assert payment_sources_of(P.PAID) == (P.ACCEPTED,)  # the one way in: the chain's proof
+    assert all(
+        payment_sources_of(s) and set(payment_sources_of(s)) <= PROVEN_PAID for s in PROVEN_PAID - {P.PAID}
+    )
+
+
+async def test_the_store_refuses_a_move_the_table_does_not_allow_before_any_sql() -> None:
+    store = payments_store.X402Payments(db=None)  # type: ignore[arg-type]  # never reached
+    with pytest.raises(PaymentMoveRefused):
+        await store.move(uuid.uuid4(), (P.ACCEPTED,), P.RETIRED, 0)
+    with pytest.raises(PaymentMoveRefused):
+        await store.move(uuid.uuid4(), (), P.PAID, 0)
+    assert guard_payment_move((P.PAID, P.RETIRING), P.REFUNDING) == ["paid", "retiring"]
