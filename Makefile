@@ -32,7 +32,7 @@ define is_daemon
 case "$$(tr '\0' ' ' <"/proc/$$1/cmdline")" in *"bin/relayer all"*) true ;; *) false ;; esac
 endef
 
-.PHONY: help install demo test check devnet devnet-down traffic compile lint docs bench-facilitator bench-soak
+.PHONY: help install demo test check devnet devnet-down traffic compile lint docs pictures bench-facilitator bench-soak
 
 help: ## List the targets
 	@echo "usage: make <target>"
@@ -136,6 +136,9 @@ check: install ## The inner loop: lint, then the tests that need no chain and no
 
 docs: install ## Regenerate the settings reference in docs/configuration.md from relayer/config.py
 	$(DEV) config-doc
+
+pictures: install ## Render the certificate's pictures in docs/images (needs chromium and poppler-utils)
+	$(DEV) pictures
 
 bench-facilitator: install ## Our /facilitator/settle vs the x402 SDK's facilitator (BENCH_ARGS=--scenario dropped ...)
 	$(BIN)/python bench/facilitator_vs_reference.py $(BENCH_ARGS)

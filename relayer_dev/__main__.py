@@ -1,5 +1,5 @@
 """The dev command line, run from the repository root: ``python -m relayer_dev devnet up|down``,
-``demo``, ``env``, ``traffic`` and ``config-doc``. It supplies the product's settings (see
+``demo``, ``env``, ``traffic``, ``pictures`` and ``config-doc``. It supplies the product's settings (see
 :mod:`relayer_dev.settings`)."""
 
 from __future__ import annotations
@@ -190,6 +190,15 @@ def traffic(
     except RelayerError as exc:
         _fail(exc)
     click.echo(json.dumps(summary))
+
+
+@main.command()
+def pictures() -> None:
+    """Render the certificate's pictures in docs/images (the PDF, and the HTML page as printed)."""
+    from relayer_dev.pictures import render
+
+    for path in render(REPO_ROOT / "docs" / "images"):
+        click.echo(f"wrote {path.relative_to(REPO_ROOT)}")
 
 
 @main.command("config-doc")
