@@ -28,6 +28,7 @@ from relayer.service.documents import (
     certificate_html,
     certificate_pdf,
 )
+from relayer_dev.pictures import SAMPLE, render
 from tests.browser import print_to_pdf, require_chromium, require_poppler
 from tests.helpers.certificates import RID, TX, view
 
@@ -179,3 +180,20 @@ async def test_html_page_prints_on_one_filled_a4_page_with_a_readable_qr_code(
     assert "Wednesday, 1 May 2024 at 12:00:00 UTC" in text
     assert f"https://sepolia.basescan.org/tx/{TX[:20]}" in text
     assert (certificate.beneficiary_name or "not given") in text
+
+
+def test_the_docs_pictures_render_and_their_qr_codes_read(tmp_path: Path) -> None:
+    """``make pictures`` (relayer_dev/pictures.py): both pictures made, each a filled A4
+    page whose QR code opens the sample's verification page."""
+    chromium = require_chromium()
+    require_poppler()
+    made = render(tmp_path, chromium=chromium, dpi=DPI)
+    assert [p.name for p in made] == ["certificate-pdf.png", "certificate-html.png"]
+    for path in made:
+        with Image.open(path) as image:
+            grey = image.convert("L")
+        assert qr_codes(grey) == [SAMPLE.view_url], path.name
+        rows = inked_rows(grey)
+        assert (
+            rows.index(True) < grey.height * 0.10 and grey.height - rows[::-1].index(True) > grey.height * 0.7
+        )
