@@ -84,9 +84,8 @@ from relayer.workers.catalogue_indexer import CatalogueIndexer
 from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.follower import ChainFollower
 from relayer.workers.gauges import Gauges
+from relayer.workers.keeper import ORDER_KEEPER_EVERY_S, PAYMENT_KEEPER_EVERY_S, Keeper
 from relayer.workers.lane_keeper import LaneKeeper
-from relayer.workers.order_keeper import OrderKeeper
-from relayer.workers.payment_keeper import PaymentKeeper
 from relayer.workers.reorg import Confirmed
 from relayer.workers.sweeper import Sweeper
 
@@ -473,15 +472,24 @@ def start_workers(rt: Runtime) -> None:
     _start_indexers(rt, guard)
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
     rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
-    order_keeper = OrderKeeper(rt.marketplace.desk)
-    rt.tasks.append(
-        asyncio.create_task(_supervised("order-keeper", order_keeper.run, rt), name="order-keeper")
-    )
-    if rt.payments is not None and rt.payments.enabled:
-        payment_keeper = PaymentKeeper(rt.payments)
-        rt.tasks.append(
-            asyncio.create_task(_supervised("payment-keeper", payment_keeper.run, rt), name="payment-keeper")
+    keepers = [
+        Keeper(
+            "order keeper", rt.marketplace.desk.resume, ORDER_KEEPER_EVERY_S, "attempted pending orders again"
         )
+    ]
+    if rt.payments is not None and rt.payments.enabled:
+        keepers.append(
+            Keeper(
+                "payment keeper",
+                rt.payments.resume,
+                PAYMENT_KEEPER_EVERY_S,
+                "advanced open x402 payments",
+                logging.DEBUG,
+            )
+        )
+    for one in keepers:
+        task = one.name.replace(" ", "-")
+        rt.tasks.append(asyncio.create_task(_supervised(task, one.run, rt), name=task))
 
 
 def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
