@@ -32,11 +32,17 @@ from relayer.store.catalogue import CatalogueStore, IndexBatch
 from relayer.store.retirements import IndexedRetirement
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
-from relayer.workers.reorg import Confirmed, ReorgWatch, policy_of
+from relayer.workers.reorg import Confirmed, ReorgHalt, ReorgWatch, policy_of, undo_or_halt
 
 log = logging.getLogger(__name__)
 
 CURSOR: Final = "catalogue"
+CATALOGUE_HALT: Final = ReorgHalt(
+    "catalogue",
+    "deep reorg: the catalogue indexer halts and undoes nothing until the node's chain holds the "
+    "indexed blocks again",
+    halts_lanes=False,
+)
 MAX_RANGE: Final = 2_000
 """Blocks read by one ``eth_getLogs``."""
 
@@ -122,29 +128,19 @@ class CatalogueIndexer:
         return to_block < safe
 
     async def _reorg(self, head: BlockHeader) -> None:
-        """Undo the reorg under ``head`` when it is within the confirmation window; else halt.
-
-        Raises:
-            Incident: the node answers another chain, or the reorg is deeper than the window,
-                below the finalized block or past memory.
-        """
-        if self.guard is not None:
-            await self.guard.check("catalogue", now=True)
-        if self.watch.incident is None:
-            to = await self.watch.ancestor(head.number)
-            why = self.watch.judge(to, self.confirmations, await self.confirmed.settled_floor())
-            if why is None:
-                await self._rewind(to, f"head {head.number}")
-                return
-            self.watch.incident = why
-            self.metrics.deep_reorg.labels(str(self.chain_id), "catalogue").set(1)
-            log.error(
-                "deep reorg: the catalogue indexer halts and undoes nothing until the node's chain "
-                "holds the indexed blocks again",
-                extra={"chain_id": self.chain_id, "head": head.number, "ancestor": to.number, "reason": why},
-            )
-        self.metrics.halted_steps.labels("catalogue", "deep_reorg").inc()
-        raise Incident("deep_reorg", self.watch.incident, chain_id=self.chain_id)
+        """Undo the reorg under ``head`` when it is within the confirmation window; else halt
+        (the catalogue alone: :func:`undo_or_halt`)."""
+        await undo_or_halt(
+            head,
+            self.watch,
+            self.confirmed,
+            self.confirmations,
+            self._rewind,
+            guard=self.guard,
+            metrics=self.metrics,
+            chain_id=self.chain_id,
+            halt=CATALOGUE_HALT,
+        )
 
     async def _rewind(self, to: Ancestor, where: str) -> None:
         """Undo what the blocks above the common ancestor ``to`` held (rows deleted, touched

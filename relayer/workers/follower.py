@@ -49,11 +49,17 @@ from relayer.tasks import retrieved
 from relayer.workers import OutageLog, retirement_row, sleep_or_stop
 from relayer.workers.chain_guard import ChainGuard
 from relayer.workers.nonces import NonceAudit
-from relayer.workers.reorg import Confirmed, ReorgWatch, policy_of
+from relayer.workers.reorg import Confirmed, ReorgHalt, ReorgWatch, policy_of, undo_or_halt
 
 log = logging.getLogger(__name__)
 
 CURSOR: Final = "retirements"
+FOLLOWER_HALT: Final = ReorgHalt(
+    "follower",
+    "deep reorg: the follower halts and rewinds nothing (the lanes halt too) until the node's chain "
+    "holds the remembered blocks again",
+    halts_lanes=True,
+)
 MAX_RECEIPT_BLOCKS: Final = 64
 MAX_LOG_RANGE: Final = 2_000
 CURSOR_EVERY_S: Final = 1.0
@@ -207,31 +213,18 @@ class ChainFollower:
 
     async def _reorg(self, head: BlockHeader) -> None:
         """Follow the reorg under ``head`` (rewind to the common ancestor) when it is within
-        the confirmation window; else halt.
-
-        Raises:
-            Incident: the node answers another chain (the guard, asked at once), or the reorg
-                is deeper than the window, below the finalized block or past memory.
-        """
-        if self.guard is not None:
-            await self.guard.check("follower", now=True)
-        if self.watch.incident is None:
-            to = await self.watch.ancestor(head.number)
-            why = self.watch.judge(to, self.confirmations, await self.confirmed.settled_floor())
-            if why is None:
-                await self._rewind(to, f"head {head.number}")
-                return
-            self.watch.incident = why
-            self.metrics.deep_reorg.labels(str(self.chain_id), "follower").set(1)
-            if self.guard is not None:
-                self.guard.open("follower", why)
-            log.error(
-                "deep reorg: the follower halts and rewinds nothing (the lanes halt too) until the "
-                "node's chain holds the remembered blocks again",
-                extra={"chain_id": self.chain_id, "head": head.number, "ancestor": to.number, "reason": why},
-            )
-        self.metrics.halted_steps.labels("follower", "deep_reorg").inc()
-        raise Incident("deep_reorg", self.watch.incident, chain_id=self.chain_id)
+        the confirmation window; else halt, the lanes too (:func:`undo_or_halt`)."""
+        await undo_or_halt(
+            head,
+            self.watch,
+            self.confirmed,
+            self.confirmations,
+            self._rewind,
+            guard=self.guard,
+            metrics=self.metrics,
+            chain_id=self.chain_id,
+            halt=FOLLOWER_HALT,
+        )
 
     def _resolved(self) -> None:
         """The node's chain holds the remembered blocks again: the deep reorg incident ends."""

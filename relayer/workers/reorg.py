@@ -6,10 +6,14 @@ is the worker's (in the store)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from relayer.chain.types import BlockHeader
 from relayer.domain.confirmation import ConfirmationPolicy
+from relayer.domain.incidents import Incident
 from relayer.domain.reorg import (
     KEEP_HASHES,
     Ancestor,
@@ -20,6 +24,10 @@ from relayer.domain.reorg import (
     reorg_incident,
     walk_back,
 )
+from relayer.metrics import Metrics
+from relayer.workers.chain_guard import ChainGuard
+
+log = logging.getLogger(__name__)
 
 
 class BlockHashes(Protocol):
@@ -152,3 +160,58 @@ class ReorgWatch:
         self.memory.forget_above(ancestor)
         if self.seen_head is not None and self.seen_head > ancestor:
             self.seen_head = ancestor
+
+
+@dataclass(frozen=True, slots=True)
+class ReorgHalt:
+    """How one worker halts on a reorg it must not follow: ``part`` names it in the guard,
+    the metrics and the incident ("follower", "catalogue"); ``line`` is its error line;
+    ``halts_lanes`` opens the chain guard too, so the executor lanes halt with it."""
+
+    part: str
+    line: str
+    halts_lanes: bool
+
+
+async def undo_or_halt(
+    head: BlockHeader,
+    watch: ReorgWatch,
+    confirmed: Confirmed,
+    window: int,
+    rewind: Callable[[Ancestor, str], Awaitable[None]],
+    *,
+    guard: ChainGuard | None,
+    metrics: Metrics,
+    chain_id: int,
+    halt: ReorgHalt,
+) -> None:
+    """The reorg under ``head``, for the follower and the catalogue indexer alike: asks the
+    chain guard at once (another chain is its incident), then rewinds to the common ancestor
+    (``rewind``) when the reorg is within ``window`` blocks and above the node's finalized
+    block; else records the incident on ``watch`` (once), sets ``relayer_deep_reorg`` and
+    halts.
+
+    Raises:
+        Incident: ``deep_reorg`` (deeper than the window, below the finalized block or past
+            memory; raised again at each step until the node's chain holds the remembered
+            blocks), or the guard's own.
+        ChainUnavailable: the node failed.
+    """
+    if guard is not None:
+        await guard.check(halt.part, now=True)
+    if watch.incident is None:
+        to = await watch.ancestor(head.number)
+        why = watch.judge(to, window, await confirmed.settled_floor())
+        if why is None:
+            await rewind(to, f"head {head.number}")
+            return
+        watch.incident = why
+        metrics.deep_reorg.labels(str(chain_id), halt.part).set(1)
+        if guard is not None and halt.halts_lanes:
+            guard.open(halt.part, why)
+        log.error(
+            halt.line,
+            extra={"chain_id": chain_id, "head": head.number, "ancestor": to.number, "reason": why},
+        )
+    metrics.halted_steps.labels(halt.part, "deep_reorg").inc()
+    raise Incident("deep_reorg", watch.incident, chain_id=chain_id)
