@@ -16,8 +16,9 @@ from eth_abi.exceptions import DecodingError
 from relayer.chain import codec
 from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.node import ChainNode
-from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo, TokenBalance
+from relayer.chain.types import ClassInfo, CreditInfo, TokenBalance
 from relayer.domain.fees import FeeSchedule, PoolReserves
+from relayer.domain.marketplace import ListingInfo
 from relayer.domain.proof import (
     AUTHORIZATION_USED_TOPIC,
     TRANSFER_TOPIC,

@@ -92,23 +92,6 @@ class ClassInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class ListingInfo:
-    """A marketplace listing: ``unit_price`` in USDC atomic units per tonne, amounts in
-    credit units, ``expiration`` unix seconds."""
-
-    listing_id: int
-    seller: str
-    credit_token: str
-    token_id: int
-    unit_price: int
-    total_amount: int
-    left_to_sell: int
-    min_fill: int
-    expiration: int
-    active: bool
-
-
-@dataclass(frozen=True, slots=True)
 class TokenBalance:
     """An ERC-20 balance in atomic units, as of block ``block_number``."""
 

@@ -417,8 +417,10 @@ class ListingEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class ListingState:
-    """A listing as its events leave it."""
+class ListingInfo:
+    """A marketplace listing's terms, as the contract holds them (read with ``listings(id)``)
+    and as its events leave them: ``unit_price`` in USDC atomic units per tonne, amounts in
+    credit units, ``expiration`` unix seconds."""
 
     listing_id: int
     seller: str
@@ -430,15 +432,22 @@ class ListingState:
     min_fill: int
     expiration: int
     active: bool
-    created_block: int
-    created_at: int
-    updated_block: int
-    updated_at: int
 
     def live(self, now: int) -> bool:
         """Offered: active, not sold out, not expired (spec: expired, cancelled and sold-out
         listings are not offered)."""
         return self.active and self.left_to_sell > 0 and self.expiration > now
+
+
+@dataclass(frozen=True, slots=True)
+class ListingState(ListingInfo):
+    """A listing as its events leave it (the catalogue index): its terms and the block (and
+    its time, unix seconds) of its creation and of its last change."""
+
+    created_block: int
+    created_at: int
+    updated_block: int
+    updated_at: int
 
 
 def fold_listing(state: ListingState | None, event: ListingEvent) -> ListingState | None:

@@ -21,6 +21,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from relayer.domain.errors import RelayerError
+
 
 class PaymentState(StrEnum):
     ACCEPTED = "accepted"
@@ -54,8 +56,9 @@ PROVEN_PAID: Final = frozenset({P.PAID, P.RETIRING, P.RETIRED, P.REFUNDING, P.RE
 set; migration 0025's check)."""
 
 
-class PaymentMoveRefused(ValueError):
-    """A move the table does not allow was asked for (a defect in the caller, never input)."""
+class PaymentMoveRefused(RelayerError):
+    """A move the table does not allow was asked for (a defect in the caller, never input:
+    ``internal_error``, not transient)."""
 
 
 def payment_sources_of(target: PaymentState) -> tuple[PaymentState, ...]:
@@ -78,6 +81,7 @@ def guard_payment_move(sources: Iterable[PaymentState], target: PaymentState) ->
     refused = [s.value for s in given if not can_move_payment(s, target)]
     if refused or not given:
         raise PaymentMoveRefused(
-            f"payment move to {target.value} from {refused or 'no state'} is not allowed"
+            message=f"payment move to {target.value} from {refused or 'no state'} is not allowed",
+            transient=False,
         )
     return [s.value for s in given]

@@ -20,12 +20,13 @@ from relayer.chain.calls import relayed_function
 from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.reads import ChainReads, StateNow
-from relayer.chain.types import ListingInfo, TokenBalance
+from relayer.chain.types import TokenBalance
 from relayer.coalesce import Coalescer
 from relayer.domain.amounts import format_tonnes
 from relayer.domain.budget import transfer_gas_ceiling
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import Unfillable, check_fill, check_liquidity
+from relayer.domain.marketplace import ListingInfo
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPlan, GasPricer

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from relayer.chain.reads import ChainReads
-from relayer.chain.types import ClassInfo, CreditInfo, ListingInfo
+from relayer.chain.types import ClassInfo, CreditInfo
 from relayer.config import Settings
 from relayer.domain import fees, views
 from relayer.domain.amounts import (
@@ -27,6 +27,7 @@ from relayer.domain.amounts import (
 from relayer.domain.chains import relay_supported
 from relayer.domain.errors import Rejection
 from relayer.domain.fill import FillRefusal, Unfillable, check_fill
+from relayer.domain.marketplace import ListingInfo
 from relayer.domain.retirement import SOURCE_CARBON_CLASS, SOURCE_LISTING
 from relayer.domain.schemas import ActionRequest, require
 from relayer.domain.verify import Scheme
