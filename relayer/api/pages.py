@@ -19,34 +19,27 @@ from typing import Final
 from aiohttp import web
 from markdown_it import MarkdownIt
 
-CSP: Final = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src 'none'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
+from relayer.service.styles import BASE_CSS, content_security_policy
+
+CSP: Final = content_security_policy()
 """The pages' Content-Security-Policy (header and meta tag): inline CSS only, nothing loaded."""
 
-_CSS: Final = """
-:root { color-scheme: light; }
-body { margin: 0; background: #eef1ee; color: #1d2421;
-  font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", Arial, sans-serif; }
-main { max-width: 52rem; margin: 2rem auto; padding: 1.5rem 2.25rem 2rem; background: #fff;
-  border: 1px solid #c9d3cc; border-top: 6px solid #2f6b4f; border-radius: 4px; }
+_CSS: Final = (
+    BASE_CSS
+    + """
 nav { font-size: .9rem; margin-bottom: 1rem; }
 nav a { margin-right: 1rem; }
-h1 { font-size: 1.8rem; line-height: 1.2; margin: .25rem 0 1rem; }
+h1 { font-size: 1.8rem; margin: .25rem 0 1rem; }
 h2 { font-size: 1.3rem; margin-top: 1.75rem; }
-a { color: #2f6b4f; }
-code, pre { font: .86rem/1.45 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
-code { background: #f2f5f3; padding: 0 .2em; border-radius: 3px; overflow-wrap: anywhere; }
+code { background: #f2f5f3; padding: 0 .2em; border-radius: 3px; }
 pre { background: #f2f5f3; padding: .75rem 1rem; overflow-x: auto; border-radius: 4px; }
 pre code { background: none; padding: 0; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid #dde3df; padding: .3rem .6rem; text-align: left; vertical-align: top; }
-dt { font-weight: 600; margin-top: .6rem; }
+dt { margin-top: .6rem; color: inherit; }
 dd { margin: .1rem 0 0 0; }
-.summary { color: #4a5650; }
-@media (max-width: 36rem) { main { margin: 0; padding: 1.25rem; } }
-""".strip()
+.summary { color: #4a5650; }"""
+)
 
 _HTML: Final = "text/html"
 _JSON: Final = "application/json"

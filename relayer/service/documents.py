@@ -65,6 +65,7 @@ from fpdf.enums import Align, TextMode, WrapMode, XPos, YPos
 from fpdf.fonts import TTFFont
 
 from relayer.service import pdf_fonts
+from relayer.service.styles import BASE_CSS, content_security_policy
 
 ELLIPSIS: Final = "…"
 
@@ -409,19 +410,14 @@ def _qr(url: str) -> segno.QRCode | None:
 
 # --- HTML -----------------------------------------------------------------------------------
 
-# A constant without '"' or '&', written into the attribute as is.
-_CSP: Final = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src data:; "
-    "base-uri 'none'; form-action 'none'"
-)
+# The certificate embeds its fonts' subsets as data: URLs; it may be framed (an operator's own
+# site showing it).
+_CSP: Final = content_security_policy(fonts_inline=True, framed=True)
 
-_CSS: Final = """
-:root { color-scheme: light; }
-* { box-sizing: border-box; }
-body { margin: 0; background: #eef1ee; color: #1d2421;
-  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 52rem; margin: 2rem auto; padding: 2.25rem 2.75rem; background: #fff;
-  border: 1px solid #c9d3cc; border-top: 8px solid #2f6b4f; border-radius: 4px; }
+_CSS: Final = (
+    BASE_CSS
+    + """
+main { padding: 2.25rem 2.75rem; border-top-width: 8px; }
 .kicker { margin: 0; text-transform: uppercase; letter-spacing: .12em; font-size: .8rem;
   font-weight: 600; color: #2f6b4f; }
 h1 { margin: .35rem 0 .25rem; font-size: 2.4rem; line-height: 1.15; }
@@ -432,10 +428,8 @@ blockquote { margin: 1rem 0 0; padding: .25rem 0 .25rem 1rem; border-left: 4px s
 h2 { margin: 1.6rem 0 .6rem; padding-bottom: .3rem; border-bottom: 1px solid #dde3df;
   text-transform: uppercase; letter-spacing: .1em; font-size: .78rem; color: #2f6b4f; }
 dl { display: grid; grid-template-columns: 12rem 1fr; gap: .45rem 1rem; margin: 0; }
-dt { font-weight: 600; color: #4a5650; }
-dd { margin: 0; min-width: 0; }
-dd, span, code, a, p { overflow-wrap: anywhere; }
-code { font: .82rem/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+dd, span, a, p { overflow-wrap: anywhere; }
+code { font-size: .82rem; line-height: 1.4; }
 .absent { font-style: italic; color: #6b756f; }
 .verify { display: flex; gap: 1.5rem; align-items: flex-start; }
 .verify .qr { flex: none; width: 9rem; }
@@ -444,13 +438,12 @@ code { font: .82rem/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospa
 footer { margin-top: 1.5rem; padding-top: .9rem; border-top: 1px solid #dde3df;
   font-size: .85rem; color: #4a5650; }
 footer p { margin: 0 0 .4rem; }
-@media (max-width: 36rem) { main { margin: 0; padding: 1.25rem; } dl { grid-template-columns: 1fr; }
-  .verify { flex-direction: column; } }
+@media (max-width: 36rem) { dl { grid-template-columns: 1fr; } .verify { flex-direction: column; } }
 @media print { html { font-size: 10pt; } body { background: #fff; font-size: 1rem; }
   main { border: 0; border-top: 6px solid #2f6b4f; margin: 0; padding: .75rem 0 0; max-width: none; }
   a { color: inherit; } .verify, footer { break-inside: avoid; } }
-@page { size: A4; margin: 16mm; }
-""".strip()
+@page { size: A4; margin: 16mm; }"""
+)
 
 
 def _font_faces(texts: list[str]) -> tuple[str, str]:
