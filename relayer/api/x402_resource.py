@@ -29,7 +29,8 @@ from relayer.api.facilitator import PaymentPayloadModel, authorization_of, guard
 from relayer.api.http import RESPONSE_HEADERS, SERVICES, X402_RESOURCE, X402Resource
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
-from relayer.service.facilitator import X402_VERSION, Refused, Requirements
+from relayer.domain.verify import Refusal
+from relayer.service.facilitator import X402_VERSION, Requirements
 from relayer.service.x402_payments import Offer, Paid, Payments
 
 log = logging.getLogger(__name__)
@@ -138,12 +139,12 @@ class Resource(X402Resource):
             raise
         return web.json_response(outcome.body, status=200 if outcome.final else 202, headers=EXPOSE)
 
-    async def _pay(self, req: ActionRequest, header: str, now: int) -> Paid | Refused:
+    async def _pay(self, req: ActionRequest, header: str, now: int) -> Paid | Refusal:
         try:
             decoded = decode_header(header)
             model = PaymentPayloadModel.model_validate(decoded)
         except (ValueError, ValidationError) as exc:
-            return Refused("invalid_payload", f"PAYMENT-SIGNATURE: {exc}"[:300])
+            return Refusal("invalid_payload", f"PAYMENT-SIGNATURE: {exc}"[:300])
         payload = model.model_dump(mode="json", by_alias=True, exclude_none=True)
         return await self.payments.pay(
             req, _requirements(model.accepted), authorization_of(model), payload, now

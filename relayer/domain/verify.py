@@ -401,11 +401,12 @@ class VerifiedTransfer:
 
 
 @dataclass(frozen=True, slots=True)
-class TransferRefusal:
-    """Why a transfer authorization was refused: ``reason`` (a :data:`TransferReason`) and a
-    sentence for people."""
+class Refusal:
+    """A refusal returned as a value, the one shape of every payment surface (the facilitator's
+    verify and settle, the x402 resource): ``reason`` an x402 reason name (for an EIP-3009
+    authorization, a :data:`TransferReason`) and a sentence for people."""
 
-    reason: TransferReason
+    reason: str
     message: str
 
 
@@ -450,7 +451,7 @@ def verify_transfer(
     *,
     margin_s: int = AUTH_EXPIRY_MARGIN_S,
     request_key: bytes | None = None,
-) -> VerifiedTransfer | TransferRefusal:
+) -> VerifiedTransfer | Refusal:
     """Verify an EIP-3009 TransferWithAuthorization against what it must pay, at ``now``
     (unix seconds), cheapest first: the requirement names the token served, the recipient,
     the exact value, the validity window (``validBefore`` more than ``margin_s`` seconds
@@ -461,29 +462,25 @@ def verify_transfer(
         request_key: 32 bytes naming the request (default :func:`transfer_request_hash`).
 
     Returns:
-        The :class:`VerifiedTransfer`, or the :class:`TransferRefusal` (never raised).
+        The :class:`VerifiedTransfer`, or the :class:`Refusal` (never raised).
     """
     if requirement.asset.lower() != domain.address.lower():
-        return TransferRefusal("invalid_payment_requirements", "the asset is not the token served")
+        return Refusal("invalid_payment_requirements", "the asset is not the token served")
     if auth.to.lower() != requirement.pay_to.lower():
-        return TransferRefusal(
-            "invalid_exact_evm_payload_recipient_mismatch", "authorization.to is not payTo"
-        )
+        return Refusal("invalid_exact_evm_payload_recipient_mismatch", "authorization.to is not payTo")
     if auth.value != requirement.amount:
-        return TransferRefusal(
+        return Refusal(
             "invalid_exact_evm_payload_authorization_value_mismatch",
             f"authorization.value must be exactly {requirement.amount}",
         )
     if auth.valid_before <= now + margin_s:
-        return TransferRefusal(
+        return Refusal(
             "invalid_exact_evm_payload_authorization_valid_before", "authorization expired or about to expire"
         )
     if auth.valid_after > now:
-        return TransferRefusal(
-            "invalid_exact_evm_payload_authorization_valid_after", "authorization not yet valid"
-        )
+        return Refusal("invalid_exact_evm_payload_authorization_valid_after", "authorization not yet valid")
     signature = _transfer_signer_checked(auth, domain)
-    if isinstance(signature, TransferRefusal):
+    if isinstance(signature, Refusal):
         return signature
     bound = transfer_bound_nonce(domain.address, auth.payer, auth.nonce)
     return VerifiedTransfer(
@@ -503,16 +500,14 @@ def verify_transfer(
     )
 
 
-def _transfer_signer_checked(
-    auth: TransferAuthorization, domain: TokenDomain
-) -> eip712.Signature | TransferRefusal:
+def _transfer_signer_checked(auth: TransferAuthorization, domain: TokenDomain) -> eip712.Signature | Refusal:
     """The canonical signature of ``auth`` if it recovers to ``from``, else the refusal."""
     if len(auth.nonce) != 32:
-        return TransferRefusal("invalid_exact_evm_payload_signature", "the nonce must be 32 bytes")
+        return Refusal("invalid_exact_evm_payload_signature", "the nonce must be 32 bytes")
     try:
         signature = eip712.parse_signature(auth.signature)
     except ValueError as exc:
-        return TransferRefusal("invalid_exact_evm_payload_signature", f"signature is not canonical: {exc}")
+        return Refusal("invalid_exact_evm_payload_signature", f"signature is not canonical: {exc}")
     typed = eip712.transfer_with_authorization(
         chain_id=domain.chain_id,
         usdc=domain.address,
@@ -528,7 +523,7 @@ def _transfer_signer_checked(
     try:
         signer = eip712.recover_signer(typed, signature)
     except ValueError:
-        return TransferRefusal("invalid_exact_evm_payload_signature", "signature does not recover")
+        return Refusal("invalid_exact_evm_payload_signature", "signature does not recover")
     if signer.lower() != auth.payer.lower():
-        return TransferRefusal("invalid_exact_evm_payload_signature", "signature is not from `from`")
+        return Refusal("invalid_exact_evm_payload_signature", "signature is not from `from`")
     return signature

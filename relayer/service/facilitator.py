@@ -47,9 +47,9 @@ from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.states import UNSIGNED, JobState
 from relayer.domain.verify import (
     AUTH_EXPIRY_MARGIN_S,
+    Refusal,
     TokenDomain,
     TransferAuthorization,
-    TransferRefusal,
     TransferRequirement,
     VerifiedTransfer,
     verify_transfer,
@@ -107,14 +107,6 @@ class Payment:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
-    """A refusal: an x402 reason name and a sentence for people."""
-
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class Verdict:
     """The answer of verify: ``valid``, the payer, and the reason when invalid."""
 
@@ -164,7 +156,7 @@ class Facilitator:
 
     def check(
         self, payment: Payment, now: int, *, pay_to_ours: str | None = None
-    ) -> VerifiedTransfer | Refused:
+    ) -> VerifiedTransfer | Refusal:
         """The pure checks, cheapest first (scheme, network, the requirements against what
         the client accepted and the token served, a payment that would only cost our gas
         (:meth:`pointless`), then :func:`verify_transfer`: recipient, exact value, validity
@@ -172,18 +164,18 @@ class Facilitator:
         (the retirement resource's treasury). No I/O."""
         req, acc = payment.requirements, payment.accepted
         if req.scheme != SCHEME or acc.scheme != SCHEME:
-            return Refused("unsupported_scheme", f"only scheme {SCHEME!r} is supported")
+            return Refusal("unsupported_scheme", f"only scheme {SCHEME!r} is supported")
         if req.network != self.network or acc.network != self.network:
-            return Refused("invalid_network", f"only network {self.network} is served")
+            return Refusal("invalid_network", f"only network {self.network} is served")
         if req.asset.lower() != self.domain.address.lower():
-            return Refused("invalid_payment_requirements", "the asset is not the token served")
+            return Refusal("invalid_payment_requirements", "the asset is not the token served")
         if _core(req) != _core(acc):
-            return Refused("invalid_payment_requirements", "accepted does not match the requirements")
+            return Refusal("invalid_payment_requirements", "accepted does not match the requirements")
         name, version = req.extra.get("name"), req.extra.get("version")
         if name is None or version is None:
-            return Refused("missing_eip712_domain", "extra.name and extra.version are required")
+            return Refusal("missing_eip712_domain", "extra.name and extra.version are required")
         if (name, version) != (self.domain.name, self.domain.version):
-            return Refused("invalid_payment_requirements", "extra.name/version is not the token's domain")
+            return Refusal("invalid_payment_requirements", "extra.name/version is not the token's domain")
         pointless = self.pointless(req, payment.authorization.payer, pay_to_ours)
         if pointless is not None:
             return pointless
@@ -191,21 +183,21 @@ class Facilitator:
         out = verify_transfer(
             payment.authorization, requirement, self.domain, now, margin_s=self.expiry_margin_s
         )
-        if isinstance(out, TransferRefusal):
-            return Refused(out.reason, out.message)
+        if isinstance(out, Refusal):
+            return out
         return out
 
-    def pointless(self, req: Requirements, payer: str, pay_to_ours: str | None = None) -> Refused | None:
+    def pointless(self, req: Requirements, payer: str, pay_to_ours: str | None = None) -> Refusal | None:
         """A payment that only costs the executor gas: an amount of 0, or ``payTo`` the payer
         itself, an executor, the token, or another account of ours (the treasury, the
         protocol's contracts) other than ``pay_to_ours``; None when it is a payment."""
         if req.amount <= 0:
-            return Refused("invalid_payment_requirements", "the amount must be above 0")
+            return Refusal("invalid_payment_requirements", "the amount must be above 0")
         pay_to = req.pay_to.lower()
         if pay_to == payer.lower():
-            return Refused("invalid_payment_requirements", "payTo is the payer itself: nothing would move")
+            return Refusal("invalid_payment_requirements", "payTo is the payer itself: nothing would move")
         if pay_to in self.ours and pay_to != (pay_to_ours or "").lower():
-            return Refused(
+            return Refusal(
                 "invalid_payment_requirements", "payTo is the token or one of this facilitator's own accounts"
             )
         return None
@@ -221,7 +213,7 @@ class Facilitator:
         ``unexpected_verify_error``. Verify records nothing."""
         payer = payment.authorization.payer
         checked = self.check(payment, now)
-        if isinstance(checked, Refused):
+        if isinstance(checked, Refusal):
             return Verdict(False, payer, checked.reason, checked.message)
         call = calls.transfer_with_authorization(
             payer,
@@ -284,7 +276,7 @@ class Facilitator:
             if known is not None:
                 return await self._answer(known, payer, known.auth_value)
             checked = await self._settleable(payment, now)
-            if isinstance(checked, Refused):
+            if isinstance(checked, Refusal):
                 return Settlement(False, payer, reason=checked.reason, message=checked.message)
             await self._claim(payment, scope)
             job = await self._job(checked, now, api_key_id, gas_budget_wei)
@@ -349,7 +341,7 @@ class Facilitator:
         if row.payload_hash != ident.payload_hash:
             raise _conflict()
 
-    async def _settleable(self, payment: Payment, now: int) -> VerifiedTransfer | Refused:
+    async def _settleable(self, payment: Payment, now: int) -> VerifiedTransfer | Refusal:
         """:meth:`check`, except that a payload already taken (its job exists) is answered
         from its job even once its window has closed: a repeated settle of a pending payment
         gets the final answer, whenever it comes.
@@ -358,10 +350,10 @@ class Facilitator:
             Unavailable: the database failed.
         """
         checked = self.check(payment, now)
-        if not isinstance(checked, Refused) or checked.reason != VALID_BEFORE:
+        if not isinstance(checked, Refusal) or checked.reason != VALID_BEFORE:
             return checked
         then = self.check(payment, payment.authorization.valid_after)  # as when it was valid
-        if isinstance(then, Refused):
+        if isinstance(then, Refusal):
             return checked
         job = await self.relay.jobs.find_by_salt(then.chain_id, then.salt)
         return checked if job is None or job.state is JobState.REJECTED else then

@@ -32,6 +32,7 @@ dd {{ margin: 0; min-width: 0; }}
 """The rules every page starts from (the body's font stack ends ``Arial, sans-serif;``: a page
 may append families to it there)."""
 
+
 def content_security_policy(*, fonts_inline: bool = False, framed: bool = False) -> str:
     """The pages' Content-Security-Policy (a constant without ``"`` or ``&``, so it goes into
     a meta tag's attribute as is): inline CSS only, nothing loaded; ``fonts_inline`` allows

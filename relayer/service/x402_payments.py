@@ -61,8 +61,8 @@ from relayer.domain.proof import Standing, TransferClaim
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
+    Refusal,
     TransferAuthorization,
-    TransferRefusal,
     TransferRequirement,
     VerifiedTransfer,
     request_hash,
@@ -75,7 +75,6 @@ from relayer.service.facilitator import (
     VALID_BEFORE,
     Facilitator,
     Payment,
-    Refused,
     Requirements,
     nonce_used,
 )
@@ -312,9 +311,9 @@ class Payments:
         authorization: TransferAuthorization,
         payload: dict[str, Any],
         now: int,
-    ) -> Paid | Refused:
+    ) -> Paid | Refusal:
         """Take the payment of ``request`` (see the module) and answer it within the wait:
-        :class:`Paid` once recorded (HTTP 200), :class:`Refused` (HTTP 402 with a fresh quote)
+        :class:`Paid` once recorded (HTTP 200), :class:`Refusal` (HTTP 402 with a fresh quote)
         when nothing was charged. The same payload posted again, or at the same time, is
         answered from its payment; a refusal records nothing (the quote may be used again).
 
@@ -328,13 +327,13 @@ class Payments:
             )
             if existing is not None:
                 if existing.payload_hash != payload_hash:
-                    return Refused(NONCE_USED, "this authorization paid another request")
+                    return Refusal(NONCE_USED, "this authorization paid another request")
                 answer = await self._answer(existing)
             else:
                 answer = await self._take(request, accepted, authorization, payload, payload_hash, now)
             if answer is not None:
                 return answer
-        return Refused("invalid_transaction_state", "the payment was refused meanwhile: ask for a new quote")
+        return Refusal("invalid_transaction_state", "the payment was refused meanwhile: ask for a new quote")
 
     async def _take(
         self,
@@ -344,7 +343,7 @@ class Payments:
         payload: dict[str, Any],
         payload_hash: bytes,
         now: int,
-    ) -> Paid | Refused | None:
+    ) -> Paid | Refusal | None:
         """A new payment: checked (the quote, the facilitator's pure checks, the price, the
         payer's balance and unused nonce), recorded under its own lock with its transfer job;
         a refusal of the transfer forgets the row. None when the same authorization's payment
@@ -354,16 +353,16 @@ class Payments:
             Unavailable: the database or the node failed before the payment was recorded.
         """
         if not self.enabled:
-            return Refused("unsupported_scheme", "this operator takes no standard x402 payments")
+            return Refusal("unsupported_scheme", "this operator takes no standard x402 payments")
         checked = self._checked(request, accepted, authorization, now)
-        if isinstance(checked, Refused):
+        if isinstance(checked, Refusal):
             return checked
         verified, quote_id = checked
         spent = await self.store.by_quote(quote_id)
         if spent is not None:
             return None if _same_authorization(spent, verified) else _quote_consumed()
         payable = await self._payable(request, verified, now)
-        if isinstance(payable, Refused):
+        if isinstance(payable, Refusal):
             return payable
         new = NewPayment(
             uuid.uuid4(),
@@ -400,7 +399,7 @@ class Payments:
 
     def _checked(
         self, request: ActionRequest, accepted: Requirements, auth: TransferAuthorization, now: int
-    ) -> tuple[VerifiedTransfer, str] | Refused:
+    ) -> tuple[VerifiedTransfer, str] | Refusal:
         """The quote reference against this body and the echoed requirement, then the
         facilitator's pure checks with the quoted requirement, and ``validBefore`` within the
         quote's ``maxTimeoutSeconds`` (plus :data:`VALID_BEFORE_SKEW_S`); (the transfer, the
@@ -408,12 +407,12 @@ class Payments:
         ref = str(accepted.extra.get("quoteRef", ""))
         parts = ref.split(".")
         if len(parts) != 4 or parts[0] != QUOTE_VERSION or not parts[1].isdigit():
-            return Refused("invalid_payment_requirements", "accepted.extra.quoteRef is missing or malformed")
+            return Refusal("invalid_payment_requirements", "accepted.extra.quoteRef is missing or malformed")
         expires_at = int(parts[1])
         try:
             nonce = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
         except ValueError:
-            return Refused("invalid_payment_requirements", "accepted.extra.quoteRef is malformed")
+            return Refusal("invalid_payment_requirements", "accepted.extra.quoteRef is malformed")
         assert self.secret is not None
         core = Requirements(
             accepted.scheme,
@@ -425,21 +424,21 @@ class Payments:
         )
         expected = quote_ref(self.secret, self.chain_id, request_hash(request), core, expires_at, nonce)
         if not hmac.compare_digest(expected, ref):
-            return Refused(
+            return Refusal(
                 "invalid_payment_requirements",
                 "the quote reference does not match this request and requirement: ask for a new one",
             )
         if expires_at <= now:
-            return Refused(
+            return Refusal(
                 "invalid_payment_requirements", "the quote reference has expired: ask for a new one"
             )
         if accepted.pay_to.lower() != self._pay_to().lower():
-            return Refused("invalid_payment_requirements", "payTo is not this operator's treasury")
+            return Refusal("invalid_payment_requirements", "payTo is not this operator's treasury")
         checked = self.facilitator.check(Payment(accepted, accepted, auth), now, pay_to_ours=self.pay_to)
-        if isinstance(checked, Refused):
+        if isinstance(checked, Refusal):
             return checked
         if auth.valid_before > now + accepted.max_timeout_s + VALID_BEFORE_SKEW_S:
-            return Refused(
+            return Refusal(
                 VALID_BEFORE,
                 "authorization.validBefore must be at most maxTimeoutSeconds "
                 f"({accepted.max_timeout_s} s) ahead",
@@ -448,7 +447,7 @@ class Payments:
 
     async def _payable(
         self, request: ActionRequest, verified: VerifiedTransfer, now: int
-    ) -> Payable | Refused:
+    ) -> Payable | Refusal:
         """Before any money moves: the retirement still executes within the amount paid, and
         the payer holds the amount with its nonce unused, or the chain already holds this very
         transfer (a front-runner submitted the payload: ``front_run``). A used nonce with no
@@ -463,11 +462,11 @@ class Payments:
             resolved = await self._resolved(request, now)
             prepared = await self.prepare.authorization(resolved, now)
         except Rejection as exc:
-            return Refused(
+            return Refusal(
                 "invalid_payment_requirements", f"the retirement cannot execute now: {exc.message}"
             )
         if _cost(resolved, prepared.gas_allowance) > verified.value:
-            return Refused(
+            return Refusal(
                 "invalid_payment_requirements", "the retirement's price moved above the quote: ask again"
             )
         chain = self.relay.supply.chain
@@ -479,13 +478,13 @@ class Payments:
         if used:  # paid only if the chain holds this very transfer (a front-runner's submission)
             judged = await self.proofs.judge(_claim_of(verified), from_block)
             if judged.proof is None:
-                return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
+                return Refusal(NONCE_USED, "the authorization's nonce is already used or cancelled")
             return Payable(from_block, front_run=True)
         if held.amount < verified.value:
-            return Refused("insufficient_funds", "the payer's balance does not cover the amount")
+            return Refusal("insufficient_funds", "the payer's balance does not cover the amount")
         return Payable(from_block, front_run=False)
 
-    async def _take_transfer(self, row: PaymentRow, verified: VerifiedTransfer, now: int) -> Refused | None:
+    async def _take_transfer(self, row: PaymentRow, verified: VerifiedTransfer, now: int) -> Refusal | None:
         """The payer's transfer to the treasury as a ``transfer`` job, linked to the payment;
         the refusal when the relay refused it before anything was signed (the payer's balance
         less its transfers in flight is short, or the simulation reverted: a short balance, a
@@ -498,15 +497,15 @@ class Payments:
             job = await self.relay.jobs.find_by_salt(self.chain_id, verified.salt)
             if job is None or job.state is JobState.REJECTED:
                 if nonce_used(exc):
-                    return Refused(NONCE_USED, "the authorization's nonce is already used or cancelled")
-                return Refused("insufficient_funds", exc.message)
+                    return Refusal(NONCE_USED, "the authorization's nonce is already used or cancelled")
+                return Refusal("insufficient_funds", exc.message)
         except Unavailable:
             log.warning(
                 "x402 payment waits for its upstream; the payment keeper takes it",
                 extra={"payment": str(row.id)},
             )
         except RelayerError as exc:
-            return Refused(_reason({"code": exc.code}), exc.message)
+            return Refusal(_reason({"code": exc.code}), exc.message)
         if job is not None:
             await self.store.move(
                 row.id, (P.ACCEPTED,), P.ACCEPTED, int(self.clock()), transfer_job_id=job.id
@@ -519,7 +518,7 @@ class Payments:
 
     # ------------------------------------------------------------------ driving a payment
 
-    async def _answer(self, row: PaymentRow) -> Paid | Refused | None:
+    async def _answer(self, row: PaymentRow) -> Paid | Refusal | None:
         """Drive the payment within the wait and answer from it; None when it is gone (refused
         and forgotten by the request that took it). Each step (:meth:`advance`) runs under the
         payment's lock and waits for nothing; the wait for its transfer runs outside the lock,
@@ -551,7 +550,7 @@ class Payments:
             return None
         return await self._paid(fresh, max(0.0, deadline - loop.time()))
 
-    async def _paid(self, row: PaymentRow, wait_s: float) -> Paid | Refused:
+    async def _paid(self, row: PaymentRow, wait_s: float) -> Paid | Refusal:
         """The answer of a payment as it stands (waiting at most ``wait_s`` for a retirement
         on its way): paid only with the transaction the chain proves."""
         transfer = None if row.transfer_job_id is None else await self.relay.jobs.get(row.transfer_job_id)
@@ -561,7 +560,7 @@ class Payments:
             row.state is P.FAILED or (failing and (transfer is None or transfer.state in FAILED))
         ):
             error = row.error or {}
-            return Refused(_reason(error), str(error.get("message", "the payment did not happen")))
+            return Refusal(_reason(error), str(error.get("message", "the payment did not happen")))
         tx = row.payment_tx if paid else (None if transfer is None else transfer.tx_hash)
         retirement: dict[str, Any] | None = None
         if row.retire_job_id is not None and row.state in (P.RETIRING, P.RETIRED):
@@ -648,7 +647,7 @@ class Payments:
         if row.transfer_job_id is not None:
             return await self.relay.jobs.get(row.transfer_job_id)
         verified = self.facilitator.check(_payment_of(row.payload), now, pay_to_ours=self.pay_to)
-        if isinstance(verified, Refused):
+        if isinstance(verified, Refusal):
             return None
         job = await self.relay.jobs.find_by_salt(self.chain_id, verified.salt)
         if job is None and row.error is None:
@@ -805,7 +804,7 @@ class Payments:
             treasury.address, row.payer, value, 0, row.refund_valid_before, nonce, signature
         )
         verified = verify_transfer(auth, TransferRequirement(d.address, row.payer, value), d, now)
-        if isinstance(verified, TransferRefusal):
+        if isinstance(verified, Refusal):
             raise Rejection("internal_error", f"the refund does not verify: {verified.message}")
         return verified
 
@@ -857,8 +856,8 @@ def _same_authorization(row: PaymentRow, verified: VerifiedTransfer) -> bool:
     return row.payer.lower() == verified.payer.lower() and row.auth_nonce == verified.nonce
 
 
-def _quote_consumed() -> Refused:
-    return Refused("quote_consumed", "this quote reference was already used by another payment")
+def _quote_consumed() -> Refusal:
+    return Refusal("quote_consumed", "this quote reference was already used by another payment")
 
 
 def _reason(error: dict[str, Any]) -> str:

@@ -23,9 +23,9 @@ from relayer.domain.chains import usdc_domain_name
 from relayer.domain.errors import Rejection
 from relayer.domain.states import JobState
 from relayer.domain.verify import (
+    Refusal,
     TokenDomain,
     TransferAuthorization,
-    TransferRefusal,
     TransferRequirement,
     VerifiedTransfer,
     verify_transfer,
@@ -138,7 +138,7 @@ async def test_an_expired_authorization_is_refused(daemon: Daemon) -> None:
     auth = authorize(daemon, 10_000, fresh_address(), valid_before=int(time.time()) + 10)
     requirement = TransferRequirement(daemon.chain["contracts"]["usdc"], auth.to, auth.value)
     refusal = verify_transfer(auth, requirement, domain(daemon), int(time.time()))
-    assert isinstance(refusal, TransferRefusal)
+    assert isinstance(refusal, Refusal)
     assert refusal.reason == "invalid_exact_evm_payload_authorization_valid_before"
     # Verified earlier, taken in too late: the relay refuses it before recording anything.
     early = verify_transfer(auth, requirement, domain(daemon), int(time.time()) - 3600)

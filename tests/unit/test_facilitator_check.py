@@ -13,8 +13,8 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from relayer.domain import eip712
-from relayer.domain.verify import TokenDomain, TransferAuthorization, VerifiedTransfer
-from relayer.service.facilitator import Facilitator, Payment, Refused, Requirements
+from relayer.domain.verify import Refusal, TokenDomain, TransferAuthorization, VerifiedTransfer
+from relayer.service.facilitator import Facilitator, Payment, Requirements
 from relayer.service.relay import Relay
 
 USDC = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
@@ -82,7 +82,7 @@ def test_requirements_refused_with_their_reason(
     )
     payment = Payment(requirements(**required), requirements(**accepted), signed())
     out = facilitator().check(payment, NOW)
-    assert isinstance(out, Refused) and out.reason == reason, out
+    assert isinstance(out, Refusal) and out.reason == reason, out
 
 
 def test_addresses_compare_case_insensitively() -> None:
@@ -100,4 +100,4 @@ def test_addresses_compare_case_insensitively() -> None:
 )
 def test_authorizations_refused_with_their_reason(auth: Any, reason: str) -> None:
     out = facilitator().check(Payment(requirements(), requirements(), auth()), NOW)
-    assert isinstance(out, Refused) and out.reason == reason, out
+    assert isinstance(out, Refusal) and out.reason == reason, out

@@ -19,9 +19,9 @@ from relayer.domain import eip712
 from relayer.domain.eip712 import SECP256K1_N
 from relayer.domain.verify import (
     AUTH_EXPIRY_MARGIN_S,
+    Refusal,
     TokenDomain,
     TransferAuthorization,
-    TransferRefusal,
     TransferRequirement,
     VerifiedTransfer,
     transfer_bound_nonce,
@@ -169,7 +169,7 @@ def _high_s(raw: bytes) -> bytes:
 def test_each_refusal(make: object, reason: str) -> None:
     auth, requirement, domain = make()  # type: ignore[operator]
     out = verify_transfer(auth, requirement, domain, NOW)
-    assert isinstance(out, TransferRefusal), out
+    assert isinstance(out, Refusal), out
     assert out.reason == reason and out.message
 
 
