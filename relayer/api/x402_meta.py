@@ -126,8 +126,8 @@ class Release:
     changes: tuple[str, ...]
     migration: str | None = None
 
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def body(self) -> views.ReleaseNote:
+        out: views.ReleaseNote = {
             "version": self.version,
             "date": self.date,
             "breaking": self.breaking,
@@ -274,9 +274,15 @@ def served_version(info: X402Info) -> str:
     return newest_of_major(info.major, info.api_version)
 
 
-def versioned_hosts(info: X402Info) -> dict[str, str]:
+def versioned_hosts(info: X402Info) -> views.VersionedHosts:
     """``versionedHosts``: ``latest``, ``current``, ``v0`` and the pinning ``note``."""
-    return {**info.versioned_hosts, "note": PINNING_NOTE}
+    hosts = info.versioned_hosts
+    return {
+        "latest": hosts.get("latest", info.base_url),
+        "current": hosts.get("current", info.base_url),
+        "v0": hosts.get("v0", info.base_url),
+        "note": PINNING_NOTE,
+    }
 
 
 # ---------------------------------------------------------------------------- schemas
@@ -305,7 +311,7 @@ def _origin(info: X402Info) -> str:
 # ---------------------------------------------------------------------------- documents
 
 
-def manifest_document(info: X402Info) -> dict[str, Any]:
+def manifest_document(info: X402Info) -> views.Manifest:
     """``/.well-known/x402.json`` (spec: Endpoints; Versioning): versions and hosts, chain,
     settlement, input tokens, and per action its routes, live schema and error codes."""
     return {
@@ -347,7 +353,7 @@ def manifest_document(info: X402Info) -> dict[str, Any]:
     }
 
 
-def standard_x402(info: X402Info) -> dict[str, Any]:
+def standard_x402(info: X402Info) -> views.StandardX402:
     """Where this host speaks the standard x402 v2 protocol (design: docs/design/x402-v2.md):
     the retirement endpoint as a standard resource (its headers) and the facilitator's
     routes (public or behind a bearer API key of scope ``facilitator``)."""
@@ -376,7 +382,7 @@ def standard_x402(info: X402Info) -> dict[str, Any]:
     }
 
 
-def extensions() -> list[dict[str, Any]]:
+def extensions() -> list[views.Extension]:
     """The additive extensions beyond the spec's text (both in 1.1.0)."""
     unavailable = REGISTRY["payment_unavailable"]
     return [
@@ -411,7 +417,7 @@ def extensions() -> list[dict[str, Any]]:
     ]
 
 
-def changelog_document(info: X402Info) -> dict[str, Any]:
+def changelog_document(info: X402Info) -> views.Changelog:
     """``/.well-known/x402-changelog.json`` (spec: Versioning): every release up to the
     latest, newest first; each breaking one with its ``migration``."""
     return {
@@ -422,7 +428,7 @@ def changelog_document(info: X402Info) -> dict[str, Any]:
     }
 
 
-def errors_document(info: X402Info) -> dict[str, Any]:
+def errors_document(info: X402Info) -> views.ErrorsDocument:
     """``/.well-known/x402-errors.json`` and ``GET /api/errors`` (spec: Errors): every
     registered code in the spec's order, the common codes and each action's own codes."""
     return {
@@ -513,7 +519,7 @@ def render(markdown: str, info: X402Info) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], markdown)
 
 
-def docs_index(info: X402Info, guides: Mapping[str, Guide]) -> dict[str, Any]:
+def docs_index(info: X402Info, guides: Mapping[str, Guide]) -> views.GuideIndex:
     """``GET /api/docs``: ``{documents: [{id, title, summary, url}]}``."""
     return {
         "documents": [
@@ -528,7 +534,7 @@ def docs_index(info: X402Info, guides: Mapping[str, Guide]) -> dict[str, Any]:
     }
 
 
-def guide_document(info: X402Info, guide: Guide) -> dict[str, Any]:
+def guide_document(info: X402Info, guide: Guide) -> views.GuideDocument:
     """``GET /api/docs?id=<id>``: ``{id, title, format: "markdown", body}``."""
     return {
         "id": guide.id,
@@ -797,8 +803,15 @@ ANSWERS: Final = (
     views.PrepareRetireAnswer,
     views.PrepareAuthAnswer,
     views.CertificateAnswer,
+    views.Manifest,
+    views.Changelog,
+    views.ErrorsDocument,
+    views.GuideIndex,
+    views.GuideDocument,
+    views.OpenApiDocument,
 )
-"""The typed answers of the actions and the index (the builders return them)."""
+"""The typed answers of the actions, the index and the self-description documents (the
+builders return them)."""
 
 
 def answer_schemas() -> dict[str, Any]:
@@ -811,7 +824,7 @@ def answer_schemas() -> dict[str, Any]:
     return schemas
 
 
-def openapi_document(info: X402Info) -> dict[str, Any]:
+def openapi_document(info: X402Info) -> views.OpenApiDocument:
     """The whole x402 endpoint as OpenAPI 3.1: each action by GET (its query parameters)
     and by POST (its own request schema, from the request model: the fields it reads, those
     it needs, unknown keys refused on major 1), the meta routes, each operation's answers
@@ -867,7 +880,15 @@ def _post_any_action() -> dict[str, Any]:
                 },
             },
             "responses": {
-                "200": _ok("the action's answer", {"type": "object"}),
+                "200": _ok(
+                    "the action's answer",
+                    {
+                        "anyOf": [
+                            *(_answer(_component(a, "Answer")) for a in ACTIONS if a != "actions/retire"),
+                            _status_schema(FINAL_STATUSES),
+                        ]
+                    },
+                ),
                 "202": _ok("actions/retire still on its way", _status_schema(WAITING_STATUSES)),
                 **_error_responses(every_code),
             },
@@ -904,17 +925,17 @@ def _meta_paths() -> dict[str, Any]:
     security.txt and the guides; the probes."""
     meta_errors = _error_responses(_META_CODES)
     paths: dict[str, Any] = {}
-    for path, description in (
-        (MANIFEST_PATH, "the discovery manifest"),
-        (CHANGELOG_PATH, "the changelog"),
-        (ERRORS_PATH, "the errors document"),
-        (API_ERRORS_PATH, "the errors document"),
-        (OPENAPI_PATH, "this document"),
+    for path, description, shape in (
+        (MANIFEST_PATH, "the discovery manifest", views.Manifest),
+        (CHANGELOG_PATH, "the changelog", views.Changelog),
+        (ERRORS_PATH, "the errors document", views.ErrorsDocument),
+        (API_ERRORS_PATH, "the errors document", views.ErrorsDocument),
+        (OPENAPI_PATH, "this document", views.OpenApiDocument),
     ):
         paths[path] = {
             "get": {
                 "summary": description,
-                "responses": {"200": _ok(description, {"type": "object"}), **meta_errors},
+                "responses": {"200": _ok(description, _answer(shape.__name__)), **meta_errors},
             }
         }
     paths[SECURITY_TXT_PATH] = {
@@ -940,7 +961,7 @@ def _meta_paths() -> dict[str, Any]:
             "responses": {
                 "200": _ok(
                     "{documents: [{id, title, summary, url}]}, or {id, title, format, body}",
-                    {"type": "object"},
+                    {"anyOf": [_answer("GuideIndex"), _answer("GuideDocument")]},
                 ),
                 **_error_responses(("document_not_found", *_META_CODES)),
             },

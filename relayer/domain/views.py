@@ -1,6 +1,7 @@
-"""The shapes of the marketplace API's answers, as typed dicts: the builders that make the
-answers return them (mypy checks every key and type they write), and the OpenAPI document's
-response schemas are generated from them (:func:`json_schema`), so the two cannot drift.
+"""The shapes of the marketplace API's answers and of the x402 endpoint's, as typed dicts:
+the builders that make the answers return them (mypy checks every key and type they write),
+and the OpenAPI documents' response schemas are generated from them (:func:`json_schema`), so
+the two cannot drift.
 
 Units: tonnes and USDC as decimal strings, unix seconds as decimal strings (the spec's JSON
 types); ``chainId`` and indexes as integers.
@@ -380,6 +381,176 @@ class CertificateAnswer(TypedDict):
     chainId: int
     transactionHash: str
     retirements: list[CertificateEntry]
+
+
+# --- the x402 endpoint's self-description documents (spec: Endpoints, Versioning, Errors) ----
+
+
+class VersionedHosts(TypedDict):
+    """``versionedHosts``: the base URLs by what they serve, and how to pin one."""
+
+    latest: str
+    current: str
+    v0: str
+    note: str
+
+
+class ManifestChain(TypedDict):
+    chainId: int
+    name: str
+    network: str
+
+
+class ManifestAction(TypedDict):
+    """One action of the manifest: its routes (``get`` null for a POST-only action), whether
+    it moves funds, its live request schema and its error codes."""
+
+    action: str
+    purpose: str
+    get: str | None
+    post: str
+    movesFunds: bool
+    schema: dict[str, Any]
+    errors: list[str]
+
+
+class Extension(TypedDict):
+    """An additive extension beyond the spec's text: an answer status or an error code."""
+
+    name: str
+    since: str
+    action: str
+    description: str
+    httpStatus: int
+    statuses: NotRequired[list[str]]
+    finalStatuses: NotRequired[list[str]]
+    error: NotRequired[str]
+    retryable: NotRequired[bool]
+
+
+class StandardResource(TypedDict):
+    url: str
+    method: str
+    paymentRequiredHeader: str
+    paymentHeader: str
+    paymentResponseHeader: str
+    asset: str
+
+
+class StandardFacilitator(TypedDict):
+    url: str
+    supported: str
+    verify: str
+    settle: str
+    discovery: str
+    authentication: str
+
+
+class StandardX402(TypedDict):
+    """Where this host speaks the standard x402 v2 protocol."""
+
+    x402Version: int
+    scheme: str
+    network: str
+    resource: StandardResource
+    facilitator: StandardFacilitator
+    guide: str
+
+
+class Manifest(TypedDict):
+    """``/.well-known/x402.json``: versions and hosts, chain, settlement, input tokens, the
+    actions, extensions, the standard x402 surfaces and the other documents' paths."""
+
+    name: str
+    apiVersion: str
+    latestApiVersion: str
+    major: int
+    versionedHosts: VersionedHosts
+    x402FacilitatorVersion: int
+    baseUrl: str
+    settlement: str
+    chains: list[ManifestChain]
+    inputTokens: list[dict[str, Any]]
+    actions: list[ManifestAction]
+    extensions: list[Extension]
+    standardX402: StandardX402
+    errors: str
+    changelog: str
+    openapi: str
+    docs: str
+    securityTxt: str
+
+
+class ReleaseNote(TypedDict):
+    """One release of the changelog (``migration`` on a breaking one)."""
+
+    version: str
+    date: str
+    breaking: bool
+    summary: str
+    changes: list[str]
+    migration: NotRequired[str]
+
+
+class Changelog(TypedDict):
+    """``/.well-known/x402-changelog.json``: every release up to the latest, newest first."""
+
+    apiVersion: str
+    latestApiVersion: str
+    versionedHosts: VersionedHosts
+    releases: list[ReleaseNote]
+
+
+class ErrorCode(TypedDict):
+    code: str
+    httpStatus: int
+    group: str
+    retryable: bool
+    message: str
+
+
+class ErrorsDocument(TypedDict):
+    """``/.well-known/x402-errors.json`` and ``GET /api/errors``: every registered code."""
+
+    apiVersion: str
+    x402FacilitatorVersion: int
+    errors: list[ErrorCode]
+    commonCodes: list[str]
+    actions: dict[str, list[str]]
+    note: str
+
+
+class GuideEntry(TypedDict):
+    id: str
+    title: str
+    summary: str
+    url: str
+
+
+class GuideIndex(TypedDict):
+    """``GET /api/docs``: the guides."""
+
+    documents: list[GuideEntry]
+
+
+class GuideDocument(TypedDict):
+    """``GET /api/docs?id=<id>``: one guide as Markdown."""
+
+    id: str
+    title: str
+    format: Literal["markdown"]
+    body: str
+
+
+class OpenApiDocument(TypedDict):
+    """``GET /api/openapi.json``: an OpenAPI 3.1 document (its parts are JSON Schema and
+    OpenAPI objects, free-form here)."""
+
+    openapi: str
+    info: dict[str, Any]
+    servers: list[dict[str, str]]
+    components: dict[str, Any]
+    paths: dict[str, Any]
 
 
 def json_schema(shape: Any, ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:
