@@ -48,6 +48,7 @@ from relayer.domain.verify import TokenDomain
 from relayer.metrics import Metrics
 from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
+from relayer.service.discover import Discover
 from relayer.service.facilitator import Facilitator
 from relayer.service.gas import GasPricer
 from relayer.service.market.marketplace import Marketplace
@@ -406,7 +407,7 @@ def _wire(
         metrics=Metrics(),
         signer=signer,
         signers=signers,
-        services=AppServices(supply, prepare, relay, certificates),
+        services=AppServices(supply, Discover(supply), prepare, relay, certificates),
         simulator=simulator,
         deploy_block=deploy_block,
         catalogue=catalogue,

@@ -40,6 +40,7 @@ from relayer.domain.schemas import ACTIONS, ActionRequest, nest_query, parse_req
 from relayer.logs import request_scope
 from relayer.metrics import Metrics
 from relayer.service.certificate import Certificates
+from relayer.service.discover import Discover
 from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 from relayer.service.supply import Supply
@@ -61,6 +62,7 @@ class AppServices:
     """The services the routes call."""
 
     supply: Supply
+    discover: Discover
     prepare: Prepare
     relay: Relay
     certificates: Certificates
@@ -391,7 +393,7 @@ async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Res
     services = request.app[SERVICES]
     now = int(time.time())
     if action == "discover":
-        return _json(await services.supply.discover(req, now))
+        return _json(await services.discover.discover(req, now))
     if action == "quote":
         return _json(services.supply.quote_body(await services.supply.resolve(req, now)))
     if action == "prepare-auth":

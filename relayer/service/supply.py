@@ -1,4 +1,4 @@
-"""Supply resolution and live quotes (spec: discover, quote, prepare-auth; Limits 1-5).
+"""Supply resolution and live quotes (spec: quote, prepare-auth; Limits 1-5).
 
 Reads come from the chain layer; every rule and every rounding is the domain's. Raises
 :class:`~relayer.domain.errors.Rejection` with the spec's resolution and amount codes.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from relayer.chain.reads import ChainReads
 from relayer.chain.types import ClassInfo, CreditInfo
@@ -22,7 +22,6 @@ from relayer.domain.amounts import (
     format_tonnes,
     format_units,
     parse_tonnes,
-    parse_units,
 )
 from relayer.domain.chains import relay_supported
 from relayer.domain.errors import Rejection
@@ -76,8 +75,9 @@ class Route:
 
 
 class Supply:
-    """Discovery, resolution and quoting against live chain state; the project filters
-    (country, category, methodology) read the catalogue's project records."""
+    """Resolution and quoting against live chain state (discover lists it:
+    :class:`relayer.service.discover.Discover`); the project filters (country, category,
+    methodology) read the catalogue's project records."""
 
     def __init__(self, reads: ChainReads, settings: Settings, projects: ProjectRecords) -> None:
         self.chain = reads
@@ -135,137 +135,7 @@ class Supply:
             "unsupported_input_token", supported=[t.symbol for t in self.tokens.values()], inputToken=text
         )
 
-    # ------------------------------------------------------------------ discover
-
-    async def discover(self, req: ActionRequest, now: int) -> views.DiscoverAnswer:
-        """``carbonClasses[]`` and ``marketplaceListings[]`` (active, unexpired, with supply).
-
-        Raises:
-            Rejection: ``schema_validation`` (a ``chainId`` not served here).
-            Unavailable: the chain node failed, or (a country, category or methodology filter)
-                the catalogue database (``StoreUnavailable``).
-        """
-        self.check_chain_field(req.chainId)
-        await self._project_records(req)
-        if self.chain.catalog_fresh():  # cache hits: one after the other, no task each
-            classes, listings = await self.chain.classes(), await self.chain.listings()
-            reserves, fee_schedule = await self.chain.reserves(), await self.chain.fee_schedule()
-        else:
-            classes, listings, reserves, fee_schedule = await asyncio.gather(
-                self.chain.classes(), self.chain.listings(), self.chain.reserves(), self.chain.fee_schedule()
-            )
-        token_ids = sorted({t for c in classes for t, _ in c.credits} | {li.token_id for li in listings})
-        credits = dict(zip(token_ids, await self.chain.credits(token_ids), strict=True))
-        max_price = (
-            None if req.maxUsdcPricePerTonne is None else parse_units(req.maxUsdcPricePerTonne, USDC_DECIMALS)
-        )
-        out_classes = []
-        if req.source in (None, "carbonClass", "carbonClasses"):
-            out_classes = [
-                view
-                for c in classes
-                if (view := self._class_view(c, credits, reserves, req, max_price)) is not None
-            ]
-        out_listings = []
-        if req.source in (None, "listing", "marketplace", "marketplaceListings"):
-            out_listings = [
-                self.listing_view(li, credits[li.token_id])
-                for li in listings
-                if self._listing_matches(li, credits[li.token_id], req, max_price, now)
-            ]
-        return {
-            "chainId": self.chain_id,
-            "carbonClasses": out_classes,
-            "marketplaceListings": out_listings,
-            "marketplaceEnabled": True,
-            "supportedInputTokens": [
-                {"symbol": t.symbol, "address": t.address, "decimals": t.decimals}
-                for t in self.tokens.values()
-            ],
-            "protocolFee": {
-                "classFeeBps": fee_schedule.class_fee_bps,
-                "classFeeFloorUsdc": str(fee_schedule.class_fee_floor_usdc),
-                "listingFeeBps": fee_schedule.listing_fee_bps,
-                "listingFeeFloorUsdc": str(fee_schedule.listing_fee_floor_usdc),
-            },
-        }
-
-    def _class_view(
-        self,
-        c: ClassInfo,
-        credits: dict[int, CreditInfo],
-        reserves: fees.PoolReserves,
-        req: ActionRequest,
-        max_price: int | None,
-    ) -> dict[str, Any] | None:
-        """A class as discover lists it, or None when the request's filters exclude it."""
-        if req.carbonClass and req.carbonClass.lower() not in (c.symbol.lower(), str(c.class_id)):
-            return None
-        per_tonne = fees.pool_amount_in(
-            fees.class_cost_kvcm(c.price_kvcm_per_tonne, UNITS_PER_TONNE), reserves.usdc, reserves.kvcm
-        )
-        if max_price is not None and per_tonne > max_price:
-            return None
-        detailed = [
-            self._credit_view(credits[t], a) for t, a in c.credits if self._credit_matches(credits[t], req)
-        ]
-        if not detailed and _has_credit_filter(req):
-            return None
-        return {
-            "carbonClassId": c.symbol,
-            "classId": c.class_id,
-            "name": c.name,
-            "priceKvcmPerTonne": str(c.price_kvcm_per_tonne),
-            "priceKvcmPerTonneFormatted": format_units(c.price_kvcm_per_tonne, KVCM_DECIMALS),
-            "priceUsdcPerTonne": str(per_tonne),
-            "priceUsdcPerTonneFormatted": format_units(per_tonne, USDC_DECIMALS),
-            "minRetirementTonnesFormatted": format_tonnes(c.min_retirement_units),
-            "inputTokens": ["USDC", "kVCM"],
-            "creditsDetailed": detailed,
-        }
-
-    def _listing_matches(
-        self, li: ListingInfo, credit: CreditInfo, req: ActionRequest, max_price: int | None, now: int
-    ) -> bool:
-        """Whether discover lists ``li``: live (active, supply left, unexpired) and passing the filters."""
-        if not li.active or li.left_to_sell == 0 or li.expiration <= now:
-            return False
-        if req.listingId is not None and li.listing_id != req.listingId:
-            return False
-        return self._credit_matches(credit, req) and (max_price is None or li.unit_price <= max_price)
-
-    def _credit_view(self, credit: CreditInfo, available: int) -> dict[str, Any]:
-        return {
-            "tokenAddress": self.contracts.carbon_credits,
-            "tokenId": str(credit.token_id),
-            "credit": f"{credit.project_id}-{credit.vintage}",
-            "registry": credit.registry,
-            "vintage": str(credit.vintage),
-            "projectId": credit.project_id,
-            "liquidityFormatted": format_tonnes(available),
-            "wholeTonnesOnly": credit.whole_tonnes_only,
-            "requiresConsumptionMetadata": credit.requires_consumption_metadata,
-        }
-
-    def listing_view(self, li: ListingInfo, credit: CreditInfo) -> dict[str, Any]:
-        return {
-            "listingId": str(li.listing_id),
-            "seller": li.seller,
-            "creditToken": li.credit_token,
-            "tokenId": str(li.token_id),
-            "credit": f"{credit.project_id}-{credit.vintage}",
-            "projectId": credit.project_id,
-            "vintage": str(credit.vintage),
-            "registry": credit.registry,
-            "priceUsdcPerTonne": str(li.unit_price),
-            "priceUsdcPerTonneFormatted": format_units(li.unit_price, USDC_DECIMALS),
-            "leftToSell": format_tonnes(li.left_to_sell),
-            "minFill": format_tonnes(li.min_fill),
-            "expiration": li.expiration,
-            "source": "marketplace",
-        }
-
-    async def _project_records(self, req: ActionRequest) -> None:
+    async def project_records(self, req: ActionRequest) -> None:
         """Bring the project records up to date (at most :data:`PROJECTS_MAX_AGE_S` old) when
         ``req`` filters by country, category or methodology; no I/O otherwise.
 
@@ -275,11 +145,11 @@ class Supply:
         if req.country is not None or req.category is not None or req.methodology is not None:
             await self.projects.current(PROJECTS_MAX_AGE_S)
 
-    def _credit_matches(self, credit: CreditInfo, req: ActionRequest) -> bool:
+    def credit_matches(self, credit: CreditInfo, req: ActionRequest) -> bool:
         """Whether a credit passes the request's credit filters (token id, vintage, project,
         credit id, and its project's country, category and methodology code, case-insensitive;
         the project is the catalogue record keyed by the credit's project id, as of the last
-        :meth:`_project_records`)."""
+        :meth:`project_records`)."""
         record = self.projects.latest.get(credit.project_id)
         for wanted, have in (
             (req.country, record.country if record else None),
@@ -320,7 +190,7 @@ class Supply:
                 database failed.
         """
         self.check_chain(req.chainId)
-        await self._project_records(req)
+        await self.project_records(req)
         by_credit = req.carbonClass is None and req.listingId is None and req.credit is not None
         if not by_credit and (req.carbonClass is None) == (req.listingId is None):
             raise Rejection(
@@ -403,7 +273,7 @@ class Supply:
         credits = dict(zip(token_ids, await self.chain.credits(token_ids), strict=True))
         loose = req.model_copy(update={"vintage": None})
         holding = [
-            (c, [(credits[t], a) for t, a in c.credits if self._credit_matches(credits[t], loose)])
+            (c, [(credits[t], a) for t, a in c.credits if self.credit_matches(credits[t], loose)])
             for c in classes
         ]
         holding = [(c, pairs) for c, pairs in holding if pairs]
@@ -443,7 +313,7 @@ class Supply:
         listings = [li for li in listings if li.expiration > now]
         credits = await self.chain.credits([li.token_id for li in listings])
         selling = sorted(
-            (li for li, cr in zip(listings, credits, strict=True) if self._credit_matches(cr, req)),
+            (li for li, cr in zip(listings, credits, strict=True) if self.credit_matches(cr, req)),
             key=lambda li: (li.unit_price, li.listing_id),
         )
         if not selling:
@@ -467,7 +337,7 @@ class Supply:
         credits = await self.chain.credits([t for t, _ in chosen.credits])
         pairs = [(cr, avail) for cr, (_, avail) in zip(credits, chosen.credits, strict=True)]
         if req.credit is not None or req.tokenId is not None:
-            pairs = [p for p in pairs if self._credit_matches(p[0], req.model_copy(update={"vintage": None}))]
+            pairs = [p for p in pairs if self.credit_matches(p[0], req.model_copy(update={"vintage": None}))]
             if not pairs:
                 raise Rejection("credit_not_found", carbonClass=chosen.symbol)
         if req.vintage is not None:
@@ -547,11 +417,6 @@ class Supply:
         else:
             body["listingId"] = str(route.source_id)
         return body
-
-
-def _has_credit_filter(req: ActionRequest) -> bool:
-    filters = (req.tokenId, req.vintage, req.project, req.credit, req.country, req.category, req.methodology)
-    return any(v is not None for v in filters)
 
 
 def x402_fill_refusal(refusal: FillRefusal, listing_id: int, credit: CreditInfo | None) -> Rejection:
