@@ -130,17 +130,7 @@ class CatalogueIndexer:
     async def _reorg(self, head: BlockHeader) -> None:
         """Undo the reorg under ``head`` when it is within the confirmation window; else halt
         (the catalogue alone: :func:`undo_or_halt`)."""
-        await undo_or_halt(
-            head,
-            self.watch,
-            self.confirmed,
-            self.confirmations,
-            self._rewind,
-            guard=self.guard,
-            metrics=self.metrics,
-            chain_id=self.chain_id,
-            halt=CATALOGUE_HALT,
-        )
+        await undo_or_halt(head, self, CATALOGUE_HALT)
 
     async def _rewind(self, to: Ancestor, where: str) -> None:
         """Undo what the blocks above the common ancestor ``to`` held (rows deleted, touched

@@ -214,17 +214,7 @@ class ChainFollower:
     async def _reorg(self, head: BlockHeader) -> None:
         """Follow the reorg under ``head`` (rewind to the common ancestor) when it is within
         the confirmation window; else halt, the lanes too (:func:`undo_or_halt`)."""
-        await undo_or_halt(
-            head,
-            self.watch,
-            self.confirmed,
-            self.confirmations,
-            self._rewind,
-            guard=self.guard,
-            metrics=self.metrics,
-            chain_id=self.chain_id,
-            halt=FOLLOWER_HALT,
-        )
+        await undo_or_halt(head, self, FOLLOWER_HALT)
 
     def _resolved(self) -> None:
         """The node's chain holds the remembered blocks again: the deep reorg incident ends."""

@@ -7,7 +7,6 @@ is the worker's (in the store)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -173,23 +172,27 @@ class ReorgHalt:
     halts_lanes: bool
 
 
-async def undo_or_halt(
-    head: BlockHeader,
-    watch: ReorgWatch,
-    confirmed: Confirmed,
-    window: int,
-    rewind: Callable[[Ancestor, str], Awaitable[None]],
-    *,
-    guard: ChainGuard | None,
-    metrics: Metrics,
-    chain_id: int,
-    halt: ReorgHalt,
-) -> None:
+class ReorgWorker(Protocol):
+    """What :func:`undo_or_halt` reads of a worker that follows reorgs (the chain follower,
+    a catalogue indexer): its watch and confirmation, its window (blocks), its chain guard,
+    metrics and chain, and how it undoes the blocks above an ancestor."""
+
+    watch: ReorgWatch
+    confirmed: Confirmed
+    confirmations: int
+    guard: ChainGuard | None
+    metrics: Metrics
+    chain_id: int
+
+    async def _rewind(self, to: Ancestor, where: str) -> None: ...
+
+
+async def undo_or_halt(head: BlockHeader, worker: ReorgWorker, halt: ReorgHalt) -> None:
     """The reorg under ``head``, for the follower and the catalogue indexer alike: asks the
     chain guard at once (another chain is its incident), then rewinds to the common ancestor
-    (``rewind``) when the reorg is within ``window`` blocks and above the node's finalized
-    block; else records the incident on ``watch`` (once), sets ``relayer_deep_reorg`` and
-    halts.
+    (the worker's ``_rewind``) when the reorg is within its window and above the node's
+    finalized block; else records the incident on its watch (once), sets
+    ``relayer_deep_reorg`` and halts.
 
     Raises:
         Incident: ``deep_reorg`` (deeper than the window, below the finalized block or past
@@ -197,13 +200,14 @@ async def undo_or_halt(
             blocks), or the guard's own.
         ChainUnavailable: the node failed.
     """
+    watch, guard, metrics, chain_id = worker.watch, worker.guard, worker.metrics, worker.chain_id
     if guard is not None:
         await guard.check(halt.part, now=True)
     if watch.incident is None:
         to = await watch.ancestor(head.number)
-        why = watch.judge(to, window, await confirmed.settled_floor())
+        why = watch.judge(to, worker.confirmations, await worker.confirmed.settled_floor())
         if why is None:
-            await rewind(to, f"head {head.number}")
+            await worker._rewind(to, f"head {head.number}")
             return
         watch.incident = why
         metrics.deep_reorg.labels(str(chain_id), halt.part).set(1)
