@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from aiohttp import web
 
 from relayer.service.documents import CertificateView, certificate_html
 from tests.browser import dump_dom, read_dom, require_chromium
 from tests.helpers.certificates import EXPECTED_FIELDS, HOSTILE_IMG, view
+from tests.helpers.loopback import pages_app, served
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -40,25 +40,8 @@ def chromium() -> str:
 async def site() -> AsyncIterator[Site]:
     pages: dict[str, str] = {}
     requested: list[str] = []
-
-    async def handle(request: web.Request) -> web.Response:
-        requested.append(request.path_qs)
-        page = pages.get(request.path)
-        if page is None:
-            return web.Response(status=404, text="not found")
-        return web.Response(text=page, content_type="text/html", charset="utf-8")
-
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield Site(f"http://{host}:{port}", pages, requested)
-    finally:
-        await runner.cleanup()
+    async with served(pages_app(pages, requested)) as base:
+        yield Site(base, pages, requested)
 
 
 async def render(site: Site, path: str, certificate: CertificateView) -> str:

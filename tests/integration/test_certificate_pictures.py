@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import zxingcpp
-from aiohttp import web
 from PIL import Image
 from pypdf import PdfReader
 
@@ -31,6 +30,7 @@ from relayer.service.documents import (
 from relayer_dev.pictures import SAMPLE, render
 from tests.browser import print_to_pdf, require_chromium, require_poppler
 from tests.helpers.certificates import RID, TX, view
+from tests.helpers.loopback import pages_app, served
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -130,26 +130,11 @@ def test_pdf_page_is_filled_and_its_qr_code_opens_the_verification_page(
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[str, dict[str, str]]]:
+async def served_pages() -> AsyncIterator[tuple[str, dict[str, str]]]:
     """A loopback server of HTML pages (path to page) and its base URL."""
     pages: dict[str, str] = {}
-
-    async def handle(request: web.Request) -> web.Response:
-        page = pages.get(request.path)
-        if page is None:
-            return web.Response(status=404)
-        return web.Response(text=page, content_type="text/html", charset="utf-8")
-
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}", pages
-    finally:
-        await runner.cleanup()
+    async with served(pages_app(pages)) as base:
+        yield base, pages
 
 
 @pytest.mark.parametrize(
@@ -160,10 +145,10 @@ async def served() -> AsyncIterator[tuple[str, dict[str, str]]]:
     ],
 )
 async def test_html_page_prints_on_one_filled_a4_page_with_a_readable_qr_code(
-    certificate: CertificateView, served: tuple[str, dict[str, str]], tmp_path: Path
+    certificate: CertificateView, served_pages: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
     require_chromium()
-    base, pages = served
+    base, pages = served_pages
     pages["/certificate.html"] = certificate_html(certificate)
     pdf = tmp_path / "printed.pdf"
     data = await asyncio.to_thread(print_to_pdf, base + "/certificate.html", pdf, 60)

@@ -28,6 +28,7 @@ from relayer.service.documents import certificate_html, certificate_pdf
 from tests.browser import dump_dom, read_dom, require_chromium, require_poppler, screenshot
 from tests.conftest import Daemon
 from tests.helpers.certificates import view
+from tests.helpers.loopback import served
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -115,14 +116,8 @@ async def certificate_site() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/certificate.html", html)
     app.router.add_get("/certificate.pdf", pdf_file)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with served(app) as base:
+        yield base
 
 
 async def test_multi_script_certificate_as_html_and_pdf(
