@@ -49,7 +49,7 @@ async def _still_good(rec: Recorder, job: Job, succeeds: bool) -> bool:
     """The decision, with the job's fee ceiling read as the re-check reads it beside the checks."""
     simulator = _simulator(rec)
     assert job.gas_limit is not None
-    return await simulator._still_good(
+    return await simulator.presign._still_good(
         job, "0xexecutor", succeeds, await simulator._ceiling(job, job.gas_limit)
     )
 
@@ -140,6 +140,6 @@ async def test_a_job_its_payer_cannot_pay_gives_its_supply_back_to_the_jobs_afte
     batch = [_held(1, PAYER_A), _held(2, PAYER_A), _held(3, PAYER_B)]
     store, chain = _Store(batch), _Chain()
     simulator = Simulator(chain, Recorder(10), store, "0xexecutor", "0xusdc", lambda: None, chain, 84532)  # type: ignore[arg-type]
-    checked = await simulator._checked(batch, "0xexecutor", {}, 7)  # block 7, the latest
+    checked = await simulator.presign._checked(batch, "0xexecutor", {}, 7)  # block 7, the latest
     assert checked == {1: True, 3: True}
     assert store.rejected == [2] and store.ahead_reads == 2
