@@ -30,6 +30,15 @@ async def _txs(d: Daemon, kind: str | None = None) -> list[Any]:
     )
 
 
+async def _noop_cost_at_least(d: Daemon, wei: int, timeout_s: float = 5.0) -> float:
+    """``relayer_executor_noop_cost_wei_total`` once it reaches ``wei`` (or its value at the
+    bound): the follower adds a mined no-op's cost right after it records the receipt."""
+    deadline = time.monotonic() + timeout_s
+    while (cost := d.runtime.metrics.noop_cost_wei._value.get()) < wei and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return float(cost)
+
+
 async def _until_replaced(d: Daemon, job_id: int, count: int, timeout_s: float = 15.0) -> list[Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -181,7 +190,9 @@ async def test_a_fee_spike_beyond_the_allowance_until_expiry_drops_the_job_and_f
             "fees_above_allowance",
         )
         assert (await job_row(d, body))["state"] == "dropped"
-        cost = d.runtime.metrics.noop_cost_wei._value.get()
+        # The follower counts the no-op's cost just after it commits the drop (the same step,
+        # after that statement returns): the row can be read first, so wait for the count.
+        cost = await _noop_cost_at_least(d, 21_000 * spike)
         assert cost >= 21_000 * spike
         # Fees come back down: a later job is unaffected.
         anvil.automine(True)
