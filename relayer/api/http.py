@@ -25,12 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relayer.api import pages
 from relayer.api.errors import Surface, error_response, surface_of
-from relayer.api.x402_meta import (
+from relayer.api.x402_meta import NAV, add_meta_routes
+from relayer.api.x402_versions import (
     LATEST_VERSION,
-    NAV,
     POST_ONLY,
     X402Info,
-    add_meta_routes,
     ignores_unknown_keys,
     newest_of_major,
 )

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from relayer.api.x402_meta import LATEST_VERSION, X402Info
+from relayer.api.x402_versions import LATEST_VERSION, X402Info
 from relayer.config import Settings
 from relayer.service.supply import Supply
 

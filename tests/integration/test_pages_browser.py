@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from pypdf import PdfReader
 
-from relayer.api.x402_meta import GUIDE_IDS
+from relayer.api.x402_versions import GUIDE_IDS
 from relayer.service.documents import certificate_html, certificate_pdf
 from tests.browser import dump_dom, read_dom, require_chromium, require_poppler, screenshot
 from tests.conftest import Daemon

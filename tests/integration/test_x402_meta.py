@@ -21,7 +21,8 @@ import pytest
 from aiohttp import web
 
 from relayer.api import http
-from relayer.api.x402_meta import GUIDE_IDS, LATEST_VERSION, X402Info, add_meta_routes
+from relayer.api.x402_meta import add_meta_routes
+from relayer.api.x402_versions import GUIDE_IDS, LATEST_VERSION, X402Info
 from tests.conftest import Daemon, free_port
 
 pytestmark = pytest.mark.integration

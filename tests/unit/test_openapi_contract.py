@@ -19,8 +19,8 @@ from relayer.api.errors import error_response
 from relayer.api.http import RateLimit, build_app
 from relayer.api.marketplace import guarded
 from relayer.api.marketplace import openapi_document as marketplace_document
-from relayer.api.x402_meta import X402Info
-from relayer.api.x402_meta import openapi_document as x402_document
+from relayer.api.x402_openapi import openapi_document as x402_document
+from relayer.api.x402_versions import X402Info
 from relayer.domain.errors import Rejection
 from relayer.domain.marketplace import CarbonProjectsQuery, OrderRequest, QuoteRequest, validated
 from relayer.domain.projects import CATEGORIES

@@ -18,15 +18,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from relayer.api import http
-from relayer.api.x402_meta import (
-    GUIDE_IDS,
-    LATEST_VERSION,
-    RELEASES,
-    X402Info,
-    _component,
-    add_meta_routes,
-    security_txt,
-)
+from relayer.api.x402_manifest import security_txt
+from relayer.api.x402_meta import add_meta_routes
+from relayer.api.x402_openapi import _component
+from relayer.api.x402_versions import GUIDE_IDS, LATEST_VERSION, RELEASES, X402Info
 from relayer.config import Settings
 from relayer.domain.errors import (
     ACTION_CODES,
