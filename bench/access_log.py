@@ -30,7 +30,7 @@ from bench.common import free_port  # noqa: E402
 from relayer.api.access import ACCESS_LOGGER, AccessLog  # noqa: E402
 from relayer.api.connections import runner_options  # noqa: E402
 from relayer.api.errors import error_response  # noqa: E402
-from relayer.api.http import REQUEST_ID, request_context  # noqa: E402
+from relayer.api.kernel import REQUEST_ID, request_context  # noqa: E402
 from relayer.domain.errors import Rejection  # noqa: E402
 from relayer.logs import request_scope, setup_logging  # noqa: E402
 

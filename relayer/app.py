@@ -17,20 +17,12 @@ from aiohttp import web
 
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
 from relayer.api.facilitator import KeyLimits, add_facilitator_routes
-from relayer.api.http import (
-    METRICS,
-    READY,
-    AppServices,
-    RateLimit,
-    build_app,
-    healthz,
-    metrics_view,
-    readyz,
-    request_context,
-)
+from relayer.api.http import build_app
+from relayer.api.kernel import METRICS, READY, RateLimit, healthz, metrics_view, readyz, request_context
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
 from relayer.api.x402_resource import add_resource_routes
+from relayer.api.x402_routes import AppServices
 from relayer.chain.blocks import BlockReader
 from relayer.chain.catalogue import CatalogueChain
 from relayer.chain.costs import BaseCosts

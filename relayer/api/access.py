@@ -1,6 +1,6 @@
 """The access log: one JSON line per HTTP request answered (aiohttp's access-logger hook,
 called once the answer is written; the request's id comes from
-:func:`relayer.api.http.request_context`)."""
+:func:`relayer.api.kernel.request_context`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from relayer.api.http import RATE_LIMIT, REQUEST_ID
+from relayer.api.kernel import RATE_LIMIT, REQUEST_ID
 
 ACCESS_LOGGER: Final = logging.getLogger("relayer.access")
 """The access log's logger (INFO; raise its level to WARNING to turn the access log off)."""

@@ -38,7 +38,7 @@ from aiohttp import web
 from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, ValidationError
 
 from relayer.api.errors import error_response
-from relayer.api.http import METRICS, RateLimit, read_json
+from relayer.api.kernel import METRICS, RateLimit, read_json
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.models import StrictModel

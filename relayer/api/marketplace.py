@@ -25,7 +25,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from relayer.api.errors import error_response
-from relayer.api.http import METRICS, REQUEST_ID, read_json
+from relayer.api.kernel import METRICS, REQUEST_ID, read_json
 from relayer.domain import views
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.marketplace import (

@@ -26,7 +26,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from relayer.api.facilitator import PaymentPayloadModel, authorization_of, guarded
-from relayer.api.http import RESPONSE_HEADERS, SERVICES, X402_RESOURCE, X402Resource
+from relayer.api.kernel import RESPONSE_HEADERS
+from relayer.api.x402_routes import SERVICES, X402_RESOURCE, X402Resource
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.verify import Refusal
@@ -99,7 +100,7 @@ def _requirements(m: Any) -> Requirements:
 
 
 class Resource(X402Resource):
-    """The hooks :mod:`relayer.api.http` calls for ``actions/retire``."""
+    """The hooks :mod:`relayer.api.x402_routes` calls for ``actions/retire``."""
 
     def __init__(self, payments: Payments, url: str) -> None:
         self.payments = payments

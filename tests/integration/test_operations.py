@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer.api.http import RateLimit, build_app
+from relayer.api.http import build_app
+from relayer.api.kernel import RateLimit
 from relayer.workers.gauges import GAUGE_INTERVAL_S
 from tests.conftest import Daemon, free_port
 from tests.helpers.relay import ProcessClient, challenge, signed_request, signed_retirement

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from relayer.api.http import _within_action
+from relayer.api.x402_routes import _within_action
 from relayer.domain.errors import Rejection, Unavailable
 from tests.conftest import Daemon
 

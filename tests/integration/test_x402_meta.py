@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer.api import http
+from relayer.api import kernel, x402_routes
 from relayer.api.x402_meta import add_meta_routes
 from relayer.api.x402_versions import GUIDE_IDS, LATEST_VERSION, X402Info
 from tests.conftest import Daemon, free_port
@@ -35,8 +35,8 @@ def _info(daemon: Daemon) -> X402Info:
     """This daemon's x402 description, from its runtime (what ``info_of`` gives)."""
     supply = daemon.runtime.services.supply
     return X402Info(
-        api_version=http.API_VERSION,
-        major=http.LATEST_MAJOR,
+        api_version=x402_routes.API_VERSION,
+        major=x402_routes.LATEST_MAJOR,
         base_url=daemon.api,
         versioned_hosts={"latest": daemon.api, "current": daemon.api, "v0": daemon.api},
         chain_id=supply.chain_id,
@@ -52,8 +52,8 @@ def _info(daemon: Daemon) -> X402Info:
 @pytest.fixture(scope="module")
 async def meta(daemon: Daemon) -> AsyncIterator[str]:
     """The meta routes over this daemon's runtime, on their own loopback port."""
-    app = web.Application(middlewares=[http.envelope])
-    app[http.METRICS] = daemon.runtime.metrics
+    app = web.Application(middlewares=[kernel.envelope])
+    app[kernel.METRICS] = daemon.runtime.metrics
     info = _info(daemon)
     add_meta_routes(app, lambda _request: info)
     runner = web.AppRunner(app, access_log=None)

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from relayer.api.access import ACCESS_LOGGER, AccessLog
-from relayer.api.http import RATE_LIMIT, REQUEST_ID, RateLimit
+from relayer.api.kernel import RATE_LIMIT, REQUEST_ID, RateLimit
 
 
 async def _ok(_request: web.Request) -> web.Response:

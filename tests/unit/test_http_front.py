@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 
 from relayer.api.connections import REFUSALS_WAITING, ParserRefusals, Refused, Throttle
 from relayer.api.errors import Surface, error_body
-from relayer.api.http import RateLimit, read_json, request_id_of
+from relayer.api.kernel import RateLimit, read_json, request_id_of
 from relayer.domain.errors import Rejection
 
 

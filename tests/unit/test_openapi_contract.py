@@ -16,7 +16,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from openapi_spec_validator import validate
 
 from relayer.api.errors import error_response
-from relayer.api.http import RateLimit, build_app
+from relayer.api.http import build_app
+from relayer.api.kernel import RateLimit
 from relayer.api.marketplace import guarded
 from relayer.api.marketplace import openapi_document as marketplace_document
 from relayer.api.x402_openapi import openapi_document as x402_document

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from relayer.api import http
+from relayer.api import kernel, x402_routes
 from relayer.api.x402_manifest import security_txt
 from relayer.api.x402_meta import add_meta_routes
 from relayer.api.x402_openapi import _component
@@ -64,10 +64,10 @@ HOSTS = {
 
 def info_for(host: str) -> X402Info:
     """What the lead's ``info_of`` gives: the host decides the major and the base URL."""
-    major = 0 if host.startswith("v0.") else http.LATEST_MAJOR
+    major = 0 if host.startswith("v0.") else x402_routes.LATEST_MAJOR
     base = HOSTS["v0"] if major == 0 else HOSTS["current"] if host.startswith("v1.") else HOSTS["latest"]
     return X402Info(
-        api_version=http.API_VERSION,
+        api_version=x402_routes.API_VERSION,
         major=major,
         base_url=base,
         versioned_hosts=dict(HOSTS),
@@ -80,8 +80,8 @@ def info_for(host: str) -> X402Info:
 
 @pytest.fixture(scope="module")
 async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    app = web.Application(middlewares=[http.envelope])
-    app[http.METRICS] = Metrics()
+    app = web.Application(middlewares=[kernel.envelope])
+    app[kernel.METRICS] = Metrics()
     add_meta_routes(app, lambda request: info_for(request.host))
     async with TestClient(TestServer(app)) as c:
         yield c
@@ -103,8 +103,8 @@ async def _get(
 async def test_manifest_publishes_versions_hosts_chain_and_tokens(client: TestClient[Any, Any]) -> None:
     status, body = await _get(client, "/.well-known/x402.json")
     assert status == 200
-    assert body["apiVersion"] == body["latestApiVersion"] == http.API_VERSION == LATEST_VERSION
-    assert body["major"] == http.LATEST_MAJOR == 1
+    assert body["apiVersion"] == body["latestApiVersion"] == x402_routes.API_VERSION == LATEST_VERSION
+    assert body["major"] == x402_routes.LATEST_MAJOR == 1
     hosts = body["versionedHosts"]
     assert {k: hosts[k] for k in ("latest", "current", "v0")} == HOSTS
     note = hosts["note"].lower()
@@ -216,7 +216,7 @@ async def test_changelog_is_newest_first_and_consistent_with_api_version(
     status, body = await _get(client, "/.well-known/x402-changelog.json")
     assert status == 200
     releases = body["releases"]
-    assert releases[0]["version"] == body["apiVersion"] == http.API_VERSION
+    assert releases[0]["version"] == body["apiVersion"] == x402_routes.API_VERSION
     versions = [_semver(r["version"]) for r in releases]
     assert versions == sorted(versions, reverse=True) and len(set(versions)) == len(versions)
     dates = [date.fromisoformat(r["date"]) for r in releases]
