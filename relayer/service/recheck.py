@@ -272,7 +272,7 @@ class PreSignCheck:
             for job in jobs:
                 if spent + job.auth_value > balance.amount:
                     refusals[job.id] = ChainRevert.insufficient_balance(
-                        job.payer, max(0, balance.amount - spent), job.auth_value, _function(job)
+                        job.payer, max(0, balance.amount - spent), job.auth_value, function_name(job)
                     )
                     log.warning("refused before signing: the payer's balance fell", extra={"job_id": job.id})
                     continue
@@ -347,7 +347,7 @@ class PreSignCheck:
                 return True
         # The plan's margin applies to a fresh estimate, never to the old limit (which
         # already holds one): a re-plan does not inflate the gas limit.
-        estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, _function(job))
+        estimate = await self.executor.estimate_gas(sender, job.settlement, job.call_data, function_name(job))
         fresh = await self.plan(job, estimate)
         await self.jobs.replan(
             job.id,
@@ -410,5 +410,6 @@ def _supply_verdict(
     return check_fill(figure, take.units, now, whole_tonnes_only=False, reserved=mined_after + ahead) is None
 
 
-def _function(job: Job) -> str:
+def function_name(job: Job) -> str:
+    """The name of the contract function a job's transaction calls (for the node's errors)."""
     return relayed_function(job.kind, job.scheme).name

@@ -25,7 +25,7 @@ from relayer.domain.budget import transfer_gas_ceiling
 from relayer.domain.errors import RelayerError, Unavailable
 from relayer.domain.states import JobState
 from relayer.service.gas import GasPlan, GasPricer
-from relayer.service.recheck import PreSignCheck
+from relayer.service.recheck import PreSignCheck, function_name
 from relayer.store.relay_jobs import Job, NewJob, RelayJobs, SimulatedPlan
 from relayer.tasks import retrieved
 
@@ -171,7 +171,7 @@ class Simulator:
         if batched is not None:
             self._remember(job.id, head)
             return batched
-        function = _function(job)
+        function = function_name(job)
         try:
             estimate = await self.executor.estimate_gas(
                 self.executor_address, job.settlement, job.call_data, function, block=head
@@ -295,7 +295,3 @@ class Simulator:
             except RelayerError:
                 pass  # stored with the job
         return len(orphans)
-
-
-def _function(job: Job) -> str:
-    return relayed_function(job.kind, job.scheme).name
