@@ -25,35 +25,32 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final
 
 from aiohttp import web
-from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ValidationError
 
 from relayer.api.errors import error_response
 from relayer.api.kernel import METRICS, RateLimit, read_json
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
-from relayer.domain.models import StrictModel
-from relayer.domain.verify import TransferAuthorization
-from relayer.service.facilitator import (
+from relayer.domain.x402_wire import (
     PAYMENT_IDENTIFIER,
     X402_VERSION,
-    Facilitator,
+    FacilitatorRequest,
     Payment,
     PaymentIdentifier,
-    Requirements,
-    Settlement,
+    SettleResponse,
+    payment_identifier,
 )
+from relayer.service.facilitator import Facilitator, Settlement
 from relayer.service.market.keys import ApiKeys, KeyInfo
-from relayer.store.payment_ids import ID_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -61,73 +58,6 @@ FACILITATOR: Final = web.AppKey("facilitator", Facilitator)
 FACILITATOR_KEYS: Final = web.AppKey("facilitator_keys", ApiKeys)
 PREFIX: Final = "/facilitator"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-Address = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
-
-
-def _uint256(text: str) -> str:
-    if int(text) >= 1 << 256:
-        raise ValueError("must be below 2**256")
-    return text
-
-
-Uint = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,78}$"), AfterValidator(_uint256)]
-Bytes32 = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{64}$")]
-Signature = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{130}$")]
-Text = Annotated[str, StringConstraints(max_length=200)]
-
-
-class _Strict(StrictModel):
-    """Unknown keys refused (:class:`StrictModel`), and no type coercion (an amount is a
-    decimal string, ``maxTimeoutSeconds`` an integer)."""
-
-    model_config = ConfigDict(strict=True)
-
-
-class AuthorizationModel(_Strict):
-    """EIP-3009 ``TransferWithAuthorization`` fields as the exact EVM scheme sends them."""
-
-    from_: Address = Field(alias="from")
-    to: Address
-    value: Uint
-    validAfter: Uint
-    validBefore: Uint
-    nonce: Bytes32
-
-
-class ExactPayloadModel(_Strict):
-    authorization: AuthorizationModel
-    signature: Signature
-
-
-class RequirementsModel(_Strict):
-    """x402 ``PaymentRequirements`` (``extra`` free-form)."""
-
-    scheme: Text
-    network: Text
-    asset: Address
-    amount: Uint
-    payTo: Address
-    maxTimeoutSeconds: int = Field(ge=0, le=10**9)
-    extra: dict[str, Any] | None = None
-
-
-class PaymentPayloadModel(_Strict):
-    """x402 ``PaymentPayload`` (``resource`` and ``extensions`` free-form)."""
-
-    x402Version: Literal[2]
-    payload: ExactPayloadModel
-    accepted: RequirementsModel
-    resource: dict[str, Any] | None = None
-    extensions: dict[str, Any] | None = None
-
-
-class FacilitatorRequestModel(_Strict):
-    """The body of ``/verify`` and ``/settle``."""
-
-    x402Version: Literal[2]
-    paymentPayload: PaymentPayloadModel
-    paymentRequirements: RequirementsModel
 
 
 class KeyLimits:
@@ -191,68 +121,6 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
-def _requirements(m: RequirementsModel) -> Requirements:
-    return Requirements(
-        m.scheme, m.network, m.asset, int(m.amount), m.payTo, m.maxTimeoutSeconds, m.extra or {}
-    )
-
-
-def payment_identifier(body: dict[str, Any]) -> PaymentIdentifier | None:
-    """The ``payment-identifier`` extension of a validated body's ``paymentPayload``: its
-    ``info.id`` and the SHA-256 of the payload's canonical JSON (keys sorted, compact, UTF-8:
-    the same payload hashes the same whichever SDK ordered its keys). None when the extension
-    or its id is absent (the server's declaration echoed back carries no id).
-
-    Raises:
-        ValueError: the extension is malformed (``info`` not an object, ``required`` not a
-            boolean) or its ``id`` is not 16-128 of ``[A-Za-z0-9_-]`` (the spec's format).
-    """
-    extensions = body["paymentPayload"].get("extensions") or {}
-    extension = extensions.get(PAYMENT_IDENTIFIER)
-    if extension is None:
-        return None
-    info = extension.get("info") if isinstance(extension, dict) else None
-    if not isinstance(info, dict) or not isinstance(info.get("required", False), bool):
-        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info must be an object with a boolean 'required'")
-    pid = info.get("id")
-    if pid is None:
-        return None
-    if not isinstance(pid, str) or ID_PATTERN.fullmatch(pid) is None:
-        raise ValueError(f"extensions.{PAYMENT_IDENTIFIER}.info.id must be 16-128 of A-Z a-z 0-9 _ -")
-    try:
-        canonical = json.dumps(
-            body["paymentPayload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-    except (RecursionError, ValueError):  # nested as deep as the parser allowed
-        raise ValueError("paymentPayload is nested too deeply") from None
-    return PaymentIdentifier(pid, hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest())
-
-
-def authorization_of(m: PaymentPayloadModel) -> TransferAuthorization:
-    """The EIP-3009 authorization a validated ``PaymentPayload`` carries (addresses
-    checksummed, amounts and times as integers, nonce and signature as bytes)."""
-    a, signature = m.payload.authorization, m.payload.signature
-    return TransferAuthorization(
-        checksum_address(a.from_),
-        checksum_address(a.to),
-        int(a.value),
-        int(a.validAfter),
-        int(a.validBefore),
-        bytes.fromhex(a.nonce[2:]),
-        bytes.fromhex(signature[2:]),
-    )
-
-
-def _payment(m: FacilitatorRequestModel, identifier: PaymentIdentifier | None = None) -> Payment:
-    authorization = authorization_of(m.paymentPayload)
-    return Payment(
-        _requirements(m.paymentRequirements),
-        _requirements(m.paymentPayload.accepted),
-        authorization,
-        identifier,
-    )
-
-
 def _payer_of(body: dict[str, Any]) -> str | None:
     """``paymentPayload.payload.authorization.from`` when it is an address, for refusals."""
     try:
@@ -276,7 +144,7 @@ class _Parsed:
     refused before any check: ``reason`` and ``message`` say why), the raw body."""
 
     key: KeyInfo
-    model: FacilitatorRequestModel | None
+    model: FacilitatorRequest | None
     body: dict[str, Any]
     reason: str = ""
     message: str = ""
@@ -284,7 +152,7 @@ class _Parsed:
 
     def payment(self) -> Payment:
         assert self.model is not None
-        return _payment(self.model, self.identifier)
+        return self.model.payment(self.identifier)
 
 
 async def _parsed(request: web.Request) -> _Parsed:
@@ -308,7 +176,7 @@ async def _parsed(request: web.Request) -> _Parsed:
     if not _version_ok(body):
         return _Parsed(key, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
     try:
-        model = FacilitatorRequestModel.model_validate(body)
+        model = FacilitatorRequest.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -373,17 +241,15 @@ def _payment_answer(body: dict[str, Any], refused: str | None) -> web.Response:
 
 
 def _settle_body(s: Settlement, network: str) -> dict[str, Any]:
-    return _drop_none(
-        {
-            "success": s.success,
-            "errorReason": s.reason,
-            "errorMessage": s.message,
-            "payer": s.payer or None,
-            "transaction": s.transaction,
-            "network": network,
-            "amount": None if s.amount is None else str(s.amount),
-        }
-    )
+    return SettleResponse(
+        success=s.success,
+        errorReason=s.reason,
+        errorMessage=s.message,
+        payer=s.payer or None,
+        transaction=s.transaction,
+        network=network,
+        amount=None if s.amount is None else str(s.amount),
+    ).canonical()
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:

@@ -15,23 +15,26 @@ facilitator's discovery list of this resource.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 import time
 from typing import Any, Final
 
 from aiohttp import web
-from pydantic import ValidationError
 
-from relayer.api.facilitator import PaymentPayloadModel, authorization_of, guarded
+from relayer.api.facilitator import guarded
 from relayer.api.kernel import RESPONSE_HEADERS
 from relayer.api.x402_routes import SERVICES, X402_RESOURCE, X402Resource
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.verify import Refusal
-from relayer.service.facilitator import X402_VERSION, Requirements
+from relayer.domain.x402_wire import (
+    X402_VERSION,
+    PaymentPayload,
+    PaymentRequired,
+    PaymentRequirements,
+    ResourceInfo,
+    SettleResponse,
+)
 from relayer.service.x402_payments import Offer, Paid, Payments
 
 log = logging.getLogger(__name__)
@@ -40,62 +43,20 @@ PAYMENT_REQUIRED: Final = "PAYMENT-REQUIRED"
 PAYMENT_SIGNATURE: Final = "PAYMENT-SIGNATURE"
 PAYMENT_RESPONSE: Final = "PAYMENT-RESPONSE"
 EXPOSE: Final = {"Access-Control-Expose-Headers": f"{PAYMENT_REQUIRED}, {PAYMENT_RESPONSE}"}
-MAX_HEADER_CHARS: Final = 16 * 1024
 PAYMENTS: Final = web.AppKey("x402_payments", Payments)
 
 
-def encode_header(value: dict[str, Any]) -> str:
-    """Standard base64 (padded) of compact JSON, as both SDKs write the x402 headers."""
-    return base64.b64encode(json.dumps(value, separators=(",", ":")).encode()).decode()
+def resource_info(offer: Offer, url: str) -> ResourceInfo:
+    return ResourceInfo(url=url, description=offer.description, mimeType="application/json")
 
 
-def decode_header(text: str) -> dict[str, Any]:
-    """The JSON object of an x402 header.
-
-    Raises:
-        ValueError: not base64 of one JSON object, or longer than :data:`MAX_HEADER_CHARS`.
-    """
-    if len(text) > MAX_HEADER_CHARS:
-        raise ValueError("header too long")
-    try:
-        value = json.loads(base64.b64decode(text.strip(), validate=True))
-    except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not base64 JSON: {type(exc).__name__}") from None
-    if not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value
-
-
-def requirements_json(r: Requirements) -> dict[str, Any]:
-    """One ``accepts`` entry (``PaymentRequirements``)."""
-    return {
-        "scheme": r.scheme,
-        "network": r.network,
-        "amount": str(r.amount),
-        "asset": r.asset,
-        "payTo": r.pay_to,
-        "maxTimeoutSeconds": r.max_timeout_s,
-        "extra": dict(r.extra),
-    }
-
-
-def resource_json(offer: Offer, url: str) -> dict[str, Any]:
-    return {"url": url, "description": offer.description, "mimeType": "application/json"}
-
-
-def payment_required(offer: Offer, url: str, error: str | None) -> dict[str, Any]:
+def payment_required(offer: Offer, url: str, error: str | None) -> PaymentRequired:
     """The ``PaymentRequired`` object of a 402 (``error``: why a payment was refused)."""
-    body: dict[str, Any] = {"x402Version": X402_VERSION}
-    if error is not None:
-        body["error"] = error
-    body["resource"] = resource_json(offer, url)
-    body["accepts"] = [requirements_json(offer.requirements)]
-    return body
-
-
-def _requirements(m: Any) -> Requirements:
-    return Requirements(
-        m.scheme, m.network, m.asset, int(m.amount), m.payTo, m.maxTimeoutSeconds, m.extra or {}
+    return PaymentRequired(
+        x402Version=X402_VERSION,
+        error=error,
+        resource=resource_info(offer, url),
+        accepts=[PaymentRequirements.of(offer.requirements)],
     )
 
 
@@ -122,15 +83,13 @@ class Resource(X402Resource):
             if isinstance(answer, Paid):
                 return self._paid(answer)
             error = answer.reason
-            request[RESPONSE_HEADERS][PAYMENT_RESPONSE] = encode_header(
-                {
-                    "success": False,
-                    "errorReason": answer.reason,
-                    "errorMessage": answer.message,
-                    "transaction": "",
-                    "network": self.payments.network,
-                }
-            )
+            request[RESPONSE_HEADERS][PAYMENT_RESPONSE] = SettleResponse(
+                success=False,
+                errorReason=answer.reason,
+                errorMessage=answer.message,
+                transaction="",
+                network=self.payments.network,
+            ).header()
         services = request.app[SERVICES]
         try:
             outcome = await services.relay.retire(req, now)
@@ -142,14 +101,10 @@ class Resource(X402Resource):
 
     async def _pay(self, req: ActionRequest, header: str, now: int) -> Paid | Refusal:
         try:
-            decoded = decode_header(header)
-            model = PaymentPayloadModel.model_validate(decoded)
-        except (ValueError, ValidationError) as exc:
+            payload = PaymentPayload.from_header(header)
+        except ValueError as exc:  # pydantic's ValidationError among them
             return Refusal("invalid_payload", f"PAYMENT-SIGNATURE: {exc}"[:300])
-        payload = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return await self.payments.pay(
-            req, _requirements(model.accepted), authorization_of(model), payload, now
-        )
+        return await self.payments.pay(req, payload, now)
 
     async def _challenge(
         self, request: web.Request, req: ActionRequest, now: int, error: str | None, err: Rejection
@@ -164,9 +119,7 @@ class Resource(X402Resource):
             log.warning("no standard x402 offer for this 402", extra={"code": exc.code})
             return
         if offer is not None:
-            request[RESPONSE_HEADERS][PAYMENT_REQUIRED] = encode_header(
-                payment_required(offer, self.url, error)
-            )
+            request[RESPONSE_HEADERS][PAYMENT_REQUIRED] = payment_required(offer, self.url, error).header()
 
     async def items(self, now: int) -> list[dict[str, Any]]:
         """The discovery items: the retirement resource, its ``accepts`` priced for an example
@@ -207,7 +160,7 @@ class Resource(X402Resource):
                 "resource": self.url,
                 "type": "http",
                 "x402Version": X402_VERSION,
-                "accepts": [requirements_json(offer.requirements)],
+                "accepts": [PaymentRequirements.of(offer.requirements).canonical()],
                 "lastUpdated": now,
                 "description": "Retire carbon credits on chain (actions/retire); priced per request: "
                 + offer.description,
@@ -227,23 +180,21 @@ class Resource(X402Resource):
     def _paid(self, answer: Paid) -> web.Response:
         row = answer.payment
         tx = "" if answer.payment_tx is None else "0x" + answer.payment_tx.hex()
-        settle: dict[str, Any] = {
-            "success": answer.paid,
-            "transaction": tx,
-            "network": self.payments.network,
-            "payer": row.payer,
-        }
-        if answer.paid:
-            settle["amount"] = str(row.amount)
-        else:
-            settle["errorReason"] = "settlement_pending"
+        settle = SettleResponse(
+            success=answer.paid,
+            errorReason=None if answer.paid else "settlement_pending",
+            payer=row.payer,
+            transaction=tx,
+            network=self.payments.network,
+            amount=str(row.amount) if answer.paid else None,
+        )
         body = dict(answer.retirement or {"status": _status(row.state)})
         body["paymentId"] = str(row.id)
         body["payment"] = {"transaction": tx or None, "status": row.state, "amount": str(row.amount)}
         if row.refund_job_id is not None:
             refund = None if answer.refund_tx is None else "0x" + answer.refund_tx.hex()
             body["refund"] = {"transaction": refund, "status": row.state, "reason": row.error}
-        headers = {**EXPOSE, PAYMENT_RESPONSE: encode_header(settle)}
+        headers = {**EXPOSE, PAYMENT_RESPONSE: settle.header()}
         return web.json_response(body, status=200, headers=headers)
 
 

@@ -37,9 +37,9 @@ names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Final
 
 from relayer.chain import calls
 from relayer.chain.errors import ChainRevert
@@ -49,11 +49,11 @@ from relayer.domain.verify import (
     AUTH_EXPIRY_MARGIN_S,
     Refusal,
     TokenDomain,
-    TransferAuthorization,
     TransferRequirement,
     VerifiedTransfer,
     verify_transfer,
 )
+from relayer.domain.x402_wire import SCHEME, Payment, Requirements
 from relayer.service.outcome import USED_OTHERWISE, TransferOutcome
 from relayer.service.relay import Relay
 from relayer.store.payment_ids import PaymentIds
@@ -61,49 +61,9 @@ from relayer.store.relay_jobs import Job
 
 log = logging.getLogger(__name__)
 
-X402_VERSION: Final = 2
-SCHEME: Final = "exact"
 NONCE_USED: Final = "invalid_exact_evm_nonce_already_used"
 VALID_BEFORE: Final = "invalid_exact_evm_payload_authorization_valid_before"
-PAYMENT_IDENTIFIER: Final = "payment-identifier"
-"""The x402 extension whose ``info.id`` is a client's idempotency key (advertised in
-``/supported``; spec: x402-foundation/x402 specs/extensions/payment_identifier.md)."""
 CONFLICT: Final = "payment_identifier_conflict"
-
-
-@dataclass(frozen=True, slots=True)
-class Requirements:
-    """x402 ``PaymentRequirements`` (or the payload's echoed ``accepted``), typed: addresses
-    as given (compared case-insensitively), ``amount`` in atomic units."""
-
-    scheme: str
-    network: str
-    asset: str
-    amount: int
-    pay_to: str
-    max_timeout_s: int
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class PaymentIdentifier:
-    """A ``payment-identifier`` extension's ``info.id`` (16-128 of ``[A-Za-z0-9_-]``) and the
-    SHA-256 (32 bytes) of the canonical JSON of the ``paymentPayload`` that carried it."""
-
-    id: str
-    payload_hash: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Payment:
-    """One verify or settle request: the requirements the resource server asks for, the
-    ``accepted`` entry the client echoed, the client's signed authorization, and its
-    payment identifier if it gave one."""
-
-    requirements: Requirements
-    accepted: Requirements
-    authorization: TransferAuthorization
-    identifier: PaymentIdentifier | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,6 @@ import base64
 import dataclasses
 import hashlib
 import hmac
-import json
 import logging
 import os
 import time
@@ -53,7 +52,6 @@ from eth_utils.crypto import keccak
 from relayer.chain.errors import ChainRevert
 from relayer.chain.signer import TreasurySigner
 from relayer.domain import eip712, fees
-from relayer.domain.addresses import checksum_address
 from relayer.domain.eip712 import parse_signature, typed_data_digest
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.payment_states import PaymentState
@@ -69,15 +67,8 @@ from relayer.domain.verify import (
     transfer_bound_nonce,
     verify_transfer,
 )
-from relayer.service.facilitator import (
-    NONCE_USED,
-    SCHEME,
-    VALID_BEFORE,
-    Facilitator,
-    Payment,
-    Requirements,
-    nonce_used,
-)
+from relayer.domain.x402_wire import SCHEME, Payment, PaymentPayload, Requirements
+from relayer.service.facilitator import NONCE_USED, VALID_BEFORE, Facilitator, nonce_used
 from relayer.service.gas import GasPricer
 from relayer.service.outcome import USED_OTHERWISE, RetireOutcome
 from relayer.service.prepare import Prepare
@@ -257,20 +248,19 @@ class Payments:
         amount = prepared.value + transfer_gas
         lifetime = min(self.lifetime_s, prepared.valid_before - now)
         extra: dict[str, Any] = {"name": self.domain.name, "version": self.domain.version}
-        core = Requirements(SCHEME, self.network, self.domain.address, amount, self._pay_to(), lifetime)
+        offered = Requirements(
+            SCHEME, self.network, self.domain.address, amount, self._pay_to(), lifetime, extra
+        )
         if quote:
             assert self.secret is not None
             ref = quote_ref(
-                self.secret, self.chain_id, request_hash(request), core, now + lifetime, os.urandom(16)
+                self.secret, self.chain_id, request_hash(request), offered, now + lifetime, os.urandom(16)
             )
-            extra["quoteRef"] = ref
+            offered = dataclasses.replace(offered, extra={**extra, "quoteRef": ref})
         route = resolved.route
         what = route.carbon_class.symbol if route.carbon_class else f"listing {route.source_id}"
         description = f"Retire {prepared.terms.summary['amount']} t of {what} (carbon credits), gas included"
-        return Offer(
-            Requirements(SCHEME, self.network, self.domain.address, amount, self._pay_to(), lifetime, extra),
-            description,
-        )
+        return Offer(offered, description)
 
     @property
     def pay_to(self) -> str:
@@ -304,14 +294,7 @@ class Payments:
 
     # ------------------------------------------------------------------ the paid request
 
-    async def pay(
-        self,
-        request: ActionRequest,
-        accepted: Requirements,
-        authorization: TransferAuthorization,
-        payload: dict[str, Any],
-        now: int,
-    ) -> Paid | Refusal:
+    async def pay(self, request: ActionRequest, payload: PaymentPayload, now: int) -> Paid | Refusal:
         """Take the payment of ``request`` (see the module) and answer it within the wait:
         :class:`Paid` once recorded (HTTP 200), :class:`Refusal` (HTTP 402 with a fresh quote)
         when nothing was charged. The same payload posted again, or at the same time, is
@@ -320,7 +303,8 @@ class Payments:
         Raises:
             Unavailable: the database or the node failed before the payment was recorded.
         """
-        payload_hash = keccak(text=json.dumps(payload, sort_keys=True, separators=(",", ":")))
+        payload_hash, payment = payload.digest(), payload.payment()
+        authorization = payment.authorization
         for _ in range(3):  # a twin's payment refused and forgotten meanwhile: take it anew
             existing = await self.store.by_authorization(
                 self.chain_id, authorization.payer, authorization.nonce
@@ -330,7 +314,7 @@ class Payments:
                     return Refusal(NONCE_USED, "this authorization paid another request")
                 answer = await self._answer(existing)
             else:
-                answer = await self._take(request, accepted, authorization, payload, payload_hash, now)
+                answer = await self._take(request, payment, payload, payload_hash, now)
             if answer is not None:
                 return answer
         return Refusal("invalid_transaction_state", "the payment was refused meanwhile: ask for a new quote")
@@ -338,9 +322,8 @@ class Payments:
     async def _take(
         self,
         request: ActionRequest,
-        accepted: Requirements,
-        authorization: TransferAuthorization,
-        payload: dict[str, Any],
+        payment: Payment,
+        payload: PaymentPayload,
         payload_hash: bytes,
         now: int,
     ) -> Paid | Refusal | None:
@@ -354,7 +337,7 @@ class Payments:
         """
         if not self.enabled:
             return Refusal("unsupported_scheme", "this operator takes no standard x402 payments")
-        checked = self._checked(request, accepted, authorization, now)
+        checked = self._checked(request, payment, now)
         if isinstance(checked, Refusal):
             return checked
         verified, quote_id = checked
@@ -369,7 +352,7 @@ class Payments:
             self.chain_id,
             quote_id,
             request_hash(request),
-            request.model_dump(mode="json", by_alias=True, exclude_none=True),
+            request,
             payload,
             payload_hash,
             verified.payer,
@@ -398,12 +381,13 @@ class Payments:
         return await self._answer(row)
 
     def _checked(
-        self, request: ActionRequest, accepted: Requirements, auth: TransferAuthorization, now: int
+        self, request: ActionRequest, payment: Payment, now: int
     ) -> tuple[VerifiedTransfer, str] | Refusal:
         """The quote reference against this body and the echoed requirement, then the
         facilitator's pure checks with the quoted requirement, and ``validBefore`` within the
         quote's ``maxTimeoutSeconds`` (plus :data:`VALID_BEFORE_SKEW_S`); (the transfer, the
         quote's id)."""
+        accepted, auth = payment.accepted, payment.authorization
         ref = str(accepted.extra.get("quoteRef", ""))
         parts = ref.split(".")
         if len(parts) != 4 or parts[0] != QUOTE_VERSION or not parts[1].isdigit():
@@ -414,15 +398,7 @@ class Payments:
         except ValueError:
             return Refusal("invalid_payment_requirements", "accepted.extra.quoteRef is malformed")
         assert self.secret is not None
-        core = Requirements(
-            accepted.scheme,
-            accepted.network,
-            accepted.asset,
-            accepted.amount,
-            accepted.pay_to,
-            accepted.max_timeout_s,
-        )
-        expected = quote_ref(self.secret, self.chain_id, request_hash(request), core, expires_at, nonce)
+        expected = quote_ref(self.secret, self.chain_id, request_hash(request), accepted, expires_at, nonce)
         if not hmac.compare_digest(expected, ref):
             return Refusal(
                 "invalid_payment_requirements",
@@ -434,7 +410,7 @@ class Payments:
             )
         if accepted.pay_to.lower() != self._pay_to().lower():
             return Refusal("invalid_payment_requirements", "payTo is not this operator's treasury")
-        checked = self.facilitator.check(Payment(accepted, accepted, auth), now, pay_to_ours=self.pay_to)
+        checked = self.facilitator.check(payment, now, pay_to_ours=self.pay_to)
         if isinstance(checked, Refusal):
             return checked
         if auth.valid_before > now + accepted.max_timeout_s + VALID_BEFORE_SKEW_S:
@@ -595,7 +571,7 @@ class Payments:
 
     def _claim(self, row: PaymentRow) -> TransferClaim:
         """What the payment claims: its amount from the payer to the treasury under its nonce."""
-        auth = _authorization(row.payload)
+        auth = row.payload.authorization()
         return TransferClaim(
             self.domain.address, row.payer, row.auth_nonce, auth.to, row.amount, auth.valid_before
         )
@@ -646,7 +622,7 @@ class Payments:
         the authorization is valid."""
         if row.transfer_job_id is not None:
             return await self.relay.jobs.get(row.transfer_job_id)
-        verified = self.facilitator.check(_payment_of(row.payload), now, pay_to_ours=self.pay_to)
+        verified = self.facilitator.check(row.payload.payment(), now, pay_to_ours=self.pay_to)
         if isinstance(verified, Refusal):
             return None
         job = await self.relay.jobs.find_by_salt(self.chain_id, verified.salt)
@@ -714,7 +690,7 @@ class Payments:
         """
         treasury = self.treasury
         assert treasury is not None
-        resolved = await self._resolved(ActionRequest.model_validate(row.request), now)
+        resolved = await self._resolved(row.request, now)
         prepared = await self.prepare.authorization(resolved, now, payment_salt(row.id))
         if _cost(resolved, prepared.gas_allowance) > row.amount:
             raise Rejection("insufficient_authorized_value", "the retirement now costs more than was paid")
@@ -870,34 +846,3 @@ def _reason(error: dict[str, Any]) -> str:
     if code == "invalid_auth_payload":
         return "invalid_exact_evm_payload_authorization_valid_before"
     return "invalid_transaction_state"
-
-
-def _requirements(m: dict[str, Any]) -> Requirements:
-    return Requirements(
-        str(m["scheme"]),
-        str(m["network"]),
-        str(m["asset"]),
-        int(m["amount"]),
-        str(m["payTo"]),
-        int(m["maxTimeoutSeconds"]),
-        dict(m.get("extra") or {}),
-    )
-
-
-def _authorization(payload: dict[str, Any]) -> TransferAuthorization:
-    """The stored PaymentPayload's authorization (as validated when it was recorded)."""
-    a = payload["payload"]["authorization"]
-    return TransferAuthorization(
-        checksum_address(a["from"]),
-        checksum_address(a["to"]),
-        int(a["value"]),
-        int(a["validAfter"]),
-        int(a["validBefore"]),
-        bytes.fromhex(a["nonce"][2:]),
-        bytes.fromhex(payload["payload"]["signature"][2:]),
-    )
-
-
-def _payment_of(payload: dict[str, Any]) -> Payment:
-    accepted = _requirements(payload["accepted"])
-    return Payment(accepted, accepted, _authorization(payload))

@@ -10,18 +10,14 @@ Every method raises ``StoreUnavailable`` when the database fails."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
 
+from relayer.domain.x402_wire import ID_PATTERN
 from relayer.store.pool import Database
-
-ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
-"""A valid id (the spec's ``id`` format: 16-128 of alphanumerics, ``-`` and ``_``; the
-table's CHECK says the same)."""
 
 # The row of id $2 in scope $1.
 FIND: Final = (

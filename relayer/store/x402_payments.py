@@ -17,6 +17,8 @@ import asyncpg
 
 from relayer.domain.errors import RelayerError
 from relayer.domain.payment_states import OPEN_PAYMENT_STATES, PaymentState, guard_payment_move
+from relayer.domain.schemas import ActionRequest
+from relayer.domain.x402_wire import PaymentPayload
 from relayer.store.pool import Database
 
 _OPEN: Final = ", ".join(f"'{s.value}'" for s in OPEN_PAYMENT_STATES)  # constants of the table
@@ -104,8 +106,8 @@ class QuoteSpent(RelayerError):
 
 @dataclass(frozen=True, slots=True)
 class NewPayment:
-    """A payment to record: its quote reference's id, the request (``actions/retire`` body as
-    parsed, wire names) and its hash, the decoded PaymentPayload and its hash, the payer, the
+    """A payment to record: its quote reference's id, the request (the ``actions/retire`` body
+    as parsed) and its hash, the PaymentPayload and its hash, the payer, the
     authorization's 32-byte nonce, the amount (USDC atomic units) and the block its proof is
     searched from (None: a payment of an older release)."""
 
@@ -113,8 +115,8 @@ class NewPayment:
     chain_id: int
     quote_id: str
     request_hash: bytes
-    request: dict[str, Any]
-    payload: dict[str, Any]
+    request: ActionRequest
+    payload: PaymentPayload
     payload_hash: bytes
     payer: str
     auth_nonce: bytes
@@ -180,8 +182,8 @@ def _row(r: asyncpg.Record) -> PaymentRow:
         int(r["chain_id"]),
         r["quote_id"],
         bytes(r["request_hash"]),
-        json.loads(r["request"]),
-        json.loads(r["payload"]),
+        ActionRequest.model_validate(json.loads(r["request"])),
+        PaymentPayload.model_validate(json.loads(r["payload"])),
         bytes(r["payload_hash"]),
         r["payer"],
         bytes(r["auth_nonce"]),
@@ -221,8 +223,8 @@ class X402Payments:
                 new.chain_id,
                 new.quote_id,
                 new.request_hash,
-                json.dumps(new.request),
-                json.dumps(new.payload),
+                json.dumps(new.request.model_dump(mode="json", by_alias=True, exclude_none=True)),
+                json.dumps(new.payload.canonical()),
                 new.payload_hash,
                 new.payer,
                 new.auth_nonce,

@@ -25,8 +25,8 @@ from relayer.admin import create_api_key
 from relayer.domain.budget import seconds_to_utc_midnight, utc_day
 from relayer.domain.states import JobState
 from relayer.domain.verify import TransferAuthorization, VerifiedTransfer
+from relayer.domain.x402_wire import Payment, Requirements
 from relayer.ops import ledger_summary
-from relayer.service.facilitator import Payment, Requirements
 from relayer.service.relay import _transfer_job
 from relayer.store.relay_jobs import GasBudgetExhausted, GasReservation, NewJob
 from tests.chain_helpers import token_balance

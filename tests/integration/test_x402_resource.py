@@ -21,8 +21,8 @@ from eth_account import Account
 
 from relayer.domain.schemas import parse_request
 from relayer.domain.verify import request_hash
+from relayer.domain.x402_wire import Requirements
 from relayer.ops import ledger_summary
-from relayer.service.facilitator import Requirements
 from relayer.service.x402_payments import quote_ref
 from tests.chain_helpers import transact_as
 from tests.conftest import Daemon
