@@ -41,11 +41,12 @@ from relayer.metrics import Metrics
 from relayer.service.catalogue_load import seed_catalogue
 from relayer.service.certificate import Certificates
 from relayer.service.discover import Discover
-from relayer.service.facilitator import Facilitator
 from relayer.service.gas import GasPricer
 from relayer.service.market.marketplace import Marketplace
 from relayer.service.market.snapshot import IndexedChain
 from relayer.service.outcome import Outcomes
+from relayer.service.payments.facilitator import Facilitator
+from relayer.service.payments.resource import Payments
 from relayer.service.prepare import Prepare
 from relayer.service.project_records import ProjectRecords
 from relayer.service.readiness import Readiness
@@ -59,7 +60,6 @@ from relayer.service.startup import (
     open_database,
 )
 from relayer.service.supply import Supply
-from relayer.service.x402_payments import Payments
 from relayer.store.catalogue import CatalogueStore
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.identity import ChainIdentity

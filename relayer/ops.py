@@ -34,6 +34,7 @@ from relayer.domain.states import JobState
 from relayer.domain.urls import redact_url
 from relayer.package_data import migrations_dir
 from relayer.service.catalogue_load import projects_file_records
+from relayer.service.payments.quotes import payment_ledger
 from relayer.service.startup import (
     CHAIN_SETTING,
     RPC_SETTING,
@@ -44,7 +45,6 @@ from relayer.service.startup import (
     node_line,
     open_database,
 )
-from relayer.service.x402_payments import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.pool import StoreUnavailable, database_line, redact
 from relayer.store.status import OPEN_STATES, Cursor, Lane, LeaseRow, StateCount, StatusQueries

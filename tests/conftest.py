@@ -19,7 +19,7 @@ from aiohttp import web
 from relayer.app import Runtime, open_runtime, web_runner
 from relayer.chain.signer import TreasurySigner
 from relayer.config import Settings
-from relayer.service.x402_payments import payment_ledger
+from relayer.service.payments.quotes import payment_ledger
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.pool import Database
 from relayer.store.x402_payments import PaymentLedgerRow, X402Payments

@@ -49,8 +49,8 @@ from relayer.domain.x402_wire import (
     SettleResponse,
     payment_identifier,
 )
-from relayer.service.facilitator import Facilitator, Settlement
 from relayer.service.market.keys import ApiKeys, KeyInfo
+from relayer.service.payments.facilitator import Facilitator, Settlement
 
 log = logging.getLogger(__name__)
 

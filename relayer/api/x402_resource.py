@@ -6,7 +6,7 @@ facilitator's discovery list of this resource.
   JSON ``PaymentRequired``: ``x402Version`` 2, ``resource``, one ``exact`` entry in ``accepts``
   with ``extra.quoteRef``).
 - With ``PAYMENT-SIGNATURE`` (the same body): the payment is taken
-  (:meth:`~relayer.service.x402_payments.Payments.pay`): HTTP 200 with ``PAYMENT-RESPONSE``
+  (:meth:`~relayer.service.payments.resource.Payments.pay`): HTTP 200 with ``PAYMENT-RESPONSE``
   (``SettleResponse``) and today's outcome body plus ``paymentId`` and ``payment``; a payment
   refused before anything was charged is a 402 with a fresh ``PAYMENT-REQUIRED`` whose
   ``error`` is the reason.
@@ -35,7 +35,9 @@ from relayer.domain.x402_wire import (
     ResourceInfo,
     SettleResponse,
 )
-from relayer.service.x402_payments import Offer, Paid, Payments
+from relayer.service.payments.drive import Paid
+from relayer.service.payments.offer import Offer
+from relayer.service.payments.resource import Payments
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +132,12 @@ class Resource(X402Resource):
         if not payments.enabled:
             return []
         try:
-            classes = await payments.relay.supply.chain.classes()
-            if not classes:
+            symbol = await payments.example_class()
+            if symbol is None:
                 return []
             example = {
                 "action": "actions/retire",
-                "carbonClass": classes[0].symbol,
+                "carbonClass": symbol,
                 "amount": "1",
                 "inputToken": "USDC",
                 "from": payments.pay_to,

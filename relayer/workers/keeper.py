@@ -7,7 +7,7 @@ once (and its end), for work that a request began and may not have finished.
   reason (:meth:`relayer.service.market.orders.OrderDesk.resume`). An attempt is idempotent
   (the order's salt derives from its id), so keepers in several processes never make two jobs.
 - The **payment keeper** (every second) advances the standard x402 payments of the retirement
-  resource that are due (:meth:`relayer.service.x402_payments.Payments.resume`; earliest due
+  resource that are due (:meth:`relayer.service.payments.resource.Payments.resume`; earliest due
   first, a batch at a time, each put off a little after its step, so however many stay open
   every one gets its turn): a transfer the chain proves after its request stopped waiting, or
   whose process died, gets its retirement; one the chain shows can never happen fails; a

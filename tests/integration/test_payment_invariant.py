@@ -35,7 +35,7 @@ from web3 import Web3
 
 from relayer.admin import create_api_key
 from relayer.chain.signer import TreasurySigner
-from relayer.service.x402_payments import payment_ledger
+from relayer.service.payments.quotes import payment_ledger
 from relayer.store.x402_payments import X402Payments
 from tests.chain_helpers import transact_as_deployer
 from tests.conftest import Daemon

@@ -23,7 +23,7 @@ from relayer.domain.schemas import parse_request
 from relayer.domain.verify import request_hash
 from relayer.domain.x402_wire import Requirements
 from relayer.ops import ledger_summary
-from relayer.service.x402_payments import quote_ref
+from relayer.service.payments.quotes import quote_ref
 from tests.chain_helpers import transact_as
 from tests.conftest import Daemon
 from tests.helpers.x402 import (

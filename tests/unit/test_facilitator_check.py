@@ -15,7 +15,7 @@ from eth_account.messages import encode_typed_data
 from relayer.domain import eip712
 from relayer.domain.verify import Refusal, TokenDomain, TransferAuthorization, VerifiedTransfer
 from relayer.domain.x402_wire import Payment, Requirements
-from relayer.service.facilitator import Facilitator
+from relayer.service.payments.facilitator import Facilitator
 from relayer.service.relay import Relay
 
 USDC = "0x5FbDB2315678afecb367f032d93F642f64180aa3"

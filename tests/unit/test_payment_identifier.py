@@ -15,7 +15,7 @@ from eth_utils.crypto import keccak
 from relayer.chain.errors import ChainRevert, ChainUnavailable
 from relayer.chain.reads import _revert_of
 from relayer.domain.x402_wire import payment_identifier
-from relayer.service.facilitator import nonce_used
+from relayer.service.payments.facilitator import nonce_used
 
 PAYER = "0x19E7E376E7C213B7E7e7e46cc70A5dD086DAff2A"
 
