@@ -256,10 +256,20 @@ async def prices(request: web.Request) -> web.Response:
     return _paged(request, projects.prices(await market.snapshots.snapshot(), q, market.desk.chain_id))
 
 
+async def _keyed(request: web.Request) -> tuple[Marketplace, int]:
+    """The marketplace and the id of the request's API key (scope ``marketplace``).
+
+    Raises:
+        Rejection: 401 without a valid key of that scope (:meth:`ApiKeys.authenticate`).
+    """
+    market = request.app[MARKETPLACE]
+    key = await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")
+    return market, key.id
+
+
 @guarded
 async def quotes(request: web.Request) -> web.Response:
-    market = request.app[MARKETPLACE]
-    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
+    market, key_id = await _keyed(request)
     body = await _body(request)
     removed = removed_parameters(body, REMOVED_QUOTE_FIELDS, "POST /quotes")
     if removed is not None:
@@ -270,8 +280,7 @@ async def quotes(request: web.Request) -> web.Response:
 
 @guarded
 async def orders(request: web.Request) -> web.Response:
-    market = request.app[MARKETPLACE]
-    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
+    market, key_id = await _keyed(request)
     body = await _body(request)
     if isinstance(body.get("asset_price_source_id"), str):
         parse_source_id(body["asset_price_source_id"])  # a non-listing source is a 400 before anything
@@ -281,8 +290,7 @@ async def orders(request: web.Request) -> web.Response:
 
 @guarded
 async def order(request: web.Request) -> web.Response:
-    market = request.app[MARKETPLACE]
-    key_id = (await market.keys.authenticate(request.headers.get("Authorization"), "marketplace")).id
+    market, key_id = await _keyed(request)
     return _respond(_dump(await market.desk.order(key_id, request.match_info["id"])))
 
 

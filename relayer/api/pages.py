@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 from markdown_it import MarkdownIt
 
-from relayer.service.styles import BASE_CSS, content_security_policy
+from relayer.service.styles import BASE_CSS, content_security_policy, html_document
 
 CSP: Final = content_security_policy()
 """The pages' Content-Security-Policy (header and meta tag): inline CSS only, nothing loaded."""
@@ -107,25 +107,7 @@ def page(title: str, body: str, nav: Iterable[tuple[str, str]] = ()) -> str:
     """
     links = "".join(f'<a href="{e(href)}">{e(label)}</a>' for href, label in nav)
     nav_html = f"<nav>{links}</nav>\n" if links else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{CSP}">
-<meta name="referrer" content="no-referrer">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{e(title)}</title>
-<style>
-{_CSS}
-</style>
-</head>
-<body>
-<main>
-{nav_html}{body}
-</main>
-</body>
-</html>
-"""
+    return html_document(e(title), CSP, _CSS, f"{nav_html}{body}")
 
 
 def html_response(text: str) -> web.Response:

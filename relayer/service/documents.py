@@ -65,7 +65,7 @@ from fpdf.enums import Align, TextMode, WrapMode, XPos, YPos
 from fpdf.fonts import TTFFont
 
 from relayer.service import pdf_fonts
-from relayer.service.styles import BASE_CSS, content_security_policy
+from relayer.service.styles import BASE_CSS, content_security_policy, html_document
 
 ELLIPSIS: Final = "…"
 
@@ -599,21 +599,7 @@ def certificate_html(view: CertificateView) -> str:
     css = f"{faces}\n{css}" if faces else css
     issuer = _html_value("issuer", f.issuer, NOT_GIVEN)
     statement = f"Issued by {issuer}{_e(_statement_rest(f.chain))}"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_CSP}">
-<meta name="referrer" content="no-referrer">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Carbon retirement certificate {_e(f.retirement_id)}</title>
-<style>
-{css}
-</style>
-</head>
-<body>
-<main>
-<header>
+    main = f"""<header>
 <p class="kicker">Certificate of carbon retirement</p>
 <h1>{amount} <span class="unit">{tonne_unit(f.amount_tonnes)} CO₂e retired</span></h1>
 <p class="for">for the benefit of {beneficiary}</p>
@@ -628,11 +614,8 @@ def certificate_html(view: CertificateView) -> str:
 <footer>
 <p>{statement}</p>
 <p>{_e(SOURCES_NOTE)}</p>
-</footer>
-</main>
-</body>
-</html>
-"""
+</footer>"""
+    return html_document(f"Carbon retirement certificate {_e(f.retirement_id)}", _CSP, css, main)
 
 
 # --- PDF ------------------------------------------------------------------------------------

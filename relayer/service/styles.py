@@ -49,3 +49,29 @@ def content_security_policy(*, fonts_inline: bool = False, framed: bool = False)
     if not framed:
         parts.append("frame-ancestors 'none'")
     return "; ".join(parts)
+
+
+def html_document(title_html: str, csp: str, css: str, main_html: str) -> str:
+    """A whole HTML5 page: UTF-8, the Content-Security-Policy ``csp`` in a meta tag, no
+    referrer, the mobile viewport, the ``<title>`` (``title_html``: already escaped), the
+    page's stylesheet ``css`` inline and its content ``main_html`` (already escaped) in
+    ``<main>``."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta name="referrer" content="no-referrer">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title_html}</title>
+<style>
+{css}
+</style>
+</head>
+<body>
+<main>
+{main_html}
+</main>
+</body>
+</html>
+"""

@@ -28,13 +28,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
-from eth_utils.crypto import keccak
-
 from relayer.chain.signer import TreasurySigner
 from relayer.chain.types import CreditInfo
 from relayer.domain import fees, views
 from relayer.domain.amounts import format_tonnes
-from relayer.domain.eip712 import parse_signature, typed_data_digest
 from relayer.domain.errors import Rejection, RelayerError, Unavailable
 from relayer.domain.fill import FillRefusal, Unfillable, check_fill
 from relayer.domain.marketplace import (
@@ -56,6 +53,7 @@ from relayer.service.prepare import Prepare
 from relayer.service.relay import Relay
 from relayer.service.supply import Supply
 from relayer.service.terms import Resolved, attribute
+from relayer.service.treasury import TreasuryRetirements, derived_key
 from relayer.store.catalogue import CatalogueStore, ChainListing
 from relayer.store.orders import Order, Orders, Quote, QuoteSpent
 from relayer.store.retirements import RetirementStore
@@ -90,13 +88,13 @@ an order without a job is SUBMITTED (pending) unless it failed."""
 def order_salt(order_id: uuid.UUID) -> bytes:
     """The 32-byte salt every attempt of order ``order_id`` binds into its authorization nonce
     (one salt, so at most one live relay job per order)."""
-    return keccak(b"relayer/marketplace-order/salt/v1" + order_id.bytes)
+    return derived_key("marketplace-order/salt", order_id)
 
 
 def order_request_key(order_id: uuid.UUID) -> bytes:
     """The 32-byte key naming order ``order_id``'s request to the relay: a repeated attempt is
     answered with the first attempt's job."""
-    return keccak(b"relayer/marketplace-order/request/v1" + order_id.bytes)
+    return derived_key("marketplace-order/request", order_id)
 
 
 def marketplace_fill_refusal(refusal: FillRefusal, listing_id: int, chain_id: int) -> Rejection:
@@ -156,6 +154,7 @@ class OrderDesk:
         self.supply = supply
         self.prepare = prepare
         self.relay = relay
+        self.signed = TreasuryRetirements(relay, prepare)
         self.treasury = treasury
         self.quote_lifetime_s = quote_lifetime_s
         self.public_base_url = public_base_url
@@ -353,15 +352,8 @@ class OrderDesk:
         treasury = self._treasury()
         failure: RelayerError
         try:
-            prepared = await self.prepare.authorization(resolved, now, order_salt(order_id))
-            signature = parse_signature(treasury.sign_digest(typed_data_digest(prepared.typed_data)))
-            job = await self.relay.accept_authorization(
-                resolved,
-                self.prepare.signed(prepared, signature),
-                order_request_key(order_id),
-                now,
-                self._refuse,
-            )
+            salt, key = order_salt(order_id), order_request_key(order_id)
+            job = await self.signed.accept(treasury, resolved, salt, key, now, refuse=self._refuse)
         except Unavailable as outage:
             if int(self.clock()) - recorded_at < ORDER_RETRY_WINDOW_S:
                 log.warning(

@@ -40,13 +40,6 @@ class Offer:
     description: str
 
 
-def cost(resolved: Resolved, gas_allowance: int) -> int:
-    """What the retirement costs now (the quoted total and the gas allowance, USDC atomic
-    units): it must fit in the amount paid. The treasury signs more (the slippage budget of a
-    class retirement); what is not spent comes back to it."""
-    return resolved.route.quote.total + gas_allowance
-
-
 class Quoting:
     """Prices and checks the quotes of the retirement resource: the supply it resolves on,
     the retirement authorization it prices (``prepare``), today's gas, the token's EIP-712

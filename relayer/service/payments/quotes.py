@@ -11,10 +11,9 @@ import hmac
 import uuid
 from typing import Final
 
-from eth_utils.crypto import keccak
-
 from relayer.domain.verify import transfer_bound_nonce
 from relayer.domain.x402_wire import Requirements
+from relayer.service.treasury import derived_key
 from relayer.store.x402_payments import PaymentLedgerRow, X402Payments
 
 QUOTE_VERSION: Final = "q1"
@@ -22,17 +21,17 @@ QUOTE_VERSION: Final = "q1"
 
 def payment_salt(payment_id: uuid.UUID) -> bytes:
     """The salt of payment ``payment_id``'s retirement (one salt: one live job)."""
-    return keccak(b"relayer/x402-payment/salt/v1" + payment_id.bytes)
+    return derived_key("x402-payment/salt", payment_id)
 
 
 def payment_request_key(payment_id: uuid.UUID) -> bytes:
     """The request key of payment ``payment_id``'s retirement."""
-    return keccak(b"relayer/x402-payment/request/v1" + payment_id.bytes)
+    return derived_key("x402-payment/request", payment_id)
 
 
 def refund_nonce(payment_id: uuid.UUID) -> bytes:
     """The EIP-3009 nonce of payment ``payment_id``'s refund: the token itself allows one."""
-    return keccak(b"relayer/x402-refund/v1" + payment_id.bytes)
+    return derived_key("x402-refund", payment_id)
 
 
 LEDGER_MAX: Final = 100_000

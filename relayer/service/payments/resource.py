@@ -36,6 +36,7 @@ from relayer.service.payments.take import Taking
 from relayer.service.prepare import Prepare
 from relayer.service.proofs import TransferProofs
 from relayer.service.relay import Relay
+from relayer.service.treasury import TreasuryRetirements
 from relayer.store.x402_payments import PaymentRow, X402Payments
 
 
@@ -61,9 +62,8 @@ class Payments:
             relay.supply, prepare, gas, domain, facilitator.network, treasury, secret, lifetime_s
         )
         refunds = Refunds(store, relay, jobs, outcomes, treasury, domain)
-        retiring = Retiring(
-            store, relay, jobs, outcomes.retirements, self.quoting, prepare, treasury, refunds
-        )
+        signed = TreasuryRetirements(relay, prepare)
+        retiring = Retiring(store, jobs, outcomes.retirements, self.quoting, signed, treasury, refunds)
         pay_to = "" if treasury is None else treasury.address
         self.driver = Driver(
             store,

@@ -12,15 +12,13 @@ import logging
 from typing import Final
 
 from relayer.chain.signer import TreasurySigner
-from relayer.domain.eip712 import parse_signature, typed_data_digest
-from relayer.domain.errors import Rejection, RelayerError, Unavailable
+from relayer.domain.errors import RelayerError, Unavailable
 from relayer.domain.payment_states import PaymentState
 from relayer.domain.states import JobState
-from relayer.service.payments.offer import Quoting, cost
+from relayer.service.payments.offer import Quoting
 from relayer.service.payments.quotes import payment_request_key, payment_salt
 from relayer.service.payments.refund import Refunds
-from relayer.service.prepare import Prepare
-from relayer.service.relay import Relay
+from relayer.service.treasury import TreasuryRetirements
 from relayer.store.relay_jobs import Job, RelayJobs
 from relayer.store.retirements import RetirementStore
 from relayer.store.x402_payments import PaymentRow, X402Payments
@@ -42,30 +40,28 @@ FAILED: Final = frozenset({JobState.REJECTED, JobState.REVERTED, JobState.DROPPE
 
 
 class Retiring:
-    """Makes and follows paid payments' treasury retirements: the payments' store, the relay
-    that takes the retirement and its jobs, the retirement index, the quotes' resolution, the
-    authorization it prepares and the treasury that signs it; refunds when it cannot execute."""
+    """Makes and follows paid payments' treasury retirements: the payments' store, the relay's
+    jobs, the retirement index, the quotes' resolution, the treasury's signed retirements and
+    the treasury; refunds when it cannot execute."""
 
     def __init__(
         self,
         store: X402Payments,
-        relay: Relay,
         jobs: RelayJobs,
-        retirements: RetirementStore,
+        index: RetirementStore,
         quoting: Quoting,
-        prepare: Prepare,
+        signed: TreasuryRetirements,
         treasury: TreasurySigner | None,
         refunds: Refunds,
     ) -> None:
         self.store = store
-        self.relay = relay
         self.jobs = jobs
-        self.retirements = retirements
+        self.index = index
         self.quoting = quoting
-        self.prepare = prepare
+        self.signed = signed
         self.treasury = treasury
         self.refunds = refunds
-        self.chain_id = relay.chain_id
+        self.chain_id = quoting.chain_id
 
     async def retire(self, row: PaymentRow, now: int) -> PaymentRow:
         """``paid``/``retiring``: link or make the treasury's retirement; ``retired`` when the
@@ -115,23 +111,17 @@ class Retiring:
             RelayerError: the relay's refusals (the retirement cannot execute as paid).
             Unavailable: the node or the database failed.
         """
-        treasury = self.treasury
-        assert treasury is not None
+        assert self.treasury is not None
         resolved = await self.quoting.resolved(row.request, now)
-        prepared = await self.prepare.authorization(resolved, now, payment_salt(row.id))
-        if cost(resolved, prepared.gas_allowance) > row.amount:
-            raise Rejection("insufficient_authorized_value", "the retirement now costs more than was paid")
-        signature = parse_signature(treasury.sign_digest(typed_data_digest(prepared.typed_data)))
-        return await self.relay.accept_authorization(
-            resolved, self.prepare.signed(prepared, signature), payment_request_key(row.id), now
-        )
+        salt, key = payment_salt(row.id), payment_request_key(row.id)
+        return await self.signed.accept(self.treasury, resolved, salt, key, now, ceiling=row.amount)
 
     async def _after_failed_retirement(self, row: PaymentRow, job: Job, now: int) -> PaymentRow:
         """A failed retirement job: retired if the retirement index holds a ``RetirementSettled``
         log of its bound nonce (another sender settled the treasury's authorization); refunded
         once it can provably never execute (never signed, or expired and not settled); else
         left for a later step."""
-        settled = await self.retirements.by_bound_nonce(self.chain_id, job.bound_nonce)
+        settled = await self.index.by_bound_nonce(self.chain_id, job.bound_nonce)
         if settled:
             return (
                 await self.store.move(row.id, (P.PAID, P.RETIRING), P.RETIRED, now, retire_job_id=job.id)

@@ -25,9 +25,10 @@ from relayer.domain.verify import Refusal, VerifiedTransfer, request_hash
 from relayer.domain.x402_wire import Payment, PaymentPayload
 from relayer.service.payments.drive import FRONT_RUN, KEEPER_GRACE_S, Driver, Paid
 from relayer.service.payments.facilitator import NONCE_USED, VALID_BEFORE, Facilitator
-from relayer.service.payments.offer import Quoting, cost
+from relayer.service.payments.offer import Quoting
 from relayer.service.prepare import Prepare
 from relayer.service.proofs import TransferProofs, search_from
+from relayer.service.treasury import retirement_cost
 from relayer.store.x402_payments import NewPayment, PaymentRow, QuoteSpent, X402Payments
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ class Taking:
             return Refusal(
                 "invalid_payment_requirements", f"the retirement cannot execute now: {exc.message}"
             )
-        if cost(resolved, prepared.gas_allowance) > verified.value:
+        if retirement_cost(resolved, prepared.gas_allowance) > verified.value:
             return Refusal(
                 "invalid_payment_requirements", "the retirement's price moved above the quote: ask again"
             )
