@@ -37,7 +37,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from relayer.api.errors import error_response
-from relayer.api.kernel import METRICS, RateLimit, read_json
+from relayer.api.kernel import METRICS, RateLimit, read_object
 from relayer.domain.addresses import checksum_address
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.x402_wire import (
@@ -167,12 +167,7 @@ async def _parsed(request: web.Request) -> _Parsed:
         request.app[METRICS].rate_limited.inc()
         message = f"too many requests with this API key; retry in {wait} s"
         raise Rejection("rate_limited", message, retryAfterSeconds=wait)
-    try:
-        body = await read_json(request)
-    except ValueError as exc:
-        raise Rejection("invalid_json", str(exc)) from None
-    if not isinstance(body, dict):
-        raise Rejection("invalid_json", "one JSON object is expected")
+    body = await read_object(request)
     if not _version_ok(body):
         return _Parsed(key, None, body, "invalid_x402_version", f"x402Version must be {X402_VERSION}")
     try:

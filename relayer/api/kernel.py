@@ -177,6 +177,22 @@ async def read_json(request: web.Request, parse_float: Callable[[str], Any] | No
         raise ValueError("the JSON is nested too deeply") from None
 
 
+async def read_object(request: web.Request) -> dict[str, Any]:
+    """The request body as one JSON object, read by :func:`read_json`'s policy.
+
+    Raises:
+        Rejection: ``invalid_json`` (400) when the body is not JSON or not one object.
+        web.HTTPRequestEntityTooLarge: the body is over the limit.
+    """
+    try:
+        body = await read_json(request)
+    except ValueError as exc:
+        raise Rejection("invalid_json", str(exc)) from None
+    if not isinstance(body, dict):
+        raise Rejection("invalid_json", "one JSON object is expected")
+    return body
+
+
 @web.middleware
 async def request_context(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request's id (``X-Request-ID`` kept when well formed, else a new one: see

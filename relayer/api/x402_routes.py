@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 from aiohttp import web
 
 from relayer.api import pages
-from relayer.api.kernel import METRICS, _json, allowed_methods, method_not_allowed, read_json
+from relayer.api.kernel import METRICS, _json, allowed_methods, method_not_allowed, read_object
 from relayer.api.x402_meta import NAV
 from relayer.api.x402_versions import (
     LATEST_VERSION,
@@ -60,16 +60,6 @@ class X402Resource(Protocol):
 
 
 X402_RESOURCE: Final = web.AppKey("x402_resource_hooks", X402Resource)
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    try:
-        data = await read_json(request)
-    except ValueError as exc:
-        raise Rejection("invalid_json", str(exc)) from None
-    if not isinstance(data, dict):
-        raise Rejection("invalid_json", "one JSON object is expected")
-    return data
 
 
 def major_of(request: web.Request) -> int:
@@ -178,7 +168,7 @@ async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Res
 
 
 async def post_api(request: web.Request) -> web.Response:
-    body = await _body(request)
+    body = await read_object(request)
     action = body.pop("action", None)
     return await _dispatch(request, action if isinstance(action, str) else None, body)
 
@@ -203,7 +193,7 @@ async def post_action(request: web.Request) -> web.Response:
         allowed = await allowed_methods(request)
         if "POST" not in allowed:
             raise method_not_allowed(request, allowed)
-    body = await _body(request)
+    body = await read_object(request)
     if body.get("action", action) != action:
         raise Rejection("unknown_action", "action in path and body differ", supported=list(ACTIONS))
     body.pop("action", None)

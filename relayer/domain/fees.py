@@ -43,6 +43,14 @@ class FeeSchedule:
 
 
 @dataclass(frozen=True, slots=True)
+class GasPrice:
+    """EIP-1559 fees (wei per gas) a new transaction would be sent with now."""
+
+    max_fee_per_gas: int
+    max_priority_fee_per_gas: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolReserves:
     """USDC/kVCM pool reserves in atomic units."""
 

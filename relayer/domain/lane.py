@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from relayer.domain.fees import bumped, replacement_fees
+from relayer.domain.fees import GasPrice, bumped, replacement_fees
 
 MAX_HOLE_SCAN: Final = 100
 """At most this many nonces above the mined one are filled in one plan."""
@@ -67,14 +67,6 @@ class LanePolicy:
     noop_before_expiry_s: float = 30.0
     unsent_after_s: float = 2.0
     in_flight_window: int = IN_FLIGHT_WINDOW
-
-
-@dataclass(frozen=True, slots=True)
-class Market:
-    """Fees a new transaction would be sent with now (wei per gas)."""
-
-    max_fee_per_gas: int
-    max_priority_fee_per_gas: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +122,7 @@ def nonce_gap(txs: list[LaneTx], mined_nonce: int) -> int:
 def plan(
     txs: list[LaneTx],
     mined_nonce: int,
-    market: Market,
+    market: GasPrice,
     now: float,
     stalled_for_s: float,
     policy: LanePolicy,
@@ -165,7 +157,7 @@ def plan(
 
 
 def _holes(
-    live: list[LaneTx], mined_nonce: int, market: Market, stalled_for_s: float, policy: LanePolicy
+    live: list[LaneTx], mined_nonce: int, market: GasPrice, stalled_for_s: float, policy: LanePolicy
 ) -> list[FillNonce]:
     if not live or stalled_for_s < policy.hole_after_s:
         return []
@@ -178,7 +170,7 @@ def _holes(
     ]
 
 
-def _upkeep(tx: LaneTx, market: Market, now: float, policy: LanePolicy, refused: bool) -> Action | None:
+def _upkeep(tx: LaneTx, market: GasPrice, now: float, policy: LanePolicy, refused: bool) -> Action | None:
     if (
         tx.kind == "relay"
         and tx.expires_at is not None

@@ -22,17 +22,10 @@ from relayer.chain.reads import ChainReads
 from relayer.config import Settings
 from relayer.domain import fees
 from relayer.domain.errors import Rejection
+from relayer.domain.fees import GasPrice
 from relayer.service.supply import Route
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class GasPrice:
-    """EIP-1559 fees (wei per gas) the executor would send with now."""
-
-    max_fee_per_gas: int
-    max_priority_fee_per_gas: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from relayer.chain.errors import ChainUnavailable, SendOutcome
 from relayer.chain.executor import ExecutorChain
 from relayer.chain.signer import ExecutorSigner
 from relayer.domain.errors import Rejection
-from relayer.domain.lane import FillNonce, Halt, LanePolicy, LaneTx, Market, Replace, Resend, plan
+from relayer.domain.lane import FillNonce, Halt, LanePolicy, LaneTx, Replace, Resend, plan
 from relayer.logs import job_fields, trace_fields
 from relayer.metrics import Metrics
 from relayer.service.gas import GasPricer
@@ -162,8 +162,7 @@ class LaneKeeper:
             await self.guard.check("broadcaster", now=True)  # the nonce went back: which chain?
         if mined != self._mined:
             self._mined, self._stalled_since = mined, time.monotonic()
-        price = await self.gas.price()
-        market = Market(price.max_fee_per_gas, price.max_priority_fee_per_gas)
+        market = await self.gas.price()
         views = {t.tx_hash: t for t in live}
         lane_txs = [await self._view(t) for t in live]
         stalled_for = time.monotonic() - self._stalled_since

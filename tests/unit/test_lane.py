@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from relayer.domain.fees import bumped, replacement_fees
+from relayer.domain.fees import GasPrice, bumped, replacement_fees
 from relayer.domain.lane import (
     IN_FLIGHT_WINDOW,
     FillNonce,
     Halt,
     LanePolicy,
     LaneTx,
-    Market,
     Replace,
     Resend,
     nonce_gap,
@@ -20,7 +19,7 @@ from relayer.domain.lane import (
 
 NOW = 1_800_000_000.0
 POLICY = LanePolicy(resend_after_s=10, replace_after_s=30, hole_after_s=10, noop_before_expiry_s=30)
-MARKET = Market(max_fee_per_gas=1_000, max_priority_fee_per_gas=100)
+MARKET = GasPrice(max_fee_per_gas=1_000, max_priority_fee_per_gas=100)
 TX = LaneTx(
     tx_hash=b"\x01" * 32,
     nonce=5,
@@ -36,7 +35,7 @@ TX = LaneTx(
 
 
 def _plan(
-    *txs: LaneTx, mined: int = 5, market: Market = MARKET, stalled: float = 0.0, **kw: object
+    *txs: LaneTx, mined: int = 5, market: GasPrice = MARKET, stalled: float = 0.0, **kw: object
 ) -> list[object]:
     return list(plan(list(txs), mined, market, NOW, stalled, POLICY, **kw))  # type: ignore[arg-type]
 
@@ -59,37 +58,37 @@ def test_an_unmined_transaction_is_sent_again_with_the_same_bytes() -> None:
 
 def test_a_stuck_transaction_priced_out_is_replaced_with_a_bump_within_its_allowance() -> None:
     stuck = replace(TX, broadcast_at=NOW - POLICY.replace_after_s)
-    market = Market(3_000, 300)
+    market = GasPrice(3_000, 300)
     [action] = _plan(stuck, market=market)
     assert action == Replace(stuck, 3_000, 300)
-    [action] = _plan(stuck, market=Market(1_050, 100))  # below the bump: the bump it is
+    [action] = _plan(stuck, market=GasPrice(1_050, 100))  # below the bump: the bump it is
     assert action == Replace(stuck, bumped(1_000), bumped(100))
-    [action] = _plan(stuck, market=Market(9_000, 900))  # above the ceiling: the ceiling
+    [action] = _plan(stuck, market=GasPrice(9_000, 900))  # above the ceiling: the ceiling
     assert isinstance(action, Replace) and action.max_fee_per_gas == TX.ceiling
     assert action.max_priority_fee_per_gas == 900
 
 
 def test_a_stuck_transaction_not_priced_out_is_sent_again_not_replaced() -> None:
     stuck = replace(TX, broadcast_at=NOW - POLICY.replace_after_s)
-    assert _plan(stuck, market=Market(900, 100)) == [Resend(stuck)]
+    assert _plan(stuck, market=GasPrice(900, 100)) == [Resend(stuck)]
 
 
 def test_no_replacement_when_the_allowance_leaves_no_room_for_the_bump() -> None:
     stuck = replace(TX, broadcast_at=NOW - POLICY.replace_after_s, ceiling=1_050)
-    assert _plan(stuck, market=Market(3_000, 300)) == []
+    assert _plan(stuck, market=GasPrice(3_000, 300)) == []
     assert replacement_fees(1_000, 100, 3_000, 300, 1_050) is None
 
 
 def test_a_transaction_the_node_refused_for_its_fee_is_replaced_at_once() -> None:
-    [action] = _plan(TX, market=Market(2_000, 100), refused=frozenset({TX.tx_hash}))
+    [action] = _plan(TX, market=GasPrice(2_000, 100), refused=frozenset({TX.tx_hash}))
     assert action == Replace(TX, 2_000, bumped(100))
 
 
 def test_a_job_about_to_expire_unmined_gets_its_nonce_filled_by_a_no_op() -> None:
     expiring = replace(TX, expires_at=int(NOW) + 30, ceiling=1_000)
-    [action] = _plan(expiring, market=Market(50_000, 5_000))
+    [action] = _plan(expiring, market=GasPrice(50_000, 5_000))
     assert action == FillNonce(5, 50_000, 5_000, "expired", replaces=expiring)
-    [action] = _plan(expiring, market=Market(10, 1))  # at least the bump over what it replaces
+    [action] = _plan(expiring, market=GasPrice(10, 1))  # at least the bump over what it replaces
     assert isinstance(action, FillNonce) and action.max_fee_per_gas == bumped(1_000)
 
 
@@ -112,7 +111,7 @@ def test_transactions_below_the_mined_nonce_are_done() -> None:
 
 def test_a_stuck_no_op_is_replaced_without_a_ceiling() -> None:
     noop = replace(TX, kind="noop", job_id=None, expires_at=None, ceiling=None, broadcast_at=NOW - 30)
-    [action] = _plan(noop, market=Market(90_000, 9_000))
+    [action] = _plan(noop, market=GasPrice(90_000, 9_000))
     assert action == Replace(noop, 90_000, 9_000)
 
 

@@ -55,13 +55,13 @@ def _keys(snap: Snapshot, q: CarbonProjectsQuery) -> list[str]:
                 allowed=list(CATEGORIES),
             )
     if q.country is not None and category is not None:
-        keys = snap.by_both.get((q.country.lower(), category.lower()), [])
+        keys = snap.index.by_both.get((q.country.lower(), category.lower()), [])
     elif q.country is not None:
-        keys = snap.by_country.get(q.country.lower(), [])
+        keys = snap.index.by_country.get(q.country.lower(), [])
     elif category is not None:
-        keys = snap.by_category.get(category.lower(), [])
+        keys = snap.index.by_category.get(category.lower(), [])
     else:
-        keys = snap.keys
+        keys = snap.index.keys
     if any(
         v is not None
         for v in (q.search, q.vintage, q.sdg, q.registry, q.minSupply, q.minPriceUSD, q.maxPriceUSD)
@@ -116,7 +116,7 @@ def _matches(snap: Snapshot, r: ProjectRecord, q: CarbonProjectsQuery) -> bool:
 
 def project(snap: Snapshot, key: str) -> views.Project:
     record = snap.records[key]
-    return project_resource(record, snap.live.get(key) or zero_figures(snap.loaded_at.get(key, 0)))
+    return project_resource(record, snap.live.get(key) or zero_figures(snap.index.loaded.get(key, 0)))
 
 
 def project_detail(snap: Snapshot, key: str) -> views.ProjectDetail:
@@ -125,7 +125,7 @@ def project_detail(snap: Snapshot, key: str) -> views.ProjectDetail:
     Raises:
         Rejection: 404 ``project_not_found``.
     """
-    found = snap.records.get(key) or snap.records.get(snap.lower_keys.get(key.lower(), ""))
+    found = snap.records.get(key) or snap.records.get(snap.index.lower_keys.get(key.lower(), ""))
     if found is None:
         raise not_found("project", key[:200])
     listings = [listing(snap, cl) for cl in snap.listings.get(found.key, [])]

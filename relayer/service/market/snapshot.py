@@ -53,23 +53,26 @@ Rendered = tuple[dict[str, str], bytes]
 
 @dataclass(slots=True)
 class Snapshot:
-    """The catalogue as of ``built_at``: records, indexes by filter, live figures and listings."""
+    """The catalogue as of ``built_at``: its records and filter indexes, live figures and listings."""
 
-    version: tuple[int, int]
+    index: CatalogueIndex
     built_at: float
-    records: dict[str, ProjectRecord]
-    loaded_at: dict[str, int]
-    keys: list[str]
-    by_country: dict[str, list[str]]
-    by_category: dict[str, list[str]]
-    by_both: dict[tuple[str, str], list[str]]
     live: dict[str, LiveFigures]
     listings: dict[str, list[ChainListing]]
     credits: dict[tuple[int, str, int], ChainCredit]
     all_listings: list[ChainListing]
-    lower_keys: dict[str, str] = field(default_factory=dict)
     cache: OrderedDict[str, Rendered] = field(default_factory=OrderedDict)
     project_json: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """The catalogue version the records are of."""
+        return self.index.version
+
+    @property
+    def records(self) -> dict[str, ProjectRecord]:
+        """Each project's record, by project key."""
+        return self.index.records
 
     def same_state(self, other: Snapshot) -> bool:
         """Whether ``other`` shows exactly what this one does (its rendered answers still hold)."""
@@ -82,7 +85,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class _Records:
+class CatalogueIndex:
     """The catalogue's parsed records and their filter indexes, built once per catalogue
     version (not at every rebuild of the live figures)."""
 
@@ -96,7 +99,7 @@ class _Records:
     lower_keys: dict[str, str]
 
     @classmethod
-    def of(cls, catalogue: CatalogueRecords) -> _Records:
+    def of(cls, catalogue: CatalogueRecords) -> CatalogueIndex:
         version, records, loaded = catalogue.version, dict(catalogue.records), dict(catalogue.loaded_at)
         keys = sorted(records)
         by_country: dict[str, list[str]] = defaultdict(list)
@@ -178,7 +181,7 @@ class CatalogueSnapshots:
         self.chains = {c.chain_id: c for c in chains}
         self.clock = clock
         self._snapshot: Snapshot | None = None
-        self._records: _Records | None = None
+        self._records: CatalogueIndex | None = None
         self._refreshing: asyncio.Task[Snapshot] | None = None
 
     async def snapshot(self) -> Snapshot:
@@ -208,7 +211,7 @@ class CatalogueSnapshots:
         catalogue = await self.project_records.current()  # the records discover filters by too
         version = catalogue.version
         if self._records is None or self._records.version != version:
-            self._records = _Records.of(catalogue)
+            self._records = CatalogueIndex.of(catalogue)
         records = self._records
         credits_list, totals, live_listings = await asyncio.gather(
             self.store.credits(), self.store.credit_totals(), self.store.live_listings(now)
@@ -224,21 +227,7 @@ class CatalogueSnapshots:
             if listed is not None:
                 listings[listed.project_key].append(cl)
         live = _live_figures(credits_list, totals, pools, listings, records.loaded)
-        return Snapshot(
-            version,
-            self.clock(),
-            records.records,
-            records.loaded,
-            records.keys,
-            records.by_country,
-            records.by_category,
-            records.by_both,
-            live,
-            dict(listings),
-            credits,
-            ordered,
-            records.lower_keys,
-        )
+        return Snapshot(records, self.clock(), live, dict(listings), credits, ordered)
 
 
 def remember(snap: Snapshot, key: str, rendered: Rendered) -> None:
