@@ -48,15 +48,16 @@ def main() -> None:
 
 @main.group("devnet")
 def devnet_group() -> None:
-    """Local chains: two anvils (Base Sepolia 84532 on :8545, Polygon 137 on :8546) with the
-    reference protocol deployed and seeded. DEVNET_BLOCK_TIME=0.2 (seconds) mines the first
-    chain's blocks on that interval (Base's 200 ms) instead of one per transaction."""
+    """Local chains: three anvils (Base Sepolia 84532 on :8545, Base 8453 on :8547, Polygon 137
+    on :8546) with the reference protocol deployed and seeded. DEVNET_BLOCK_TIME=0.2 (seconds)
+    mines both Base chains' blocks on that interval (Base's 200 ms) instead of one per
+    transaction."""
 
 
 @devnet_group.command("up")
 def devnet_up() -> None:
-    """Start both anvils, deploy, seed; write .devdata/devnet.json (with the facilitator's URL
-    and a dev API key for it), devnet-137.json and relayer.env."""
+    """Start the anvils, deploy, seed; write .devdata/devnet.json (with the facilitator's URL
+    and a dev API key for it), devnet-8453.json, devnet-137.json and relayer.env."""
     try:
         prepared = prepare(_environment())
     except RelayerError as exc:

@@ -1,16 +1,18 @@
-"""The local devnet's processes: starts and stops its two anvils, and records the deployments.
+"""The local devnet's processes: starts and stops its anvils, and records the deployments.
 
-Two local chains carry the same reference protocol: the daemon's own chain (Base Sepolia,
-84532, on 127.0.0.1:8545) and a stand-in for Polygon (137, on 127.0.0.1:8546) that the
-daemon indexes for the marketplace catalogue. Owns, under ``.devdata/``: ``anvil.pid``,
-``anvil.log`` and ``devnet.json`` (the daemon's deployment file, which also lists both
-chains) for the first, ``anvil-137.pid``, ``anvil-137.log`` and ``devnet-137.json`` for the
-second. Policy: ``up`` is idempotent (a live, described chain is reused, never redeployed);
+Three local chains carry the same reference protocol: the daemon's own chain (Base Sepolia,
+84532, on 127.0.0.1:8545, or Base, 8453), the other Base network (8453 or 84532, on
+127.0.0.1:8547; each Base chain with its own USDC domain name, ``USD Coin`` on 8453 and
+``USDC`` on 84532) and a stand-in for Polygon (137, on 127.0.0.1:8546). The daemon indexes the
+other two for the marketplace catalogue. Owns, under ``.devdata/``: ``anvil.pid``,
+``anvil.log`` and ``devnet.json`` (the daemon's deployment file, which also lists every
+chain) for the first, ``anvil-<id>.pid``, ``anvil-<id>.log`` and ``devnet-<id>.json`` for
+the others. Policy: ``up`` is idempotent (a live, described chain is reused, never redeployed);
 ``down`` stops exactly the processes named in the pid files and nothing else. Deployment
 itself lives in :mod:`relayer_dev.deploy`; this module never imports web3.
 
 The Base-like profile: ``DEVNET_BLOCK_TIME`` (seconds, e.g. ``0.2``, Base's block time since
-Denim) makes the daemon's chain mine a block on that interval instead of one per
+Denim) makes both Base chains mine a block on that interval instead of one per
 transaction (anvil's ``--block-time``, which takes fractions); ``devnet.json`` records it as
 ``blockTime`` (``null``: a block per transaction). The Polygon stand-in keeps mining a block
 per transaction. :mod:`relayer_dev.traffic` fills the blocks with other senders' transfers.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from relayer.domain.chains import POLYGON, facts
+from relayer.domain.chains import BASE, BASE_SEPOLIA, POLYGON, facts
 from relayer_dev import DevError
 from relayer_dev.deploy import deploy_and_seed
 
@@ -63,6 +65,29 @@ DEFAULT_INDEX_PORT: Final = 8546
 INDEX_PID_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.pid"
 INDEX_LOG_FILE: Final = f"anvil-{POLYGON_CHAIN_ID}.log"
 INDEX_DEVNET_FILE: Final = f"devnet-{POLYGON_CHAIN_ID}.json"
+DEFAULT_OTHER_BASE_PORT: Final = 8547
+"""The other Base network's port: 8453 beside a devnet of 84532, and 84532 beside one of 8453."""
+BASE_PAIR: Final = (BASE.chain_id, BASE_SEPOLIA.chain_id)
+
+
+def other_base(chain_id: int) -> int | None:
+    """The other Base network of ``chain_id`` (8453 for 84532, 84532 for 8453), or ``None``
+    when ``chain_id`` is not a Base network."""
+    if chain_id not in BASE_PAIR:
+        return None
+    return BASE_PAIR[1] if chain_id == BASE_PAIR[0] else BASE_PAIR[0]
+
+
+def _chain_files(chain_id: int) -> tuple[str, str, str]:
+    """The pid, log and description files of a devnet chain other than the daemon's own."""
+    return f"anvil-{chain_id}.pid", f"anvil-{chain_id}.log", f"devnet-{chain_id}.json"
+
+
+CHAIN_FILES: Final = (
+    (PID_FILE, DEVNET_FILE),
+    *((_chain_files(c)[0], _chain_files(c)[2]) for c in (*BASE_PAIR, POLYGON_CHAIN_ID)),
+)
+"""Every (pid file, description file) a devnet may own, the daemon's chain first."""
 
 
 def chain_name(chain_id: int) -> str:
@@ -133,13 +158,22 @@ class LocalChain:
 
 
 def devnet_chains(
-    port: int, chain_id: int, index_port: int, block_time: float | None = None
-) -> tuple[LocalChain, LocalChain]:
-    """The devnet's two chains: the daemon's own (``chain_id`` on ``port``, described in
-    ``devnet.json``, a block every ``block_time`` seconds or one per transaction) and the
-    Polygon stand-in (137 on ``index_port``, ``devnet-137.json``, a block per transaction)."""
-    return (
-        LocalChain(chain_id, chain_name(chain_id), port, PID_FILE, LOG_FILE, DEVNET_FILE, block_time),
+    port: int,
+    chain_id: int,
+    index_port: int,
+    block_time: float | None = None,
+    other_base_port: int = DEFAULT_OTHER_BASE_PORT,
+) -> tuple[LocalChain, ...]:
+    """The devnet's chains: the daemon's own (``chain_id`` on ``port``, described in
+    ``devnet.json``, a block every ``block_time`` seconds or one per transaction); when it is
+    a Base network, the other Base network (on ``other_base_port``, ``devnet-<id>.json``,
+    the same blocks: both are Base-like); and the Polygon stand-in (137 on ``index_port``,
+    ``devnet-137.json``, a block per transaction)."""
+    chains = [LocalChain(chain_id, chain_name(chain_id), port, PID_FILE, LOG_FILE, DEVNET_FILE, block_time)]
+    other = other_base(chain_id)
+    if other is not None:
+        chains.append(LocalChain(other, chain_name(other), other_base_port, *_chain_files(other), block_time))
+    chains.append(
         LocalChain(
             POLYGON_CHAIN_ID,
             chain_name(POLYGON_CHAIN_ID),
@@ -147,8 +181,9 @@ def devnet_chains(
             INDEX_PID_FILE,
             INDEX_LOG_FILE,
             INDEX_DEVNET_FILE,
-        ),
+        )
     )
+    return tuple(chains)
 
 
 def rpc_url(port: int) -> str:
@@ -329,9 +364,12 @@ def up(
     projects_file: Path = DEFAULT_PROJECTS_FILE,
     index_port: int = DEFAULT_INDEX_PORT,
     block_time: float | None = None,
+    other_base_port: int = DEFAULT_OTHER_BASE_PORT,
 ) -> dict[str, Any]:
-    """Start both anvils, deploy and seed the protocol on each, and write
-    ``.devdata/devnet.json`` and ``.devdata/devnet-137.json``.
+    """Start the devnet's anvils (:func:`devnet_chains`: the daemon's chain, the other Base
+    network and the Polygon stand-in), deploy and seed the protocol on each, and write
+    ``.devdata/devnet.json``, ``.devdata/devnet-<other Base id>.json`` and
+    ``.devdata/devnet-137.json``.
 
     Idempotent per chain: when a chain's pid file names a live anvil that answers on its port
     with its chain id and its description file describes it (with today's seeding), that
@@ -351,8 +389,9 @@ def up(
             ``facilitatorUrl`` (the standard x402 facilitator) is this base + ``/facilitator``.
         projects_file: ``carbon-projects.json`` the credits are taken from.
         index_port: the Polygon stand-in's (chain 137) TCP port on 127.0.0.1.
-        block_time: seconds between the first chain's blocks (``DEVNET_BLOCK_TIME``, see
+        block_time: seconds between the Base chains' blocks (``DEVNET_BLOCK_TIME``, see
             :func:`block_time_setting`); ``None``: a block per transaction.
+        other_base_port: the other Base network's TCP port on 127.0.0.1.
 
     Returns:
         The first chain's description (see :func:`relayer_dev.deploy.deploy_and_seed`) plus
@@ -369,11 +408,11 @@ def up(
             started are stopped).
     """
     devdata = root / DEVDATA
-    chains = devnet_chains(port, chain_id, index_port, block_time)
+    chains = devnet_chains(port, chain_id, index_port, block_time, other_base_port)
     reused = [_reusable(devdata, chain) for chain in chains]
     fresh = [chain for chain, existing in zip(chains, reused, strict=True) if existing is None]
     deployed = _bring_up(devdata, fresh, projects_file) if fresh else {}
-    primary, index = (
+    primary, *_, index = (
         existing if existing is not None else deployed[chain.chain_id]
         for chain, existing in zip(chains, reused, strict=True)
     )
@@ -525,7 +564,7 @@ def running(root: Path) -> list[tuple[int, str, int]]:
     ``chainId`` 0 when its description is missing)."""
     devdata = root / DEVDATA
     found = []
-    for pid_file, description_file in ((PID_FILE, DEVNET_FILE), (INDEX_PID_FILE, INDEX_DEVNET_FILE)):
+    for pid_file, description_file in CHAIN_FILES:
         pid = _read_pid(devdata / pid_file)
         if pid is None or not _pid_alive(pid) or not _is_anvil(pid):
             continue
@@ -535,10 +574,10 @@ def running(root: Path) -> list[tuple[int, str, int]]:
 
 
 def down(root: Path) -> bool:
-    """Stop the devnet's anvils and remove their pid files, ``devnet.json`` and
-    ``devnet-137.json``.
+    """Stop the devnet's anvils and remove their pid files and descriptions (``devnet.json``,
+    ``devnet-<id>.json``: :data:`CHAIN_FILES`).
 
-    Only the pids in the pid files (``anvil.pid``, ``anvil-137.pid``) are signalled
+    Only the pids in the pid files (``anvil.pid``, ``anvil-<id>.pid``) are signalled
     (SIGTERM, up to 5 s, then SIGKILL), and only if such a pid still runs anvil; other
     anvils are left alone. The log files are kept.
 
@@ -550,7 +589,7 @@ def down(root: Path) -> bool:
     """
     devdata = root / DEVDATA
     stopped = False
-    for pid_file, description_file in ((PID_FILE, DEVNET_FILE), (INDEX_PID_FILE, INDEX_DEVNET_FILE)):
+    for pid_file, description_file in CHAIN_FILES:
         pid_path = devdata / pid_file
         pid = _read_pid(pid_path)
         if pid is not None and _pid_alive(pid) and _is_anvil(pid):

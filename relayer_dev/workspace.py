@@ -32,7 +32,10 @@ class Prepared:
 
 
 def prepare(
-    environment: Settings, root: Path = REPO_ROOT, index_port: int = devnet.DEFAULT_INDEX_PORT
+    environment: Settings,
+    root: Path = REPO_ROOT,
+    index_port: int = devnet.DEFAULT_INDEX_PORT,
+    other_base_port: int = devnet.DEFAULT_OTHER_BASE_PORT,
 ) -> Prepared:
     """Bring up (or reuse) the devnet of ``root`` for ``environment`` (its ``RELAYER_RPC_URL``
     port, chain id and base URLs), supply the missing daemon settings (database included) and
@@ -54,6 +57,7 @@ def prepare(
         marketplace_base_url=environment.public_base_url,
         index_port=index_port,
         block_time=devnet.block_time_setting(os.environ),
+        other_base_port=other_base_port,
     )
     info = {**info, "deploymentFile": str(devnet_file)}
     settings = dev_settings(info, environment)

@@ -39,7 +39,7 @@ def _blocks_per_second(w3: Web3, seconds: float) -> float:
 
 def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: Path) -> None:
     block_time = devnet.block_time_setting({"DEVNET_BLOCK_TIME": "0.2"})
-    port, index_port = free_port(), free_port()
+    port, index_port, other_port = free_port(), free_port(), free_port()
     try:
         info = devnet.up(
             tmp_path,
@@ -47,11 +47,15 @@ def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: P
             chain_id=CHAIN_ID,
             x402_base_url="http://x/api",
             index_port=index_port,
+            other_base_port=other_port,
             block_time=block_time,
         )
         assert info["blockTime"] == 0.2
         assert json.loads((tmp_path / ".devdata" / "devnet.json").read_text())["blockTime"] == 0.2
         assert json.loads((tmp_path / ".devdata" / "devnet-137.json").read_text())["blockTime"] is None
+        # the other Base network is Base-like too
+        assert json.loads((tmp_path / ".devdata" / "devnet-8453.json").read_text())["blockTime"] == 0.2
+        assert _blocks_per_second(Web3(Web3.HTTPProvider(devnet.rpc_url(other_port))), 1.0) >= 2.0
         rate = _blocks_per_second(Web3(Web3.HTTPProvider(devnet.rpc_url(port))), 3.0)
         print(f"\nDEVNET_BLOCK_TIME=0.2: {rate:.2f} blocks/s")
         assert 3.0 <= rate <= 6.5  # tolerant: the machine is shared; 1 or 0 would be the bug
@@ -64,12 +68,18 @@ def test_devnet_up_with_devnet_block_time_mines_five_blocks_a_second(tmp_path: P
             chain_id=CHAIN_ID,
             x402_base_url="http://x/api",
             index_port=index_port,
+            other_base_port=other_port,
             block_time=0.2,
         )
         assert again == info
         with pytest.raises(devnet.DevnetError, match=r"a block every 0.2 s.*a block per transaction"):
             devnet.up(
-                tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=index_port
+                tmp_path,
+                port=port,
+                chain_id=CHAIN_ID,
+                x402_base_url="http://x/api",
+                index_port=index_port,
+                other_base_port=other_port,
             )
     finally:
         assert devnet.down(tmp_path) is True

@@ -140,7 +140,7 @@ def test_the_demo_writes_relayer_env_saves_certificates_and_says_what_it_leaves(
         settle_wait_s=30,
     )
     try:
-        prepared = prepare(environment, root=tmp_path, index_port=free_port())
+        prepared = prepare(environment, root=tmp_path, index_port=free_port(), other_base_port=free_port())
         env_file = tmp_path / ".devdata" / "relayer.env"
         assert prepared.env_file == env_file
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # it holds the executor key
@@ -158,7 +158,7 @@ def test_the_demo_writes_relayer_env_saves_certificates_and_says_what_it_leaves(
         assert all(f.read_bytes().startswith(b"%PDF") for f in files)
 
         anvils = devnet.running(tmp_path)
-        assert len(anvils) == 2
+        assert sorted(chain for _, _, chain in anvils) == [137, 8453, 84532]  # both Base networks
         lines = closing_lines(env_file, result, root=tmp_path)
         said = "\n".join(lines)
         for pid, url, chain in anvils:

@@ -1,4 +1,4 @@
-"""The local devnet: two anvils (Base Sepolia 84532 and the Polygon stand-in 137) start, the
+"""The local devnet: three anvils (Base Sepolia 84532, Base 8453 and the Polygon stand-in 137) start, the
 protocol deploys and is seeded on each as the relayer and the marketplace need (gasless funded
 payers, a USDC-only treasury, classes with liquidity, listings incl. a Puro one, one repriced
 and one cancelled, a few retirements already settled, a registered executor), and
@@ -41,12 +41,21 @@ from relayer_dev.deploy import (
 )
 from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.ports import free_port
-from relayer_dev.settings import dev_settings, env_lines, write_env_file
+from relayer_dev.settings import dev_settings, env_lines, index_chains, write_env_file
 
 pytestmark = pytest.mark.integration
 
 PROJECTS_FILE = devnet.DEFAULT_PROJECTS_FILE
 CHAIN_ID = 84532
+_NAME_ABI = [
+    {
+        "name": "name",
+        "type": "function",
+        "stateMutability": "view",
+        "inputs": [],
+        "outputs": [{"type": "string"}],
+    }
+]
 POLYGON = devnet.POLYGON_CHAIN_ID
 BOTH = pytest.mark.parametrize("chain_id", [CHAIN_ID, POLYGON], ids=["base-sepolia", "polygon"])
 ANVIL_ACCOUNTS = {
@@ -398,9 +407,9 @@ def _pid(root: Path, name: str) -> int:
     return int((root / ".devdata" / name).read_text())
 
 
-def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
+def test_up_is_idempotent_and_down_stops_every_anvil(tmp_path: Path) -> None:
     guard = devnet.start_anvil(tmp_path / "guard", free_port(), CHAIN_ID)  # another anvil: left alone
-    port, index_port = free_port(), free_port()
+    port, index_port, other_port = free_port(), free_port(), free_port()
     devdata = tmp_path / ".devdata"
     try:
         started = time.monotonic()
@@ -411,10 +420,11 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
             x402_base_url="http://x:8402/api",
             projects_file=PROJECTS_FILE,
             index_port=index_port,
+            other_base_port=other_port,
         )
-        print(f"\ndevnet up (two chains, deployed and seeded): {time.monotonic() - started:.2f} s")
-        pids = _pid(tmp_path, "anvil.pid"), _pid(tmp_path, "anvil-137.pid")
-        assert pids[0] != pids[1]
+        print(f"\ndevnet up (three chains, deployed and seeded): {time.monotonic() - started:.2f} s")
+        pids = _pid(tmp_path, "anvil.pid"), _pid(tmp_path, "anvil-137.pid"), _pid(tmp_path, "anvil-8453.pid")
+        assert len(set(pids)) == 3
         written = json.loads((devdata / "devnet.json").read_text())
         assert written == first
         assert first["chainId"] == CHAIN_ID
@@ -431,12 +441,30 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
                 "deploymentFile": str((devdata / "devnet.json").resolve()),
             },
             {
+                "chainId": 8453,
+                "name": "base",
+                "rpcUrl": devnet.rpc_url(other_port),
+                "deploymentFile": str((devdata / "devnet-8453.json").resolve()),
+            },
+            {
                 "chainId": 137,
                 "name": "polygon",
                 "rpcUrl": devnet.rpc_url(index_port),
                 "deploymentFile": str((devdata / "devnet-137.json").resolve()),
             },
         ]
+        # Both Base networks carry the protocol, each with its own USDC domain name (the
+        # EIP-712 name payers sign under: "USD Coin" on Base, "USDC" on Base Sepolia).
+        base = json.loads((devdata / "devnet-8453.json").read_text())
+        assert base["chainId"] == 8453 == devnet.probe_chain_id(devnet.rpc_url(other_port))
+        assert base["contracts"] == first["contracts"] and len(base["payers"]) == len(first["payers"])
+        for url, name in ((devnet.rpc_url(port), "USDC"), (devnet.rpc_url(other_port), "USD Coin")):
+            token = Web3(Web3.HTTPProvider(url)).eth.contract(
+                address=first["contracts"]["usdc"], abi=_NAME_ABI
+            )
+            assert token.functions.name().call() == name, url
+        # the daemon relays the first and indexes the other two for the marketplace
+        assert [c.chain_id for c in index_chains(first)] == [8453, 137]
         polygon = json.loads((devdata / "devnet-137.json").read_text())
         assert polygon["chainId"] == 137 == devnet.probe_chain_id(devnet.rpc_url(index_port))
         assert polygon["rpcUrl"] == devnet.rpc_url(index_port)
@@ -452,10 +480,19 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
         assert (devdata / "anvil-137.log").stat().st_size > 0
 
         again = devnet.up(
-            tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://other/api", index_port=index_port
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://other/api",
+            index_port=index_port,
+            other_base_port=other_port,
         )
         assert again == first
-        assert (_pid(tmp_path, "anvil.pid"), _pid(tmp_path, "anvil-137.pid")) == pids
+        assert (
+            _pid(tmp_path, "anvil.pid"),
+            _pid(tmp_path, "anvil-137.pid"),
+            _pid(tmp_path, "anvil-8453.pid"),
+        ) == pids
 
         # Polygon's anvil dies: the next `up` replaces that chain alone.
         os.kill(pids[1], signal.SIGTERM)
@@ -463,10 +500,15 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
         while devnet.probe_chain_id(devnet.rpc_url(index_port)) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
         revived = devnet.up(
-            tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x:8402/api", index_port=index_port
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://x:8402/api",
+            index_port=index_port,
+            other_base_port=other_port,
         )
         assert revived == first
-        assert _pid(tmp_path, "anvil.pid") == pids[0]
+        assert _pid(tmp_path, "anvil.pid") == pids[0] and _pid(tmp_path, "anvil-8453.pid") == pids[2]
         assert _pid(tmp_path, "anvil-137.pid") != pids[1]
         replaced = json.loads((devdata / "devnet-137.json").read_text())
         assert replaced["genesisHash"] != polygon["genesisHash"]
@@ -475,9 +517,16 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
         stopped = devnet.down(tmp_path)
         try:
             assert stopped is True
-            for url in (devnet.rpc_url(port), devnet.rpc_url(index_port)):
+            for url in (devnet.rpc_url(port), devnet.rpc_url(index_port), devnet.rpc_url(other_port)):
                 assert devnet.probe_chain_id(url) is None
-            for name in ("anvil.pid", "anvil-137.pid", "devnet.json", "devnet-137.json"):
+            for name in (
+                "anvil.pid",
+                "anvil-137.pid",
+                "anvil-8453.pid",
+                "devnet.json",
+                "devnet-137.json",
+                "devnet-8453.json",
+            ):
                 assert not (devdata / name).exists(), name
             assert devnet.down(tmp_path) is False
             assert guard.poll() is None  # the other anvil is untouched
@@ -486,12 +535,24 @@ def test_up_is_idempotent_and_down_stops_both_anvils(tmp_path: Path) -> None:
 
 
 def test_up_refuses_a_devnet_of_this_root_on_another_port(tmp_path: Path) -> None:
-    port, index_port = free_port(), free_port()
+    port, index_port, other_port = free_port(), free_port(), free_port()
     try:
-        devnet.up(tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=index_port)
+        devnet.up(
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://x/api",
+            index_port=index_port,
+            other_base_port=other_port,
+        )
         with pytest.raises(devnet.DevnetError, match="already running"):
             devnet.up(
-                tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://x/api", index_port=free_port()
+                tmp_path,
+                port=port,
+                chain_id=CHAIN_ID,
+                x402_base_url="http://x/api",
+                index_port=free_port(),
+                other_base_port=other_port,
             )
     finally:
         assert devnet.down(tmp_path) is True
@@ -583,7 +644,7 @@ def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, dat
     standard x402 resource server needs: the facilitator's URL, a bearer key the daemon's
     database knows, and the USDC address; an older description gains them, a reused one keeps
     its key."""
-    port, index_port = free_port(), free_port()
+    port, index_port, other_port = free_port(), free_port(), free_port()
     devdata = tmp_path / ".devdata"
     try:
         info = devnet.up(
@@ -592,6 +653,7 @@ def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, dat
             chain_id=CHAIN_ID,
             x402_base_url="http://127.0.0.1:8402/api",
             index_port=index_port,
+            other_base_port=other_port,
         )
         assert info["facilitatorUrl"] == "http://127.0.0.1:8402/facilitator"
         assert info["usdc"] == info["contracts"]["usdc"]
@@ -606,7 +668,12 @@ def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, dat
         # Reused: the same key, not a new one each `up`.
         assert record_facilitator_key(devdata / "devnet.json", settings)["facilitatorApiKey"] == token
         again = devnet.up(
-            tmp_path, port=port, chain_id=CHAIN_ID, x402_base_url="http://other/api", index_port=index_port
+            tmp_path,
+            port=port,
+            chain_id=CHAIN_ID,
+            x402_base_url="http://other/api",
+            index_port=index_port,
+            other_base_port=other_port,
         )
         assert again["facilitatorApiKey"] == token
         # A description written before these keys existed gains them, and then a key.
@@ -618,6 +685,7 @@ def test_up_records_the_facilitator_and_a_dev_api_key_for_it(tmp_path: Path, dat
             chain_id=CHAIN_ID,
             x402_base_url="http://127.0.0.1:8402/api",
             index_port=index_port,
+            other_base_port=other_port,
         )
         assert (upgraded["facilitatorUrl"], upgraded["usdc"]) == (info["facilitatorUrl"], info["usdc"])
         fresh = record_facilitator_key(devdata / "devnet.json", settings)["facilitatorApiKey"]
