@@ -32,6 +32,7 @@ from relayer.chain.executor import ExecutorChain
 from relayer.chain.node import ChainNode
 from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
+from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings
 from relayer.domain.chains import usdc_domain_name
 from relayer.domain.confirmation import differs_much
@@ -58,6 +59,7 @@ from relayer.service.startup import (
     index_chain_id_setting,
     index_chain_setting,
     open_database,
+    relay_chain_setting,
 )
 from relayer.service.supply import Supply
 from relayer.store.catalogue import CatalogueStore
@@ -115,6 +117,10 @@ class Runtime:
     extra_chains: list[ExtraChain] = field(default_factory=list)
     payments: Payments | None = None  # the standard x402 retirement resource (set by _wire)
     extra_nodes: list[ChainNode] = field(default_factory=list)
+    others: list[Runtime] = field(default_factory=list)
+    """The other chains this daemon relays on (``RELAYER_RELAY_CHAINS``), each wired as this
+    one from its own settings (:meth:`Settings.chain_settings`) and sharing this one's
+    database, notifications, metrics, tasks and stop."""
     signers: list[ExecutorSigner] = field(default_factory=list)  # every executor key, first first
     lease: ExecutorLease | None = None  # this process's lease of the first key (workers only)
     leases: list[ExecutorLease] = field(default_factory=list)  # one per key (workers only)
@@ -166,25 +172,47 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
     assert settings.database_url and settings.rpc_url and settings.deployment_file
     assert settings.executor_private_key is not None
     dsn = settings.database_url.get_secret_value()
-    contracts, deploy_block = load_deployment(settings.deployment_file, chain_id=settings.chain_id)
+    chains = settings.chain_settings()
+    deployments = [_deployment(c, index) for index, c in enumerate(chains)]
     extras = extra_chains(settings)
-    signers = [ExecutorSigner(key, settings.chain_id) for key in settings.executor_keys()]
+    keys = settings.executor_keys()
     async with contextlib.AsyncExitStack() as stack:
-        # one head read per poll cadence serves the whole process (see ChainNode.recent)
-        node = ChainNode(
-            settings.rpc_url, settings.chain_id, contracts, head_every_s=settings.poll_interval_s()
-        )
-        stack.push_async_callback(node.close)
-        genesis = await check_node(node)
-        await check_contracts(node, settings.deployment_file, contracts.named())
+        nodes: list[tuple[ChainNode, bytes]] = []
+        for index, (chain, (contracts, _)) in enumerate(zip(chains, deployments, strict=True)):
+            nodes.append(await _open_node(stack, chain, contracts, index))
         db = await open_database(dsn, settings.db_pool_min, settings.db_pool_max)
         stack.push_async_callback(db.close)
-        await _check_identity(db, settings.chain_id, genesis)
+        for chain, (_, genesis) in zip(chains, nodes, strict=True):
+            await _check_identity(db, chain.chain_id, genesis)
         await seed_catalogue(CatalogueStore(db), settings)
         notifications = JobNotifications()
         stack.push_async_callback(notifications.stop)  # before start: it may fail half-way
         await notifications.start(dsn)
-        rt = _wire(settings, dsn, db, node, notifications, signers, deploy_block, extras)
+        relayed = [
+            IndexedChain(c.chain_id, contracts) for c, (contracts, _) in zip(chains, deployments, strict=True)
+        ]
+        metrics = Metrics()
+        wired = [
+            _wire(
+                chain,
+                dsn,
+                db,
+                node,
+                notifications,
+                [ExecutorSigner(key, chain.chain_id) for key in keys],
+                deploy_block,
+                extras if index == 0 else [],
+                metrics,
+                relayed[1:] if index == 0 else [],
+            )
+            for index, (chain, (node, _), (_, deploy_block)) in enumerate(
+                zip(chains, nodes, deployments, strict=True)
+            )
+        ]
+        rt = wired[0]
+        for other in wired[1:]:
+            other.tasks, other.stop = rt.tasks, rt.stop  # one process: one task list, one stop
+            rt.others.append(other)
         if workers:  # only the workers read the other chains
             for extra in extras:
                 extra_node = ChainNode(
@@ -207,6 +235,44 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
             start_workers(rt)
         rt.tasks.append(asyncio.create_task(_supervised("gauges", _gauges(rt).run, rt), name="gauges"))
         yield rt
+
+
+def _deployment(chain: Settings, index: int) -> tuple[Contracts, int]:
+    """The contracts and deploy block of a relayed chain's deployment file (``index`` 0:
+    ``RELAYER_CHAIN_ID``'s; else one of ``RELAYER_RELAY_CHAINS``).
+
+    Raises:
+        ConfigError: the file is unusable or of another chain (naming the setting).
+    """
+    assert chain.deployment_file is not None
+    if index == 0:
+        return load_deployment(chain.deployment_file, chain_id=chain.chain_id)
+    setting = relay_chain_setting(chain.chain_id)
+    return load_deployment(chain.deployment_file, setting, chain.chain_id, f"{setting}'s chainId")
+
+
+async def _open_node(
+    stack: contextlib.AsyncExitStack, chain: Settings, contracts: Contracts, index: int
+) -> tuple[ChainNode, bytes]:
+    """Open a relayed chain's node (closed with ``stack``), check it serves the chain and the
+    deployment holds code: the node and the chain's genesis hash.
+
+    Raises:
+        ConfigError: the node fails, serves another chain, or a contract holds no code
+            (one line naming the setting: service.startup).
+    """
+    assert chain.rpc_url is not None and chain.deployment_file is not None
+    # one head read per poll cadence serves the whole process (see ChainNode.recent)
+    node = ChainNode(chain.rpc_url, chain.chain_id, contracts, head_every_s=chain.poll_interval_s())
+    stack.push_async_callback(node.close)
+    if index == 0:
+        genesis = await check_node(node)
+        await check_contracts(node, chain.deployment_file, contracts.named())
+    else:
+        setting = relay_chain_setting(chain.chain_id)
+        genesis = await check_node(node, setting, f"{setting}'s chainId")
+        await check_contracts(node, chain.deployment_file, contracts.named(), setting)
+    return node, genesis
 
 
 def _head_clock(settings: Settings) -> HeadClock | None:
@@ -311,11 +377,11 @@ def _marketplace(
     settings: Settings,
     db: Database,
     node: ChainNode,
-    extra_chains: list[ExtraChain],
+    indexed: list[IndexedChain],
     parts: tuple[CatalogueStore, RetirementStore, Supply, Prepare, Relay, ProjectRecords],
 ) -> Marketplace:
-    """The marketplace over every indexed chain (this one and the extra ones), quoting with
-    the treasury key when one is set."""
+    """The marketplace over every indexed chain (this one, the other relayed ones and the
+    extra ones), quoting with the treasury key when one is set."""
     catalogue, retirements, supply, prepare, relay, project_records = parts
     treasury = settings.treasury_private_key
     return Marketplace(
@@ -325,8 +391,7 @@ def _marketplace(
         supply,
         prepare,
         relay,
-        [IndexedChain(settings.chain_id, node.contracts)]
-        + [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains],
+        [IndexedChain(settings.chain_id, node.contracts), *indexed],
         settings.public_base_url,
         settings.quote_lifetime_s,
         None if treasury is None else TreasurySigner(treasury.get_secret_value()),
@@ -345,7 +410,11 @@ def _wire(
     signers: list[ExecutorSigner],
     deploy_block: int,
     extra_chains: list[ExtraChain],
+    metrics: Metrics | None = None,
+    also_indexed: list[IndexedChain] | None = None,
 ) -> Runtime:
+    """One relayed chain's services over the shared database and notifications;
+    ``also_indexed``: the other relayed chains, whose listings the marketplace shows too."""
     signer = signers[0]
     reads, executor = ChainReads(node), ExecutorChain(node)
     jobs, retirements = RelayJobs(db), RetirementStore(db)
@@ -380,8 +449,9 @@ def _wire(
         settings.min_executor_balance_wei,
         [s.address for s in signers],
     )
+    indexed = [IndexedChain(e.config.chain_id, e.contracts) for e in extra_chains] + (also_indexed or [])
     marketplace = _marketplace(
-        settings, db, node, extra_chains, (catalogue, retirements, supply, prepare, relay, project_records)
+        settings, db, node, indexed, (catalogue, retirements, supply, prepare, relay, project_records)
     )
     facilitator = _facilitator(settings, relay, node, signers)
     return Runtime(
@@ -396,7 +466,7 @@ def _wire(
         lane=ExecutorLane(db, settings.chain_id),
         retirements=retirements,
         notifications=notifications,
-        metrics=Metrics(),
+        metrics=metrics or Metrics(),
         signer=signer,
         signers=signers,
         services=AppServices(supply, Discover(supply), prepare, relay, certificates),
@@ -411,9 +481,38 @@ def _wire(
 
 
 def start_workers(rt: Runtime) -> None:
-    """Start one broadcaster per executor key (each behind its own lease, with its own nonce
-    lane), the chain follower and the sweeper of orphaned jobs, supervised. The workers of
-    each chain share one chain guard (its identity as a running check)."""
+    """Start each relayed chain's relay workers (:func:`_start_relay_workers`), the catalogue
+    indexers of the extra chains and the order and payment keepers, supervised."""
+    _start_relay_workers(rt)
+    for other in rt.others:
+        _start_relay_workers(other, f"@{other.settings.chain_id}")
+    _start_indexers(rt)
+    keepers = [
+        Keeper(
+            "order keeper", rt.marketplace.desk.resume, ORDER_KEEPER_EVERY_S, "attempted pending orders again"
+        )
+    ]
+    if rt.payments is not None and rt.payments.enabled:
+        keepers.append(
+            Keeper(
+                "payment keeper",
+                rt.payments.resume,
+                PAYMENT_KEEPER_EVERY_S,
+                "advanced open x402 payments",
+                logging.DEBUG,
+            )
+        )
+    for one in keepers:
+        task = one.name.replace(" ", "-")
+        rt.tasks.append(asyncio.create_task(_supervised(task, one.run, rt), name=task))
+
+
+def _start_relay_workers(rt: Runtime, suffix: str = "") -> None:
+    """Start one relayed chain's workers: one broadcaster per executor key (each behind its
+    own lease, with its own nonce lane), the chain follower, the sweeper of orphaned jobs and
+    the chain's catalogue indexer, supervised; all behind one chain guard (the chain's
+    identity as a running check), so a node swapped or gone stops this chain's work alone.
+    ``suffix`` tells the task names of another chain from the first's (``@8453``)."""
     board = LaneBoard()
     guard = ChainGuard(rt.node, ChainIdentity(rt.db), rt.metrics)
     for index, signer in enumerate(rt.signers):
@@ -445,7 +544,7 @@ def start_workers(rt: Runtime) -> None:
             index,
             guard,
         )
-        name = "broadcaster" if index == 0 else f"broadcaster-{index}"
+        name = ("broadcaster" if index == 0 else f"broadcaster-{index}") + suffix
         rt.tasks.append(asyncio.create_task(_supervised(name, broadcaster.run, rt), name=name))
     rt.lease = rt.leases[0]
     follower = ChainFollower(
@@ -461,61 +560,40 @@ def start_workers(rt: Runtime) -> None:
         guard,
         _head_clock(rt.settings),
     )
-    rt.tasks.append(asyncio.create_task(_supervised("follower", follower.run, rt), name="follower"))
-    _start_indexers(rt, guard)
+    indexer = CatalogueIndexer(
+        CatalogueChain(rt.node, settlement=False),
+        rt.reads,
+        rt.catalogue,
+        rt.metrics,
+        rt.settings.confirmation_policy(),
+        rt.deploy_block,
+        rt.settings.poll_interval_s(),
+        retirements=False,  # the chain follower indexes this chain's retirements
+        guard=guard,
+    )
     sweeper = Sweeper(rt.simulator, rt.jobs, rt.settings.rejected_retention_s)
-    rt.tasks.append(asyncio.create_task(_supervised("sweeper", sweeper.run, rt), name="sweeper"))
-    keepers = [
-        Keeper(
-            "order keeper", rt.marketplace.desk.resume, ORDER_KEEPER_EVERY_S, "attempted pending orders again"
-        )
-    ]
-    if rt.payments is not None and rt.payments.enabled:
-        keepers.append(
-            Keeper(
-                "payment keeper",
-                rt.payments.resume,
-                PAYMENT_KEEPER_EVERY_S,
-                "advanced open x402 payments",
-                logging.DEBUG,
-            )
-        )
-    for one in keepers:
-        task = one.name.replace(" ", "-")
-        rt.tasks.append(asyncio.create_task(_supervised(task, one.run, rt), name=task))
+    for name, run in (
+        ("follower" + suffix, follower.run),
+        (f"catalogue-{indexer.chain_id}", indexer.run),
+        ("sweeper" + suffix, sweeper.run),
+    ):
+        rt.tasks.append(asyncio.create_task(_supervised(name, run, rt), name=name))
 
 
-def _start_indexers(rt: Runtime, guard: ChainGuard) -> None:
-    """Start the catalogue indexer of this chain (behind ``guard``) and of each extra
-    chain (behind a guard of its own), supervised."""
-    indexers = [
-        CatalogueIndexer(
-            CatalogueChain(rt.node, settlement=False),
-            rt.reads,
+def _start_indexers(rt: Runtime) -> None:
+    """Start the catalogue indexer of each extra chain (behind a guard of its own), supervised."""
+    for extra, extra_node in zip(rt.extra_chains, rt.extra_nodes, strict=True):
+        indexer = CatalogueIndexer(
+            CatalogueChain(extra_node, settlement=True),
+            ChainReads(extra_node),
             rt.catalogue,
             rt.metrics,
-            rt.settings.confirmation_policy(),
-            rt.deploy_block,
-            rt.settings.poll_interval_s(),
-            retirements=False,  # the chain follower indexes this chain's retirements
-            guard=guard,
+            extra.config.confirmation_policy(),
+            extra.deploy_block,
+            extra.config.confirmation_policy().poll_interval_s(),
+            retirements=True,
+            guard=ChainGuard(extra_node, ChainIdentity(rt.db), rt.metrics),
         )
-    ]
-    for extra, extra_node in zip(rt.extra_chains, rt.extra_nodes, strict=True):
-        indexers.append(
-            CatalogueIndexer(
-                CatalogueChain(extra_node, settlement=True),
-                ChainReads(extra_node),
-                rt.catalogue,
-                rt.metrics,
-                extra.config.confirmation_policy(),
-                extra.deploy_block,
-                extra.config.confirmation_policy().poll_interval_s(),
-                retirements=True,
-                guard=ChainGuard(extra_node, ChainIdentity(rt.db), rt.metrics),
-            )
-        )
-    for indexer in indexers:
         name = f"catalogue-{indexer.chain_id}"
         rt.tasks.append(asyncio.create_task(_supervised(name, indexer.run, rt), name=name))
 
@@ -579,6 +657,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         x402_info(rt.settings, rt.services.supply),
         rate_limit_of(rt.settings),
         rt.settings.request_timeout_s,
+        {r.settings.chain_id: r.services for r in (rt, *rt.others)} if rt.others else None,
     )
 
 

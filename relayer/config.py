@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources import PathType
 
-from relayer.domain.chains import BASE_SEPOLIA, default_confirmation, default_confirmations
+from relayer.domain.chains import BASE_SEPOLIA, default_confirmation, default_confirmations, relay_supported
 from relayer.domain.confirmation import ConfirmationPolicy, parse_confirmation
 from relayer.domain.errors import RelayerError
 from relayer.domain.lane import LanePolicy
@@ -75,6 +75,41 @@ class IndexChain(StrictModel):
             if self.confirmations is None
             else ConfirmationPolicy(policy.block_time_ms, self.confirmations)
         )
+
+
+class RelayChain(StrictModel):
+    """Another chain this daemon relays on beside ``RELAYER_CHAIN_ID`` (8453 or 84532), with
+    its own node, deployment, nonce lanes, leases and follower; the executor keys are the same
+    (one address, its own nonces on each chain): ``{"chainId", "rpcUrl", "deploymentFile",
+    "confirmations"?, "confirmation"?, "blockTimeMs"?}``, as JSON in ``RELAYER_RELAY_CHAINS``.
+    Unset confirmation settings take the chain's defaults (``relayer.domain.chains``), not the
+    first chain's."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    chain_id: int = Field(alias="chainId", gt=0)
+    rpc_url: str = Field(alias="rpcUrl", min_length=1)
+    deployment_file: Path = Field(alias="deploymentFile")
+    confirmations: int | None = Field(default=None, ge=1)
+    confirmation: str | None = None
+    block_time_ms: int | None = Field(default=None, alias="blockTimeMs", gt=0)
+
+    @field_validator("chain_id")
+    @classmethod
+    def _relayed(cls, value: int) -> int:
+        if not relay_supported(value):
+            raise ValueError(f"chain {value} is not relayed here: 8453 (Base) or 84532 (Base Sepolia)")
+        return value
+
+    @field_validator("confirmation")
+    @classmethod
+    def _confirmation(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_confirmation(value)  # ValueError: not seconds, safe or finalized
+        return value
+
+
+RELAY_CHAINS_ENV: Final = "RELAYER_RELAY_CHAINS"
 
 
 class ConfigError(RelayerError):
@@ -271,6 +306,13 @@ class Settings(BaseSettings):
         default=10**15,
         ge=0,
         description="Below this executor ETH balance (wei) new work is refused with payment_unavailable.",
+    )
+
+    relay_chains: list[RelayChain] = Field(
+        default_factory=list,
+        description="more chains this daemon relays on beside RELAYER_CHAIN_ID (JSON list of chainId, "
+        "rpcUrl, deploymentFile and optional confirmations, confirmation and blockTimeMs), e.g. Base "
+        "(8453) beside Base Sepolia: one endpoint serves both, each request's chainId choosing",
     )
 
     # --- marketplace catalogue (see relayer/api/marketplace.py) ------------------------
@@ -588,6 +630,60 @@ class Settings(BaseSettings):
         if isinstance(wanted, str):
             return ConfirmationPolicy.at_tag(wanted, policy.block_time_ms)
         return ConfirmationPolicy.in_seconds(wanted, policy.block_time_ms)
+
+    def served_chain_ids(self) -> list[int]:
+        """The chains this daemon relays on: ``chain_id`` first, then ``relay_chains``."""
+        return [self.chain_id, *(c.chain_id for c in self.relay_chains)]
+
+    def chain_settings(self) -> list[Settings]:
+        """These settings once per relayed chain, ``chain_id``'s first (itself): in each the
+        chain's own node, deployment and confirmation policy, and as ``relay_chains`` the
+        others (so each copy serves the same chains).
+
+        Raises:
+            ConfigError: ``relay_chains`` names ``chain_id`` or a chain twice, or a chain it
+                names is also in ``RELAYER_INDEX_CHAINS``.
+        """
+        seen = {self.chain_id}
+        for c in self.relay_chains:
+            if c.chain_id in seen:
+                raise ConfigError(
+                    message=f"{RELAY_CHAINS_ENV} names chain {c.chain_id} twice, or RELAYER_CHAIN_ID's own; "
+                    "give each relayed chain once"
+                )
+            seen.add(c.chain_id)
+        both = sorted(seen & {c.chain_id for c in self.index_chains})
+        if both:
+            raise ConfigError(
+                message=f"RELAYER_INDEX_CHAINS names chain {both[0]}, which this daemon relays on "
+                f"(RELAYER_CHAIN_ID or {RELAY_CHAINS_ENV}): a relayed chain is indexed with its relay; "
+                "leave it out of RELAYER_INDEX_CHAINS"
+            )
+        if not self.relay_chains:
+            return [self]
+        own = RelayChain(
+            chain_id=self.chain_id,
+            rpc_url=self.rpc_url or "",
+            deployment_file=self.deployment_file or Path(),
+            confirmations=self.confirmations,
+            confirmation=self.confirmation,
+            block_time_ms=self.block_time_ms,
+        )
+        out = [self]
+        for c in self.relay_chains:
+            others = [own, *(o for o in self.relay_chains if o.chain_id != c.chain_id)]
+            update = {
+                "chain_id": c.chain_id,
+                "rpc_url": c.rpc_url,
+                "deployment_file": c.deployment_file,
+                "confirmations": c.confirmations,
+                "confirmation": c.confirmation,
+                "block_time_ms": c.block_time_ms,
+                "relay_chains": others,
+                "index_chains": [],
+            }
+            out.append(self.model_copy(update=update))
+        return out
 
     def poll_interval_s(self) -> float:
         """How often the follower and the indexers look for a new head: ``block_poll_interval_s``,

@@ -1,8 +1,9 @@
 """The product settings the dev tooling supplies: the database (``RELAYER_DATABASE_URL``
 when set, else a database per devnet instance on the private cluster under ``.devdata/``),
 the local chain's RPC URL, chain id and deployment file, its executor key (a public anvil
-key), the other local chains the daemon indexes for the marketplace (``RELAYER_INDEX_CHAINS``:
-the Polygon stand-in) and the treasury key that pays marketplace orders
+key), the other Base network it also relays on (``RELAYER_RELAY_CHAINS``), the other local
+chains the daemon indexes for the marketplace (``RELAYER_INDEX_CHAINS``: the Polygon
+stand-in) and the treasury key that pays marketplace orders
 (``RELAYER_TREASURY_PRIVATE_KEY``). Settings given in the environment win; only the missing
 ones are filled in. Also writes them as an env file so ``make devnet`` runs the real product
 command with them."""
@@ -18,7 +19,8 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from relayer.config import IndexChain, Settings, env_name, load_settings
+from relayer.config import IndexChain, RelayChain, Settings, env_name, load_settings
+from relayer.domain.chains import relay_supported
 from relayer_dev import devdb
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
@@ -48,8 +50,23 @@ def chain_database(devnet: dict[str, Any]) -> str:
     return f"relayer_{devnet['genesisHash'][2:18].lower()}"
 
 
+def relay_chains(devnet: dict[str, Any]) -> list[RelayChain]:
+    """The devnet's other Base network (its ``chains`` that the relay runs on, without the
+    daemon's first), as ``RELAYER_RELAY_CHAINS`` lists them, at the dev confirmation depth."""
+    return [
+        RelayChain(
+            chain_id=chain["chainId"],
+            rpc_url=chain["rpcUrl"],
+            deployment_file=Path(chain["deploymentFile"]),
+            confirmations=DEV_CONFIRMATIONS,
+        )
+        for chain in devnet.get("chains", ())
+        if chain["chainId"] != devnet["chainId"] and relay_supported(chain["chainId"])
+    ]
+
+
 def index_chains(devnet: dict[str, Any]) -> list[IndexChain]:
-    """The devnet's other local chains (its ``chains`` without the daemon's own), as
+    """The devnet's chains the relay does not run on (the Polygon stand-in), as
     ``RELAYER_INDEX_CHAINS`` lists them: chain id, RPC URL, deployment file and the dev
     confirmation depth (1: anvil mines a block per transaction, so a chain's default depth,
     64 blocks on Polygon, would never be reached)."""
@@ -61,7 +78,7 @@ def index_chains(devnet: dict[str, Any]) -> list[IndexChain]:
             confirmations=DEV_CONFIRMATIONS,
         )
         for chain in devnet.get("chains", ())
-        if chain["chainId"] != devnet["chainId"]
+        if chain["chainId"] != devnet["chainId"] and not relay_supported(chain["chainId"])
     ]
 
 
@@ -82,6 +99,8 @@ def dev_settings(devnet: dict[str, Any], base: Settings | None = None) -> Settin
     updates = {k: v for k, v in supplied.items() if getattr(base, k) is None}
     if "index_chains" not in base.model_fields_set:  # RELAYER_INDEX_CHAINS='[]' indexes none
         updates["index_chains"] = index_chains(devnet)
+    if "relay_chains" not in base.model_fields_set:  # RELAYER_RELAY_CHAINS='[]' relays on one
+        updates["relay_chains"] = relay_chains(devnet)
     updates["chain_id"] = devnet["chainId"]
     return base.model_copy(update=updates)
 
@@ -102,7 +121,8 @@ def env_lines(settings: Settings) -> list[str]:
         "deployment_file": settings.deployment_file,
         "executor_private_key": settings.executor_private_key,
         "confirmations": settings.confirmations,
-        "index_chains": _index_chains_json(settings.index_chains) if settings.index_chains else None,
+        "index_chains": _chains_json(settings.index_chains) if settings.index_chains else None,
+        "relay_chains": _chains_json(settings.relay_chains) if settings.relay_chains else None,
         "treasury_private_key": settings.treasury_private_key,
         "x402_quote_secret": settings.x402_quote_secret,
     }
@@ -113,9 +133,9 @@ def env_lines(settings: Settings) -> list[str]:
     ]
 
 
-def _index_chains_json(chains: list[IndexChain]) -> str:
-    """``RELAYER_INDEX_CHAINS``'s value: a compact JSON list of ``{"chainId", "rpcUrl",
-    "deploymentFile", "confirmations"}`` (``confirmations`` only when set)."""
+def _chains_json(chains: list[IndexChain] | list[RelayChain]) -> str:
+    """``RELAYER_INDEX_CHAINS``'s or ``RELAYER_RELAY_CHAINS``'s value: a compact JSON list of
+    ``{"chainId", "rpcUrl", "deploymentFile", "confirmations"}`` (optional keys only when set)."""
     return json.dumps(
         [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in chains], separators=(",", ":")
     )

@@ -6,7 +6,7 @@ and the catch-all."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -26,6 +26,7 @@ from relayer.api.kernel import (
 )
 from relayer.api.x402_meta import add_meta_routes
 from relayer.api.x402_routes import (
+    CHAIN_SERVICES,
     MAJORS,
     SERVICES,
     AppServices,
@@ -53,14 +54,19 @@ def build_app(
     meta: Callable[[web.Request, int], X402Info] | None = None,
     rate_limit: RateLimit | None = None,
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
+    chain_services: Mapping[int, AppServices] | None = None,
 ) -> web.Application:
     """The aiohttp application over ``services`` (bodies bounded to ``max_body_bytes``);
     ``mount`` adds another surface's routes (the marketplace API) before the catch-all;
     ``majors`` maps a ``Host`` (``host[:port]``, lower case) to the API major it serves;
     ``meta(request, major)`` describes this endpoint for the manifest, changelog, errors
-    document, guides, security.txt and OpenAPI document (see :mod:`relayer.api.x402_meta`)."""
+    document, guides, security.txt and OpenAPI document (see :mod:`relayer.api.x402_meta`);
+    ``chain_services`` holds every relayed chain's services by chain id when the daemon
+    relays on more than one (:func:`relayer.api.x402_routes.services_for`)."""
     app = web.Application(middlewares=[request_context, envelope], client_max_size=max_body_bytes)
     app[SERVICES] = services
+    if chain_services is not None:
+        app[CHAIN_SERVICES] = chain_services
     app[METRICS] = metrics
     app[READY] = ready
     app[MAJORS] = majors or {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -49,6 +50,23 @@ class AppServices:
 
 
 SERVICES: Final = web.AppKey("services", AppServices)
+CHAIN_SERVICES: Final[web.AppKey[Mapping[int, AppServices]]] = web.AppKey("chain_services")
+"""Every relayed chain's services by chain id (the first chain's are :data:`SERVICES`)."""
+
+
+def services_for(request: web.Request, chain_id: int | None) -> AppServices:
+    """The services of the chain a request names (spec: What the service does: 8453 and
+    84532 at one endpoint): that chain's when this daemon relays on it; else the first
+    chain's, which serve a request without ``chainId`` and refuse another chain
+    (``unsupported_chain_id``, or ``schema_validation`` where the action has no such code,
+    naming the chains served)."""
+    first = request.app[SERVICES]
+    by_chain = request.app.get(CHAIN_SERVICES)
+    if chain_id is None or by_chain is None:
+        return first
+    return by_chain.get(chain_id, first)
+
+
 MAJORS: Final[web.AppKey[dict[str, int]]] = web.AppKey("majors")
 
 
@@ -147,7 +165,7 @@ async def _dispatch(request: web.Request, action: str | None, body: dict[str, An
 
 
 async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Response:
-    services = request.app[SERVICES]
+    services = services_for(request, req.chainId)
     now = int(time.time())
     if action == "discover":
         return _json(await services.discover.discover(req, now))
@@ -160,7 +178,7 @@ async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Res
     if action == "certificate":
         return _json(await services.certificates.certificate(req))
     resource = request.app.get(X402_RESOURCE)
-    if resource is not None:  # the standard x402 headers in and out
+    if resource is not None and services is request.app[SERVICES]:  # the standard x402 headers
         return await resource.retire(request, req, now)
     outcome = await services.relay.retire(req, now)
     # Past its wait, a relay still on its way answers 202 (post the identical request again).

@@ -36,6 +36,11 @@ def index_chain_setting(chain_id: int) -> str:
     return f"RELAYER_INDEX_CHAINS (chain {chain_id})"
 
 
+def relay_chain_setting(chain_id: int) -> str:
+    """How a line names an entry of ``RELAYER_RELAY_CHAINS``."""
+    return f"RELAYER_RELAY_CHAINS (chain {chain_id})"
+
+
 def index_chain_id_setting(chain_id: int) -> str:
     """How a line names the chain id an entry of ``RELAYER_INDEX_CHAINS`` configures."""
     return f"{index_chain_setting(chain_id)}'s chainId"
@@ -84,8 +89,14 @@ async def open_database(dsn: str, min_size: int = 1, max_size: int = 1) -> Datab
         raise ConfigError(message=database_line(dsn, exc.cause)) from None
 
 
-async def check_contracts(node: ChainNode, deployment_file: Path, named: Sequence[tuple[str, str]]) -> None:
-    """Each contract the deployment file names holds code on the node's chain (one batch).
+async def check_contracts(
+    node: ChainNode,
+    deployment_file: Path,
+    named: Sequence[tuple[str, str]],
+    setting: str = "RELAYER_DEPLOYMENT_FILE",
+) -> None:
+    """Each contract the deployment file names holds code on the node's chain (one batch);
+    ``setting`` names the file in the line.
 
     Raises:
         ConfigError: a named address holds no code (the file is of another deployment or
@@ -100,7 +111,7 @@ async def check_contracts(node: ChainNode, deployment_file: Path, named: Sequenc
     ]
     if empty:
         raise ConfigError(
-            message=f"RELAYER_DEPLOYMENT_FILE {deployment_file}: {', '.join(empty)} "
+            message=f"{setting} {deployment_file}: {', '.join(empty)} "
             f"{'holds' if len(empty) == 1 else 'hold'} no code on chain {node.chain_id}; "
             "give the deployment file of this chain's contracts"
         )

@@ -84,6 +84,8 @@ class Supply:
         self.chain_id = reads.node.chain_id
         self.contracts = reads.contracts
         self.settings = settings
+        self.served = sorted(settings.served_chain_ids())
+        """Every chain this daemon relays on (``RELAYER_CHAIN_ID`` and ``RELAYER_RELAY_CHAINS``)."""
         self.projects = projects
         self.tokens = {
             "usdc": Token("usdc", "USDC", reads.contracts.usdc, USDC_DECIMALS, "UsdcEip3009"),
@@ -93,13 +95,19 @@ class Supply:
     # ------------------------------------------------------------------ parameters
 
     def serves(self, chain_id: int | None) -> bool:
-        """Whether a request's ``chainId`` is absent or this daemon's chain."""
+        """Whether a request's ``chainId`` is absent or this chain (a request for another
+        chain this daemon relays on is routed to that chain's services before it gets here)."""
         return chain_id is None or (relay_supported(chain_id) and chain_id == self.chain_id)
 
     def check_chain(self, chain_id: int | None) -> None:
-        """Raises ``unsupported_chain_id`` unless ``chain_id`` is None or this daemon's chain."""
+        """Raises ``unsupported_chain_id`` (naming the chains served) unless ``chain_id`` is
+        None or this chain."""
         if not self.serves(chain_id):
-            raise Rejection("unsupported_chain_id", supported=[self.chain_id])
+            raise Rejection(
+                "unsupported_chain_id",
+                f"chainId {chain_id} is not served here; this endpoint serves {self._served_text()}",
+                supported=self.served,
+            )
 
     def check_chain_field(self, chain_id: int | None) -> None:
         """The ``chainId`` of an action whose codes do not include ``unsupported_chain_id``
@@ -114,10 +122,17 @@ class Supply:
                 "schema_validation",
                 f"chainId {chain_id} is not served here",
                 issues=[
-                    {"path": ["chainId"], "keys": [], "message": f"this endpoint serves {self.chain_id}"}
+                    {
+                        "path": ["chainId"],
+                        "keys": [],
+                        "message": f"this endpoint serves {self._served_text()}",
+                    }
                 ],
-                supported=[self.chain_id],
+                supported=self.served,
             )
+
+    def _served_text(self) -> str:
+        return " and ".join(str(c) for c in self.served)
 
     def token(self, text: str | None) -> Token:
         """Resolve ``inputToken`` (symbol or address; default USDC).

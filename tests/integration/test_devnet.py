@@ -41,7 +41,7 @@ from relayer_dev.deploy import (
 )
 from relayer_dev.facilitator import record_facilitator_key
 from relayer_dev.ports import free_port
-from relayer_dev.settings import dev_settings, env_lines, index_chains, write_env_file
+from relayer_dev.settings import dev_settings, env_lines, index_chains, relay_chains, write_env_file
 
 pytestmark = pytest.mark.integration
 
@@ -463,8 +463,9 @@ def test_up_is_idempotent_and_down_stops_every_anvil(tmp_path: Path) -> None:
                 address=first["contracts"]["usdc"], abi=_NAME_ABI
             )
             assert token.functions.name().call() == name, url
-        # the daemon relays the first and indexes the other two for the marketplace
-        assert [c.chain_id for c in index_chains(first)] == [8453, 137]
+        # the daemon relays on both Base networks and indexes the Polygon stand-in
+        assert [c.chain_id for c in relay_chains(first)] == [8453]
+        assert [c.chain_id for c in index_chains(first)] == [137]
         polygon = json.loads((devdata / "devnet-137.json").read_text())
         assert polygon["chainId"] == 137 == devnet.probe_chain_id(devnet.rpc_url(index_port))
         assert polygon["rpcUrl"] == devnet.rpc_url(index_port)
@@ -562,6 +563,7 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
     tmp_path: Path, deployed: dict[str, Any]
 ) -> None:
     index_file = str(tmp_path / "devnet-137.json")
+    base_file = str(tmp_path / "devnet-8453.json")
     info = {
         **deployed,
         "deploymentFile": str(tmp_path / "devnet.json"),
@@ -572,6 +574,7 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
                 "rpcUrl": deployed["rpcUrl"],
                 "deploymentFile": "x",
             },
+            {"chainId": 8453, "name": "base", "rpcUrl": "http://127.0.0.1:8547", "deploymentFile": base_file},
             {
                 "chainId": 137,
                 "name": "polygon",
@@ -596,9 +599,19 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
     assert [
         c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in settings.index_chains
     ] == expected
+    # The other Base network is relayed on, not indexed apart.
+    relayed = [
+        {"chainId": 8453, "rpcUrl": "http://127.0.0.1:8547", "deploymentFile": base_file, "confirmations": 1}
+    ]
+    assert [
+        c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in settings.relay_chains
+    ] == relayed
+    assert settings.served_chain_ids() == [CHAIN_ID, 8453]
     lines = env_lines(settings)
     assert f"RELAYER_TREASURY_PRIVATE_KEY={deployed['treasury']['privateKey']}" in lines
     assert f"RELAYER_INDEX_CHAINS={shlex.quote(json.dumps(expected, separators=(',', ':')))}" in lines
+    assert f"RELAYER_RELAY_CHAINS={shlex.quote(json.dumps(relayed, separators=(',', ':')))}" in lines
+    assert dev_settings(info, Settings(database_url=given, relay_chains=[])).relay_chains == []
     # the environment wins here too: RELAYER_INDEX_CHAINS='[]' indexes nothing
     assert dev_settings(info, Settings(database_url=given, index_chains=[])).index_chains == []
     without_chains = {k: v for k, v in info.items() if k != "chains"}  # a description of an older `up`
@@ -611,7 +624,8 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
         "from relayer.config import load_settings; s = load_settings(); "
         "s.require('database_url', 'rpc_url', 'deployment_file', 'executor_private_key', "
         "'treasury_private_key'); "
-        "print(s.rpc_url, s.chain_id, s.deployment_file, *(c.deployment_file for c in s.index_chains))"
+        "print(s.rpc_url, s.chain_id, s.deployment_file, *(c.deployment_file for c in s.index_chains), "
+        "*(c.deployment_file for c in s.relay_chains))"
     )
     done = subprocess.run(
         ["bash", "-c", f'set -a; . "$1"; set +a; exec "{sys.executable}" -c "$2"', "-", str(env_file), probe],
@@ -627,6 +641,7 @@ def test_dev_settings_fill_only_what_is_missing_and_the_env_file_starts_the_prod
         str(CHAIN_ID),
         str(tmp_path / "devnet.json"),
         index_file,
+        base_file,
     ]
     assert env_lines(settings) == env_file.read_text().splitlines()[1:]
 

@@ -208,7 +208,7 @@ async def test_sigterm_under_load_answers_what_is_in_flight_and_the_next_process
                 processes.append(worker)
                 started = time.monotonic()
                 await worker.start()
-                await _until(lambda: _epoch_is(db, 2), "the next worker did not take the lease", 10)
+                await _until(lambda: _epoch_is(db, 2), "the next worker did not take the lease")
                 figures.append(f"the next worker took it {time.monotonic() - started:.2f} s after its start")
 
                 # 2. SIGTERM the API once half are sent: the relays it is handling must be answered.

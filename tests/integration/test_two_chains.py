@@ -1,0 +1,184 @@
+"""Both Base networks from one endpoint (issue 39): one daemon relays on 84532 and, through
+``RELAYER_RELAY_CHAINS``, on 8453, each request's ``chainId`` choosing the chain. Two real
+anvils (the run's chain templates of each id: the same contracts at the same addresses, USDC
+under its own EIP-712 domain name on each), one real Postgres, the daemon over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from relayer.app import open_runtime, web_runner
+from relayer.chain.node import ChainNode
+from relayer.chain.types import Contracts
+from relayer.config import RelayChain, Settings
+from relayer_dev import devdb
+from relayer_dev.ports import free_port
+from tests.chain_helpers import eth_balance, token_balance, write_deployment_file
+from tests.helpers import stacks
+from tests.helpers.relay import challenge, signed_request
+
+pytestmark = pytest.mark.integration
+
+FIRST, SECOND = 84532, 8453
+
+
+class TwoChains:
+    """The daemon on both chains: its ``/api``, and each chain's devnet description."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, chains: dict[int, dict[str, Any]]) -> None:
+        self.session, self.base, self.chains = session, base, chains
+        self.chain = chains[FIRST]  # the helpers' devnet description: payers are alike on both
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(f"{self.base}/api", json=body) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def get(self, path: str, **params: Any) -> tuple[int, dict[str, Any]]:
+        async with self.session.get(f"{self.base}{path}", params=params) as r:
+            return r.status, await r.json(content_type=None)
+
+
+class _OnChain:
+    """``challenge`` posts through this: the daemon, with ``chainId`` set on every body."""
+
+    def __init__(self, daemon: TwoChains, chain_id: int) -> None:
+        self.daemon, self.chain_id, self.chain = daemon, chain_id, daemon.chains[chain_id]
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return await self.daemon.post({**body, "chainId": self.chain_id})
+
+
+@pytest.fixture(scope="module")
+def anvils(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
+    procs, chains = [], {}
+    try:
+        for chain_id in (FIRST, SECOND):
+            state = tmp_path_factory.mktemp(f"anvil-{chain_id}")
+            proc, info = stacks.start_chain(state, chain_id)
+            procs.append(proc)
+            info["deploymentFile"] = str(write_deployment_file(info, state / "devnet.json"))
+            chains[chain_id] = info
+        yield chains
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+async def two(anvils: dict[int, dict[str, Any]], admin_database_url: str) -> AsyncIterator[TwoChains]:
+    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_two_chains")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    first, second = anvils[FIRST], anvils[SECOND]
+    settings = Settings(
+        database_url=dsn,
+        rpc_url=first["rpcUrl"],
+        chain_id=FIRST,
+        deployment_file=Path(first["deploymentFile"]),
+        executor_private_key=first["executor"]["privateKey"],
+        relay_chains=[
+            RelayChain(
+                chain_id=SECOND,
+                rpc_url=second["rpcUrl"],
+                deployment_file=Path(second["deploymentFile"]),
+                confirmations=1,
+            )
+        ],
+        http_port=port,
+        public_base_url=base,
+        settle_wait_s=30,
+        block_poll_interval_s=0.05,
+        confirmations=1,  # anvil mines a block per transaction
+        rate_limit="off",
+    )
+    try:
+        async with open_runtime(settings, workers=True) as rt:
+            assert [o.settings.chain_id for o in rt.others] == [SECOND]
+            runner = web_runner(rt)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                yield TwoChains(session, base, anvils)
+            await runner.cleanup()
+    finally:
+        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+
+
+async def _usdc(chain: dict[str, Any], owner: str) -> int:
+    node = ChainNode(chain["rpcUrl"], chain["chainId"], Contracts.from_deployment(chain["contracts"]))
+    try:
+        return await token_balance(node, "usdc", owner)
+    finally:
+        await node.close()
+
+
+async def _retire(two: TwoChains, chain_id: int, payer: dict[str, str]) -> dict[str, Any]:
+    on = _OnChain(two, chain_id)
+    ch = await challenge(on, payer, carbonClass="NBO", amount="1", inputToken="USDC")
+    # the payer signs under the chain's own USDC domain: the chain id and domain name
+    domain = ch["typedData"]["domain"]
+    assert domain["chainId"] == chain_id
+    assert domain["name"] == ("USD Coin" if chain_id == 8453 else "USDC")
+    status, result = await two.post(signed_request(ch, payer["privateKey"]))
+    assert status == 200 and result["status"] == "settled", result
+    return result
+
+
+async def test_the_same_payer_retires_on_both_chains_through_one_daemon(two: TwoChains) -> None:
+    payer = two.chains[FIRST]["payers"][0]
+    assert payer["address"] == two.chains[SECOND]["payers"][0]["address"]
+    before = {c: await _usdc(two.chains[c], payer["address"]) for c in (FIRST, SECOND)}
+    results = await asyncio.gather(*(_retire(two, c, payer) for c in (FIRST, SECOND)))
+    after = {c: await _usdc(two.chains[c], payer["address"]) for c in (FIRST, SECOND)}
+    for chain_id, result in zip((FIRST, SECOND), results, strict=True):
+        tx = result["transactionHash"]
+        [entry] = result["retirements"]
+        assert entry["retirementId"] == f"{chain_id}-{tx}-0"
+        assert before[chain_id] > after[chain_id]  # each chain's USDC paid, on that chain
+        # each certificate comes from its own chain's retirement index
+        status, cert = await two.get("/api/certificate", chainId=str(chain_id), txHash=tx)
+        assert status == 200, cert
+        assert cert["retirements"][0]["retirementId"] == f"{chain_id}-{tx}-0"
+        other = SECOND if chain_id == FIRST else FIRST
+        status, cert = await two.get("/api/certificate", chainId=str(other), txHash=tx)
+        assert status == 404, cert  # the transaction is not the other chain's
+    for chain in two.chains.values():
+        assert await eth_balance_of(chain, payer["address"]) == 0  # gasless on both
+
+
+async def eth_balance_of(chain: dict[str, Any], owner: str) -> int:
+    node = ChainNode(chain["rpcUrl"], chain["chainId"], Contracts.from_deployment(chain["contracts"]))
+    try:
+        return await eth_balance(node, owner)
+    finally:
+        await node.close()
+
+
+async def test_a_chain_not_served_is_refused_naming_the_served_ones(two: TwoChains) -> None:
+    status, body = await two.get("/api/quote", carbonClass="NBO", amount="1", chainId="137")
+    assert (status, body["error"]) == (400, "unsupported_chain_id"), body
+    assert body["supported"] == [SECOND, FIRST]
+    assert "8453 and 84532" in body["message"], body
+    # discover has no unsupported_chain_id: a schema_validation naming the served chains
+    status, body = await two.get("/api/discover", chainId="1")
+    assert (status, body["error"]) == (400, "schema_validation"), body
+    assert body["supported"] == [SECOND, FIRST]
+
+
+async def test_each_chain_answers_with_its_own_supply_and_a_request_without_chain_id_the_first(
+    two: TwoChains,
+) -> None:
+    for chain_id in (FIRST, SECOND):
+        status, body = await two.get("/api/quote", carbonClass="NBO", amount="1", chainId=str(chain_id))
+        assert status == 200, body
+        assert body["chainId"] == chain_id, body
+    status, body = await two.get("/api/quote", carbonClass="NBO", amount="1")
+    assert status == 200 and body["chainId"] == FIRST, body
