@@ -157,33 +157,105 @@ async def run_demo(
     carbon_class: str | None,
     certificates_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the flow; returns the final result line's object: ``status``, ``transactionHash``,
-    ``retirementIds``, ``certificateFiles`` (the PDFs saved under ``certificates_dir``,
-    default ``.devdata/certificates`` beside the deployment file), ``certificateUrls`` only
-    when the daemon used keeps running (one the demo did not start), ``daemonLeftRunning``
-    and ``payerEthBalanceWei``."""
+    """Run the flow on each chain the daemon relays on (``settings.served_chain_ids()``: on
+    the devnet both Base networks, the first first); returns the final result line's object:
+    ``status`` (``settled`` when every chain's retirement settled, else the first other
+    answer), ``transactionHash`` (the first chain's), ``chains`` (per chain: ``chainId``,
+    ``status``, ``transactionHash``, ``payerEthBalanceWei``), ``retirementIds``,
+    ``certificateFiles`` (the PDFs saved under ``certificates_dir``, default
+    ``.devdata/certificates`` beside the deployment file), ``certificateUrls`` only when the
+    daemon used keeps running (one the demo did not start), ``daemonLeftRunning`` and
+    ``payerEthBalanceWei`` (the most on any chain)."""
     if certificates_dir is None:
         certificates_dir = Path(devnet["deploymentFile"]).parent / "certificates"
-    payer = devnet["payers"][0]
-    api = settings.x402_base_url
+    rpc_urls = {c["chainId"]: c["rpcUrl"] for c in devnet.get("chains", ())} | {
+        devnet["chainId"]: devnet["rpcUrl"]
+    }
     started = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=settings.settle_wait_s + 30)
+    runs: list[dict[str, Any]] = []
+    certificates: list[tuple[str, str, Path]] = []
     async with aiohttp.ClientSession(timeout=timeout) as session, _daemon(settings, session, devnet) as kept:
-        async with session.get(f"{api}/discover") as r:
+        for chain_id in settings.served_chain_ids():
+            demo = _ChainDemo(
+                session, settings.x402_base_url, chain_id, rpc_urls[chain_id], devnet["payers"][0]
+            )
+            run, found = await demo.retire(amount, carbon_class, certificates_dir, kept)
+            runs.append(run)
+            certificates += found
+    balance = max(run["payerEthBalanceWei"] for run in runs)
+    step(f"payer ETH balance: {balance} wei on every chain; done in {time.perf_counter() - started:.1f} s")
+    status = next((run["status"] for run in runs if run["status"] != "settled"), "settled")
+    return {
+        "status": status,
+        "transactionHash": runs[0]["transactionHash"],
+        "chains": runs,
+        "retirementIds": [rid for rid, _, _ in certificates],
+        "certificateFiles": [str(path) for _, _, path in certificates],
+        **({"certificateUrls": [url for _, url, _ in certificates]} if kept else {}),
+        "daemonLeftRunning": kept,
+        "payerEthBalanceWei": balance,
+    }
+
+
+class _ChainDemo:
+    """The demo's flow on one chain: every request names ``chain_id``."""
+
+    def __init__(
+        self, session: aiohttp.ClientSession, api: str, chain_id: int, rpc_url: str, payer: dict[str, str]
+    ) -> None:
+        self.session, self.api, self.chain_id, self.rpc_url, self.payer = (
+            session,
+            api,
+            chain_id,
+            rpc_url,
+            payer,
+        )
+
+    async def retire(
+        self, amount: str, carbon_class: str | None, certificates_dir: Path, kept: bool
+    ) -> tuple[dict[str, Any], list[tuple[str, str, Path]]]:
+        """Discover, quote, sign and post one retirement on this chain, save its
+        certificates: the chain's entry of the result (see :func:`run_demo`) and the
+        certificates found."""
+        session, api, payer, chain = self.session, self.api, self.payer, {"chainId": str(self.chain_id)}
+        async with session.get(f"{api}/discover", params=chain) as r:
             discovered = await _json(r)
         classes = discovered["carbonClasses"]
         chosen = next((c for c in classes if c["carbonClassId"] == carbon_class), classes[0])
         step(
-            f"discover: {len(classes)} carbon classes, {len(discovered['marketplaceListings'])} listings; "
-            f"using class {chosen['carbonClassId']} ({chosen['name']})"
+            f"chain {self.chain_id}: discover: {len(classes)} carbon classes, "
+            f"{len(discovered['marketplaceListings'])} listings; using class {chosen['carbonClassId']} "
+            f"({chosen['name']})"
         )
-        params = {"carbonClass": chosen["carbonClassId"], "amount": amount, "inputToken": "USDC"}
+        params = {"carbonClass": chosen["carbonClassId"], "amount": amount, "inputToken": "USDC", **chain}
         async with session.get(f"{api}/quote", params=params) as r:
             quote = await _json(r)
         step(f"quote: {quote['humanSummary']}")
+        result = await self._signed(params)
+        certificates: list[tuple[str, str, Path]] = []
+        if result.get("transactionHash"):
+            certificates = await _certificates(
+                session, api, self.chain_id, result["transactionHash"], certificates_dir, kept
+            )
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [payer["address"], "latest"]}
+        async with session.post(self.rpc_url, json=rpc) as r:
+            balance = int((await _json(r))["result"], 16)
+        run = {
+            "chainId": self.chain_id,
+            "status": result.get("status") or result.get("error"),
+            "transactionHash": result.get("transactionHash"),
+            "payerEthBalanceWei": balance,
+        }
+        return run, certificates
+
+    async def _signed(self, params: dict[str, str]) -> dict[str, Any]:
+        """actions/retire unsigned (the 402 challenge), then signed by the payer: the answer."""
+        session, api, payer = self.session, self.api, self.payer
         request = {
             "action": "actions/retire",
             **params,
+            "chainId": self.chain_id,
             "from": payer["address"],
             "details": {
                 "beneficiaryIsPayer": True,
@@ -204,38 +276,25 @@ async def run_demo(
         signed = Account.sign_message(encode_typed_data(full_message=typed), payer["privateKey"])
         body = challenge["actionsRetireRequest"]
         body["authPayload"]["signature"] = "0x" + bytes(signed.signature).hex()
-        step(f"signed EIP-712 {typed['primaryType']} as payer {payer['address']}; posting it back")
+        step(
+            f"signed EIP-712 {typed['primaryType']} (domain {typed['domain']['name']!r}, chain "
+            f"{typed['domain']['chainId']}) as payer {payer['address']}; posting it back"
+        )
         async with session.post(api, json=body) as r:
             result = await _json(r)
         step(
             f"actions/retire: HTTP {r.status} status={result.get('status') or result.get('error')} "
             f"tx={result.get('transactionHash')}"
         )
-        certificates: list[tuple[str, str, Path]] = []
-        if result.get("transactionHash"):
-            tx_hash = result["transactionHash"]
-            certificates = await _certificates(session, api, tx_hash, certificates_dir, kept)
-        rpc = {"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [payer["address"], "latest"]}
-        async with session.post(devnet["rpcUrl"], json=rpc) as r:
-            balance = int((await _json(r))["result"], 16)
-        step(f"payer ETH balance: {balance} wei; done in {time.perf_counter() - started:.1f} s")
-        return {
-            "status": result.get("status") or result.get("error"),
-            "transactionHash": result.get("transactionHash"),
-            "retirementIds": [rid for rid, _, _ in certificates],
-            "certificateFiles": [str(path) for _, _, path in certificates],
-            **({"certificateUrls": [url for _, url, _ in certificates]} if kept else {}),
-            "daemonLeftRunning": kept,
-            "payerEthBalanceWei": balance,
-        }
+        return result
 
 
 async def _certificates(
-    session: aiohttp.ClientSession, api: str, tx_hash: str, directory: Path, kept: bool
+    session: aiohttp.ClientSession, api: str, chain_id: int, tx_hash: str, directory: Path, kept: bool
 ) -> list[tuple[str, str, Path]]:
-    """``(retirementId, certificateUrl, saved PDF)`` of each retirement of ``tx_hash``; the
-    step line names the URL only when the daemon keeps running, else the file."""
-    async with session.get(f"{api}/certificate", params={"txHash": tx_hash}) as r:
+    """``(retirementId, certificateUrl, saved PDF)`` of each retirement of ``tx_hash`` on
+    ``chain_id``; the step line names the URL only when the daemon keeps running, else the file."""
+    async with session.get(f"{api}/certificate", params={"txHash": tx_hash, "chainId": str(chain_id)}) as r:
         cert = await _json(r)
     found = []
     for entry in cert.get("retirements", []):

@@ -150,6 +150,13 @@ def test_the_demo_writes_relayer_env_saves_certificates_and_says_what_it_leaves(
         migrate(dsn)
         result = asyncio.run(run_demo(prepared.settings, prepared.devnet, amount="1", carbon_class=None))
         assert result["status"] == "settled", result
+        # one daemon, a retirement on each Base network, each certificate of its own chain
+        assert [(c["chainId"], c["status"]) for c in result["chains"]] == [
+            (84532, "settled"),
+            (8453, "settled"),
+        ]
+        assert [rid.split("-")[0] for rid in result["retirementIds"]] == ["84532", "8453"]
+        assert result["payerEthBalanceWei"] == 0
         # The demo's daemon has stopped: no URL of it is handed out, the PDFs are saved instead.
         assert not _listening(http)
         assert result["daemonLeftRunning"] is False and "certificateUrls" not in result
