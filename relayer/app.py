@@ -34,7 +34,7 @@ from relayer.chain.reads import ChainReads
 from relayer.chain.signer import ExecutorSigner, TreasurySigner
 from relayer.chain.types import Contracts
 from relayer.config import ConfigError, Settings
-from relayer.domain.chains import usdc_domain_name
+from relayer.domain.chains import caip2, usdc_domain_name
 from relayer.domain.confirmation import differs_much
 from relayer.domain.head_clock import HeadClock
 from relayer.domain.verify import TokenDomain
@@ -337,6 +337,7 @@ def _facilitator(
         settings.facilitator_expiry_margin_s,
         PaymentIds(relay.jobs.db),
         own_accounts=_own_accounts(settings, node),
+        served_networks=[caip2(c) for c in settings.served_chain_ids()],
     )
 
 
@@ -640,7 +641,9 @@ def _mount(app: web.Application, rt: Runtime) -> None:
     limits = KeyLimits(
         rt.settings.facilitator_default_rate_limit, rt.settings.facilitator_default_gas_budget_wei_per_day
     )
-    add_facilitator_routes(app, rt.facilitator, rt.marketplace.keys, limits)
+    add_facilitator_routes(
+        app, rt.facilitator, rt.marketplace.keys, limits, [o.facilitator for o in rt.others]
+    )
     if rt.payments is not None:
         add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire")
 

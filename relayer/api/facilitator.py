@@ -29,7 +29,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -101,6 +101,18 @@ class KeyLimits:
 
 
 FACILITATOR_LIMITS: Final = web.AppKey("facilitator_limits", KeyLimits)
+FACILITATORS: Final[web.AppKey[dict[str, Facilitator]]] = web.AppKey("facilitators")
+"""Every relayed chain's facilitator by its CAIP-2 network (``eip155:8453``), first chain's first."""
+
+
+def _facilitator_for(request: web.Request, model: FacilitatorRequest | None) -> Facilitator:
+    """The facilitator of the network a payment's requirements name; the first chain's for a
+    body refused before its network is read, or a network not served (which it refuses,
+    naming the served ones)."""
+    first = request.app[FACILITATOR]
+    if model is None:
+        return first
+    return request.app[FACILITATORS].get(model.paymentRequirements.network, first)
 
 
 def guarded(handler: Handler) -> Handler:
@@ -185,12 +197,15 @@ async def _parsed(request: web.Request) -> _Parsed:
 
 @guarded
 async def supported(request: web.Request) -> web.Response:
-    f = request.app[FACILITATOR]
+    served = request.app[FACILITATORS]
+    executors = list(dict.fromkeys(a for f in served.values() for a in f.executors))
     return _json(
         {
-            "kinds": [{"x402Version": X402_VERSION, "scheme": "exact", "network": f.network}],
+            "kinds": [
+                {"x402Version": X402_VERSION, "scheme": "exact", "network": network} for network in served
+            ],
             "extensions": [PAYMENT_IDENTIFIER],
-            "signers": {"eip155:*": list(f.executors)},
+            "signers": {"eip155:*": executors},
         }
     )
 
@@ -201,7 +216,7 @@ async def verify(request: web.Request) -> web.Response:
     if p.model is None:
         refused = {"isValid": False, "invalidReason": p.reason, "invalidMessage": p.message}
         return _payment_answer(_drop_none({**refused, "payer": _payer_of(p.body)}), p.reason)
-    verdict = await request.app[FACILITATOR].verify(p.payment(), int(time.time()))
+    verdict = await _facilitator_for(request, p.model).verify(p.payment(), int(time.time()))
     return _payment_answer(
         _drop_none(
             {
@@ -217,8 +232,8 @@ async def verify(request: web.Request) -> web.Response:
 
 @guarded
 async def settle(request: web.Request) -> web.Response:
-    f = request.app[FACILITATOR]
     p = await _parsed(request)
+    f = _facilitator_for(request, p.model)
     if p.model is None:
         refused = Settlement(False, _payer_of(p.body) or "", reason=p.reason, message=p.message)
         return _payment_answer(_settle_body(refused, f.network), p.reason)
@@ -252,10 +267,17 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_facilitator_routes(
-    app: web.Application, facilitator: Facilitator, keys: ApiKeys, limits: KeyLimits
+    app: web.Application,
+    facilitator: Facilitator,
+    keys: ApiKeys,
+    limits: KeyLimits,
+    others: Sequence[Facilitator] = (),
 ) -> None:
-    """Mount the facilitator routes under :data:`PREFIX` on the daemon's application."""
+    """Mount the facilitator routes under :data:`PREFIX` on the daemon's application:
+    ``facilitator`` of the first chain, ``others`` of the other relayed chains (``/supported``
+    lists a kind per chain; ``/verify`` and ``/settle`` go by the requirements' network)."""
     app[FACILITATOR] = facilitator
+    app[FACILITATORS] = {f.network: f for f in (facilitator, *others)}
     app[FACILITATOR_KEYS] = keys
     app[FACILITATOR_LIMITS] = limits
     app.router.add_get(f"{PREFIX}/supported", supported)

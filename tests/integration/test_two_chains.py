@@ -14,15 +14,20 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer.app import open_runtime, web_runner
+from relayer.app import Runtime, open_runtime, web_runner
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import RelayChain, Settings
 from relayer_dev import devdb
+from relayer_dev.facilitator import create_facilitator_key
 from relayer_dev.ports import free_port
 from tests.chain_helpers import eth_balance, token_balance, write_deployment_file
+from tests.conftest import Daemon
 from tests.helpers import stacks
+from tests.helpers.facilitator import call, fresh_address
+from tests.helpers.facilitator import payment as facilitator_payment
 from tests.helpers.relay import challenge, signed_request
+from tests.helpers.sdk import FUNDED, PRICE, fresh_payer, pay, resource, settle_answer
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +35,19 @@ FIRST, SECOND = 84532, 8453
 
 
 class TwoChains:
-    """The daemon on both chains: its ``/api``, and each chain's devnet description."""
+    """The daemon on both chains: its ``/api``, each chain's devnet description, and each
+    chain seen as the session daemon's tests see theirs (``daemons``: the runtime of that
+    chain, its devnet description, the one base URL)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, chains: dict[int, dict[str, Any]]) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, base: str, chains: dict[int, dict[str, Any]], rt: Runtime
+    ) -> None:
         self.session, self.base, self.chains = session, base, chains
         self.chain = chains[FIRST]  # the helpers' devnet description: payers are alike on both
+        self.daemons = {
+            r.settings.chain_id: Daemon(base, f"{base}/api", r, chains[r.settings.chain_id], session)
+            for r in (rt, *rt.others)
+        }
 
     async def post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         async with self.session.post(f"{self.base}/api", json=body) as r:
@@ -106,7 +119,7 @@ async def two(anvils: dict[int, dict[str, Any]], admin_database_url: str) -> Asy
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", port).start()
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                yield TwoChains(session, base, anvils)
+                yield TwoChains(session, base, anvils, rt)
             await runner.cleanup()
     finally:
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
@@ -182,3 +195,34 @@ async def test_each_chain_answers_with_its_own_supply_and_a_request_without_chai
         assert body["chainId"] == chain_id, body
     status, body = await two.get("/api/quote", carbonClass="NBO", amount="1")
     assert status == 200 and body["chainId"] == FIRST, body
+
+
+async def test_the_facilitator_lists_both_networks_and_the_sdk_pays_on_each(two: TwoChains) -> None:
+    status, supported = await two.get("/facilitator/supported")
+    assert status == 200, supported
+    assert [k["network"] for k in supported["kinds"]] == [f"eip155:{FIRST}", f"eip155:{SECOND}"]
+    key = await create_facilitator_key(two.daemons[FIRST].runtime.settings, "two-chains")
+    for chain_id, d in two.daemons.items():
+        payer = await asyncio.to_thread(fresh_payer, d)
+        async with resource(d, key) as paid:
+            response = await asyncio.to_thread(pay, d, payer, paid.url, {"chain": chain_id})
+            assert response.status_code == 200, (response.status_code, response.text)
+            settled = settle_answer(response)
+            assert settled.success is True and settled.network == f"eip155:{chain_id}", settled
+        # paid on this chain: the merchant credited there, the payer charged once
+        assert await _usdc(d.chain, paid.merchant) == PRICE
+        assert await _usdc(d.chain, payer.address) == FUNDED - PRICE
+        other = two.chains[SECOND if chain_id == FIRST else FIRST]
+        assert await _usdc(other, paid.merchant) == 0
+
+
+async def test_a_payment_on_a_network_not_served_is_refused_naming_the_served_ones(two: TwoChains) -> None:
+    key = await create_facilitator_key(two.daemons[FIRST].runtime.settings, "two-chains-refused")
+    d = two.daemons[SECOND]
+    body = facilitator_payment(d, fresh_address(), 1000)
+    for part in (body["paymentRequirements"], body["paymentPayload"]["accepted"]):
+        part["network"] = "eip155:137"
+    status, answer = await call(d, "verify", body, key)
+    assert status == 200 and answer["isValid"] is False, answer
+    assert answer["invalidReason"] == "invalid_network"
+    assert answer["invalidMessage"] == f"only networks eip155:{FIRST} and eip155:{SECOND} are served"

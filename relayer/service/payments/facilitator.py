@@ -37,7 +37,7 @@ names; :mod:`relayer.api.facilitator` parses the wire and renders the bodies."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -102,9 +102,12 @@ class Facilitator:
         expiry_margin_s: int,
         payment_ids: PaymentIds | None = None,
         own_accounts: Collection[str] = (),
+        served_networks: Sequence[str] = (),
     ) -> None:
         """``own_accounts``: the operator's other accounts and contracts (the treasury, the
-        protocol's contracts), refused as ``payTo`` with the executors and the token."""
+        protocol's contracts), refused as ``payTo`` with the executors and the token;
+        ``served_networks``: every network the daemon's facilitator settles (CAIP-2, this one
+        among them; default this one), named when a payment's network is none of them."""
         self.relay = relay
         self.payment_ids = payment_ids
         self.domain = domain
@@ -112,6 +115,7 @@ class Facilitator:
         self.settle_wait_s = settle_wait_s
         self.expiry_margin_s = max(expiry_margin_s, AUTH_EXPIRY_MARGIN_S)  # what the relay takes
         self.network = f"eip155:{domain.chain_id}"
+        self.served_networks = list(served_networks) or [self.network]
         self.ours = frozenset(a.lower() for a in (*executors, *own_accounts, domain.address))
 
     def check(
@@ -126,7 +130,7 @@ class Facilitator:
         if req.scheme != SCHEME or acc.scheme != SCHEME:
             return Refusal("unsupported_scheme", f"only scheme {SCHEME!r} is supported")
         if req.network != self.network or acc.network != self.network:
-            return Refusal("invalid_network", f"only network {self.network} is served")
+            return Refusal("invalid_network", _only(self.served_networks))
         if req.asset.lower() != self.domain.address.lower():
             return Refusal("invalid_payment_requirements", "the asset is not the token served")
         if _core(req) != _core(acc):
@@ -350,6 +354,13 @@ class Facilitator:
             if moved is not None:
                 return TransferOutcome(moved, False, True, None, error=reason.record())
         return await self.relay.outcomes.wait_transfer(job.id, 0)
+
+
+def _only(networks: Sequence[str]) -> str:
+    """``only network eip155:84532 is served``, or ``only networks … and … are served``."""
+    if len(networks) == 1:
+        return f"only network {networks[0]} is served"
+    return f"only networks {' and '.join(networks)} are served"
 
 
 def nonce_used(revert: ChainRevert) -> bool:
