@@ -493,16 +493,17 @@ def start_workers(rt: Runtime) -> None:
             "order keeper", rt.marketplace.desk.resume, ORDER_KEEPER_EVERY_S, "attempted pending orders again"
         )
     ]
-    if rt.payments is not None and rt.payments.enabled:
-        keepers.append(
-            Keeper(
-                "payment keeper",
-                rt.payments.resume,
-                PAYMENT_KEEPER_EVERY_S,
-                "advanced open x402 payments",
-                logging.DEBUG,
+    for chain in (rt, *rt.others):
+        if chain.payments is not None and chain.payments.enabled:
+            keepers.append(
+                Keeper(
+                    "payment keeper" + ("" if chain is rt else f"@{chain.settings.chain_id}"),
+                    chain.payments.resume,
+                    PAYMENT_KEEPER_EVERY_S,
+                    "advanced open x402 payments",
+                    logging.DEBUG,
+                )
             )
-        )
     for one in keepers:
         task = one.name.replace(" ", "-")
         rt.tasks.append(asyncio.create_task(_supervised(task, one.run, rt), name=task))
@@ -645,7 +646,8 @@ def _mount(app: web.Application, rt: Runtime) -> None:
         app, rt.facilitator, rt.marketplace.keys, limits, [o.facilitator for o in rt.others]
     )
     if rt.payments is not None:
-        add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire")
+        others = [o.payments for o in rt.others if o.payments is not None]
+        add_resource_routes(app, rt.payments, f"{rt.settings.x402_base_url}/actions/retire", others)
 
 
 def make_web_app(rt: Runtime) -> web.Application:

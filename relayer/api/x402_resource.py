@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from aiohttp import web
 
 from relayer.api.facilitator import guarded
 from relayer.api.kernel import RESPONSE_HEADERS
-from relayer.api.x402_routes import SERVICES, X402_RESOURCE, X402Resource
+from relayer.api.x402_routes import X402_RESOURCE, X402Resource, services_for
 from relayer.domain.errors import Rejection, RelayerError
 from relayer.domain.schemas import ActionRequest
 from relayer.domain.verify import Refusal
@@ -92,7 +93,7 @@ class Resource(X402Resource):
                 transaction="",
                 network=self.payments.network,
             ).header()
-        services = request.app[SERVICES]
+        services = services_for(request, req.chainId)
         try:
             outcome = await services.relay.retire(req, now)
         except Rejection as err:
@@ -233,10 +234,13 @@ async def discovery(request: web.Request) -> web.Response:
 PAYMENTS_RESOURCE: Final = web.AppKey("x402_resource", Resource)
 
 
-def add_resource_routes(app: web.Application, payments: Payments, url: str) -> None:
-    """Serve ``actions/retire`` as a standard x402 resource at ``url`` and list it at
-    ``/facilitator/discovery/resources``."""
+def add_resource_routes(
+    app: web.Application, payments: Payments, url: str, others: Sequence[Payments] = ()
+) -> None:
+    """Serve ``actions/retire`` as a standard x402 resource at ``url`` on the first chain
+    (``payments``) and on each other relayed chain (``others``), each request's ``chainId``
+    choosing, and list the first chain's at ``/facilitator/discovery/resources``."""
     resource = Resource(payments, url)
-    app[X402_RESOURCE] = resource
+    app[X402_RESOURCE] = {p.chain_id: Resource(p, url) for p in others} | {payments.chain_id: resource}
     app[PAYMENTS_RESOURCE] = resource
     app.router.add_get("/facilitator/discovery/resources", discovery)

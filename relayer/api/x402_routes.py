@@ -77,7 +77,8 @@ class X402Resource(Protocol):
     async def retire(self, request: web.Request, req: ActionRequest, now: int) -> web.Response: ...
 
 
-X402_RESOURCE: Final = web.AppKey("x402_resource_hooks", X402Resource)
+X402_RESOURCE: Final[web.AppKey[Mapping[int, X402Resource]]] = web.AppKey("x402_resource_hooks")
+"""The standard x402 resource of each relayed chain that offers it, by chain id."""
 
 
 def major_of(request: web.Request) -> int:
@@ -177,8 +178,8 @@ async def _run(request: web.Request, action: str, req: ActionRequest) -> web.Res
         return _json(await services.prepare.prepare_retire(req, now))
     if action == "certificate":
         return _json(await services.certificates.certificate(req))
-    resource = request.app.get(X402_RESOURCE)
-    if resource is not None and services is request.app[SERVICES]:  # the standard x402 headers
+    resource = request.app.get(X402_RESOURCE, {}).get(services.supply.chain_id)
+    if resource is not None:  # the standard x402 headers in and out, on the request's chain
         return await resource.retire(request, req, now)
     outcome = await services.relay.retire(req, now)
     # Past its wait, a relay still on its way answers 202 (post the identical request again).

@@ -42,7 +42,7 @@ BY_QUOTE: Final = f"SELECT {_COLUMNS} FROM x402_payments WHERE quote_id = $1"
 # Payments not final that are due at $1 (unix seconds), the earliest due first.
 DUE: Final = f"""
 SELECT {_COLUMNS} FROM x402_payments
-WHERE state IN ({_OPEN}) AND due_at <= $1 ORDER BY due_at LIMIT $2
+WHERE state IN ({_OPEN}) AND due_at <= $1 AND chain_id = $3 ORDER BY due_at LIMIT $2
 """
 # Put payment $1 off until $2 (unix seconds), while it is not final.
 DEFER: Final = f"""
@@ -258,9 +258,10 @@ class X402Payments:
         row = await self.db.fetchrow(BY_QUOTE, quote_id)
         return None if row is None else _row(row)
 
-    async def due(self, now: int, limit: int) -> list[PaymentRow]:
-        """At most ``limit`` payments not final that are due at ``now``, the earliest due first."""
-        return [_row(r) for r in await self.db.fetch(DUE, now, limit)]
+    async def due(self, chain_id: int, now: int, limit: int) -> list[PaymentRow]:
+        """At most ``limit`` payments on ``chain_id`` not final that are due at ``now``, the
+        earliest due first (each chain's keeper drives its own)."""
+        return [_row(r) for r in await self.db.fetch(DUE, now, limit, chain_id)]
 
     async def defer(self, payment_id: uuid.UUID, due_at: int) -> None:
         """Put the payment off until ``due_at`` (unix seconds), unless it is final."""

@@ -18,6 +18,7 @@ from relayer.app import Runtime, open_runtime, web_runner
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import RelayChain, Settings
+from relayer.domain.chains import usdc_domain_name
 from relayer_dev import devdb
 from relayer_dev.facilitator import create_facilitator_key
 from relayer_dev.ports import free_port
@@ -28,6 +29,7 @@ from tests.helpers.facilitator import call, fresh_address
 from tests.helpers.facilitator import payment as facilitator_payment
 from tests.helpers.relay import challenge, signed_request
 from tests.helpers.sdk import FUNDED, PRICE, fresh_payer, pay, resource, settle_answer
+from tests.helpers.x402 import SECRET, decode, post, required, retire_body, sign_payload
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +107,8 @@ async def two(anvils: dict[int, dict[str, Any]], admin_database_url: str) -> Asy
                 confirmations=1,
             )
         ],
+        treasury_private_key=first["treasury"]["privateKey"],
+        x402_quote_secret=SECRET,
         http_port=port,
         public_base_url=base,
         settle_wait_s=30,
@@ -226,3 +230,23 @@ async def test_a_payment_on_a_network_not_served_is_refused_naming_the_served_on
     assert status == 200 and answer["isValid"] is False, answer
     assert answer["invalidReason"] == "invalid_network"
     assert answer["invalidMessage"] == f"only networks eip155:{FIRST} and eip155:{SECOND} are served"
+
+
+async def test_the_standard_resource_offers_the_requests_chain_and_retires_there(two: TwoChains) -> None:
+    for chain_id, d in two.daemons.items():
+        payer = d.chain["payers"][1]
+        body = retire_body(payer["address"], chainId=chain_id)
+        pr = await required(d, body)
+        [offered] = pr["accepts"]
+        assert offered["network"] == f"eip155:{chain_id}", offered
+        assert offered["asset"] == d.chain["contracts"]["usdc"]
+        assert offered["extra"]["name"] == usdc_domain_name(chain_id)
+        treasury = d.chain["treasury"]["address"]
+        before = await _usdc(d.chain, treasury)
+        status, data, headers = await post(d, body, sign_payload(pr, payer["privateKey"]))
+        assert status == 200 and data["status"] == "settled", data
+        assert data["retirements"][0]["retirementId"].startswith(f"{chain_id}-"), data
+        settled = decode(headers["PAYMENT-RESPONSE"])
+        assert settled["success"] is True and settled["network"] == f"eip155:{chain_id}", settled
+        # the treasury was paid and retired on this chain: what it kept is at most the payment
+        assert 0 <= await _usdc(d.chain, treasury) - before <= int(offered["amount"])

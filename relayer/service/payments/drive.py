@@ -283,7 +283,7 @@ class Driver:
         """
         now = int(self.clock())
         done = 0
-        for row in await self.store.due(now, KEEPER_BATCH):
+        for row in await self.store.due(self.relay.chain_id, now, KEEPER_BATCH):
             async with self.store.locked(row.id) as taken:
                 if taken:
                     await self.advance(row.id)
