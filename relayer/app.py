@@ -659,7 +659,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.settings.max_body_bytes,
         lambda app: _mount(app, rt),
         version_hosts(rt.settings),
-        x402_info(rt.settings, rt.services.supply),
+        x402_info(rt.settings, rt.services.supply, [o.services.supply for o in rt.others]),
         rate_limit_of(rt.settings),
         rt.settings.request_timeout_s,
         {r.settings.chain_id: r.services for r in (rt, *rt.others)} if rt.others else None,

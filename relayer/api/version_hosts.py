@@ -4,7 +4,7 @@ daemon for a request's host."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -21,9 +21,12 @@ def version_hosts(settings: Settings) -> dict[str, int]:
     return {urlsplit(hosts["v1"]).netloc.lower(): 1, urlsplit(hosts["v0"]).netloc.lower(): 0}
 
 
-def x402_info(settings: Settings, supply: Supply) -> Callable[[web.Request, int], X402Info]:
+def x402_info(
+    settings: Settings, supply: Supply, others: Sequence[Supply] = ()
+) -> Callable[[web.Request, int], X402Info]:
     """What the x402 self-description documents say of this daemon, per request: the major
-    its host serves and that host's base URL."""
+    its host serves and that host's base URL; the chains served (``supply``'s first, then
+    ``others``, the other relayed chains')."""
     hosts = settings.x402_hosts()
     tokens = [
         {"symbol": t.symbol, "address": t.address, "decimals": t.decimals, "scheme": t.scheme}
@@ -41,6 +44,7 @@ def x402_info(settings: Settings, supply: Supply) -> Callable[[web.Request, int]
             settlement=supply.contracts.settlement,
             input_tokens=tokens,
             security_contact=settings.security_contact,
+            served=tuple((s.chain_id, s.contracts.settlement) for s in (supply, *others)),
         )
 
     return info

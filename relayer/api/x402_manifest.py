@@ -63,8 +63,9 @@ def action_schema(action: str, major: int) -> dict[str, Any]:
 
 
 def manifest_document(info: X402Info) -> views.Manifest:
-    """``/.well-known/x402.json`` (spec: Endpoints; Versioning): versions and hosts, chain,
-    settlement, input tokens, and per action its routes, live schema and error codes."""
+    """``/.well-known/x402.json`` (spec: Endpoints; Versioning): versions and hosts, the
+    chains served (each with its settlement; the top-level ``settlement`` is the first's),
+    input tokens, and per action its routes, live schema and error codes."""
     return {
         "name": "x402 carbon retirement endpoint",
         "apiVersion": served_version(info),
@@ -76,10 +77,12 @@ def manifest_document(info: X402Info) -> views.Manifest:
         "settlement": info.settlement,
         "chains": [
             {
-                "chainId": info.chain_id,
-                "name": chains.display_name(info.chain_id),
-                "network": chains.caip2(info.chain_id),
+                "chainId": chain_id,
+                "name": chains.display_name(chain_id),
+                "network": chains.caip2(chain_id),
+                "settlement": settlement,
             }
+            for chain_id, settlement in info.chains()
         ],
         "inputTokens": info.input_tokens,
         "actions": [

@@ -100,7 +100,7 @@ class _Model:
     def of(cls, info: X402Info) -> _Model:
         model = ActionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
         properties = dict(model["properties"])
-        properties["chainId"] = {"type": "integer", "enum": [info.chain_id]}
+        properties["chainId"] = {"type": "integer", "enum": [chain_id for chain_id, _ in info.chains()]}
         tokens = [t[k] for t in info.input_tokens for k in ("symbol", "address")]
         properties["inputToken"] = {"type": "string", "enum": tokens, "description": "default USDC"}
         defs = model.get("$defs", {})

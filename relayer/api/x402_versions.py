@@ -65,6 +65,8 @@ class X402Info:
         input_tokens: ``[{"symbol", "address", "decimals", "scheme"}]``, scheme
             ``"eip3009"`` or ``"eip2612"``.
         security_contact: the RFC 9116 ``Contact`` URI, e.g. ``"mailto:security@example.org"``.
+        served: every chain this endpoint relays on as ``(chain id, settlement)``, the first
+            (``chain_id``'s) first; empty: that one alone.
     """
 
     api_version: str
@@ -75,6 +77,11 @@ class X402Info:
     settlement: str
     input_tokens: list[dict[str, Any]]
     security_contact: str
+    served: tuple[tuple[int, str], ...] = ()
+
+    def chains(self) -> tuple[tuple[int, str], ...]:
+        """``(chain id, settlement)`` of every chain served, the first first."""
+        return self.served or ((self.chain_id, self.settlement),)
 
 
 # ---------------------------------------------------------------------------- releases

@@ -399,6 +399,7 @@ class ManifestChain(TypedDict):
     chainId: int
     name: str
     network: str
+    settlement: str
 
 
 class ManifestAction(TypedDict):

@@ -250,3 +250,14 @@ async def test_the_standard_resource_offers_the_requests_chain_and_retires_there
         assert settled["success"] is True and settled["network"] == f"eip155:{chain_id}", settled
         # the treasury was paid and retired on this chain: what it kept is at most the payment
         assert 0 <= await _usdc(d.chain, treasury) - before <= int(offered["amount"])
+
+
+async def test_the_manifest_and_openapi_list_both_chains(two: TwoChains) -> None:
+    status, manifest = await two.get("/.well-known/x402.json")
+    assert status == 200, manifest
+    served = [(c["chainId"], c["network"], c["settlement"]) for c in manifest["chains"]]
+    assert served == [(c, f"eip155:{c}", two.chains[c]["contracts"]["settlement"]) for c in (FIRST, SECOND)]
+    status, openapi = await two.get("/api/openapi.json")
+    assert status == 200
+    text = str(openapi)
+    assert "'enum': [84532, 8453]" in text, "the chainId a request may name: both chains"

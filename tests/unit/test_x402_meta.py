@@ -111,7 +111,9 @@ async def test_manifest_publishes_versions_hosts_chain_and_tokens(client: TestCl
     assert "host" in note and "header" in note and "query" in note and "accept" in note
     assert body["x402FacilitatorVersion"] == X402_FACILITATOR_VERSION == 2
     assert body["settlement"] == SETTLEMENT
-    assert body["chains"] == [{"chainId": 84532, "name": "Base Sepolia", "network": "eip155:84532"}]
+    assert body["chains"] == [
+        {"chainId": 84532, "name": "Base Sepolia", "network": "eip155:84532", "settlement": SETTLEMENT}
+    ]
     assert body["inputTokens"] == TOKENS
     assert body["errors"] == "/.well-known/x402-errors.json"
 
