@@ -213,6 +213,7 @@ async def open_runtime(settings: Settings, *, workers: bool) -> AsyncIterator[Ru
         for other in wired[1:]:
             other.tasks, other.stop = rt.tasks, rt.stop  # one process: one task list, one stop
             rt.others.append(other)
+        rt.marketplace.order_on([o.marketplace.desk for o in rt.others])
         if workers:  # only the workers read the other chains
             for extra in extras:
                 extra_node = ChainNode(
@@ -488,12 +489,16 @@ def start_workers(rt: Runtime) -> None:
     for other in rt.others:
         _start_relay_workers(other, f"@{other.settings.chain_id}")
     _start_indexers(rt)
-    keepers = [
-        Keeper(
-            "order keeper", rt.marketplace.desk.resume, ORDER_KEEPER_EVERY_S, "attempted pending orders again"
-        )
-    ]
+    keepers = []
     for chain in (rt, *rt.others):
+        keepers.append(
+            Keeper(
+                "order keeper" + ("" if chain is rt else f"@{chain.settings.chain_id}"),
+                chain.marketplace.desk.resume,
+                ORDER_KEEPER_EVERY_S,
+                "attempted pending orders again",
+            )
+        )
         if chain.payments is not None and chain.payments.enabled:
             keepers.append(
                 Keeper(

@@ -253,7 +253,7 @@ async def prices(request: web.Request) -> web.Response:
         raise removed
     q = validated(PricesQuery, query)
     market = request.app[MARKETPLACE]
-    return _paged(request, projects.prices(await market.snapshots.snapshot(), q, market.desk.chain_id))
+    return _paged(request, projects.prices(await market.snapshots.snapshot(), q, market.desks.keys()))
 
 
 async def _keyed(request: web.Request) -> tuple[Marketplace, int]:
@@ -275,7 +275,7 @@ async def quotes(request: web.Request) -> web.Response:
     if removed is not None:
         raise removed
     q = validated(QuoteRequest, body)
-    return _respond(_dump(await market.desk.quote(key_id, q, int(time.time()))), 201)
+    return _respond(_dump(await market.quote(key_id, q, int(time.time()))), 201)
 
 
 @guarded
@@ -285,7 +285,7 @@ async def orders(request: web.Request) -> web.Response:
     if isinstance(body.get("asset_price_source_id"), str):
         parse_source_id(body["asset_price_source_id"])  # a non-listing source is a 400 before anything
     q = validated(OrderRequest, body)
-    return _respond(_dump(await market.desk.place(key_id, q, int(time.time()))), 201)
+    return _respond(_dump(await market.place(key_id, q, int(time.time()))), 201)
 
 
 @guarded

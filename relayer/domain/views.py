@@ -207,7 +207,7 @@ class ProjectDetail(Project):
 
 class Price(TypedDict):
     """One item of ``GET /prices`` (seller listings only). ``orderable``: POST /quotes and
-    /orders take it (a listing on the chain this daemon retires on); the others are listed
+    /orders take it (a listing on a chain this daemon retires on); the others are listed
     for discovery, after the orderable ones."""
 
     sourceId: str

@@ -91,7 +91,8 @@ ORDER: Final = _ORDER_SELECT + "WHERE o.id = $1 AND o.api_key_id = $2"
 # (an outage, or the process died between recording the order and its job). Oldest first.
 PENDING_ORDERS: Final = (
     _ORDER_SELECT
-    + "WHERE o.job_id IS NULL AND o.error IS NULL AND o.created_at < $1 ORDER BY o.created_at LIMIT $2"
+    + "WHERE o.job_id IS NULL AND o.error IS NULL AND o.created_at < $1 AND q.chain_id = $3 "
+    + "ORDER BY o.created_at LIMIT $2"
 )
 
 
@@ -332,10 +333,12 @@ class Orders:
         row = await self.db.fetchrow(ORDER, order_id, api_key_id)
         return None if row is None else _order(row)
 
-    async def pending(self, recorded_before: int, limit: int) -> list[Order]:
-        """At most ``limit`` orders recorded before ``recorded_before`` (unix seconds) with
-        neither a job nor an error, oldest first: those whose attempt did not finish."""
-        return [_order(row) for row in await self.db.fetch(PENDING_ORDERS, recorded_before, limit)]
+    async def pending(self, chain_id: int, recorded_before: int, limit: int) -> list[Order]:
+        """At most ``limit`` orders on ``chain_id`` recorded before ``recorded_before`` (unix
+        seconds) with neither a job nor an error, oldest first: those whose attempt did not
+        finish (each chain's order keeper takes its own)."""
+        rows = await self.db.fetch(PENDING_ORDERS, recorded_before, limit, chain_id)
+        return [_order(row) for row in rows]
 
 
 def _order(row: asyncpg.Record) -> Order:

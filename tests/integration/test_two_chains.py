@@ -6,6 +6,7 @@ under its own EIP-712 domain name on each), one real Postgres, the daemon over H
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from relayer.admin import create_api_key
 from relayer.app import Runtime, open_runtime, web_runner
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
 from relayer.config import RelayChain, Settings
 from relayer.domain.chains import usdc_domain_name
 from relayer_dev import devdb
+from relayer_dev.deploy import UPDATED_LISTING_ID
 from relayer_dev.facilitator import create_facilitator_key
 from relayer_dev.ports import free_port
 from tests.chain_helpers import eth_balance, token_balance, write_deployment_file
@@ -261,3 +264,40 @@ async def test_the_manifest_and_openapi_list_both_chains(two: TwoChains) -> None
     assert status == 200
     text = str(openapi)
     assert "'enum': [84532, 8453]" in text, "the chainId a request may name: both chains"
+
+
+async def test_marketplace_orders_retire_on_the_listings_chain(two: TwoChains) -> None:
+    key = await create_api_key(two.daemons[FIRST].runtime.settings, "two-chains-orders")
+    auth = {"Authorization": f"Bearer {key}"}
+    for chain_id in (FIRST, SECOND):
+        source = f"listing-{chain_id}-0x{UPDATED_LISTING_ID:064x}"
+        body: dict[str, Any] = {"asset_price_source_id": source, "quantity_tonnes": "1"}
+        deadline = time.monotonic() + 30
+        while True:  # the listing is indexed a moment after start
+            async with two.session.post(f"{two.base}/quotes", json=body, headers=auth) as r:
+                status, quote = r.status, await r.json()
+            if status != 404 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert status == 201, quote
+        order_body = {"quote_uuid": quote["uuid"], "beneficiary_name": f"on {chain_id}"}
+        async with two.session.post(f"{two.base}/orders", json=order_body, headers=auth) as r:
+            status, order = r.status, await r.json()
+        assert status == 201, order
+        while order["status"] not in ("COMPLETED", "FAILED") and time.monotonic() < deadline + 30:
+            await asyncio.sleep(0.2)
+            async with two.session.get(f"{two.base}/orders/{order['id']}", headers=auth) as r:
+                order = await r.json()
+        assert order["status"] == "COMPLETED", order
+        assert f"/retirements/{chain_id}-{order['transaction_hash']}-" in order["view_retirement_url"], order
+    # both chains' listings are orderable (indexed by now)
+    status, prices = await two.get("/prices", limit="100")
+    assert status == 200, prices
+    orderable = {(int(p["sourceId"].split("-")[1]), p["orderable"]) for p in prices}
+    assert {(FIRST, True), (SECOND, True)} <= orderable, orderable
+    # a listing of a chain no order retires on is refused naming the served chains
+    body = {"asset_price_source_id": f"listing-137-0x{1:064x}", "quantity_tonnes": "1"}
+    async with two.session.post(f"{two.base}/quotes", json=body, headers=auth) as r:
+        status, refused = r.status, await r.json()
+    assert (status, refused["code"]) == (400, "unsupported_chain"), refused
+    assert refused["supported"] == [SECOND, FIRST]

@@ -200,11 +200,12 @@ class OrderDesk:
         return quote_body(q, fee_quote)
 
     def _check_chain(self, source: SourceId) -> None:
-        if source.chain_id != self.chain_id:
+        if source.chain_id not in self.supply.served:
             raise bad_request(
                 "unsupported_chain",
-                f"orders retire on chain {self.chain_id} only, not on chain {source.chain_id}",
-                supported=[self.chain_id],
+                f"orders retire on chain {' and '.join(map(str, self.supply.served))} only, "
+                f"not on chain {source.chain_id}",
+                supported=self.supply.served,
             )
 
     async def _fillable(self, cl: ChainListing, units: int, now: int) -> fees.Quote:
@@ -385,7 +386,7 @@ class OrderDesk:
             Unavailable: the database failed.
         """
         now = int(self.clock())
-        pending = await self.orders.pending(now - self.grace_s, RESUME_BATCH)
+        pending = await self.orders.pending(self.chain_id, now - self.grace_s, RESUME_BATCH)
         for o in pending:
             if await self._link_existing_job(o.id):
                 continue

@@ -7,7 +7,7 @@ in USDC per tonne as decimal strings on the wire.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,9 +173,9 @@ def listing(snap: Snapshot, cl: ChainListing) -> views.Listing:
     }
 
 
-def prices(snap: Snapshot, q: PricesQuery, order_chain_id: int) -> Page:
+def prices(snap: Snapshot, q: PricesQuery, order_chains: Collection[int]) -> Page:
     """GET /prices: live seller listings only (spec: Rules 1, 3): first those an order can
-    take (listings on ``order_chain_id``, the chain this daemon retires on), then the others
+    take (listings on ``order_chains``, the chains this daemon retires on), then the others
     (listed for discovery: ``orderable`` false), each part cheapest first; ``chainId`` and
     ``projectKey`` filter."""
     items = []
@@ -188,7 +188,7 @@ def prices(snap: Snapshot, q: PricesQuery, order_chain_id: int) -> Page:
         if q.projectKey is not None and credit.project_key.lower() != q.projectKey.lower():
             continue
         items.append(cl)
-    items.sort(key=lambda cl: cl.chain_id != order_chain_id)  # stable: cheapest first in each part
+    items.sort(key=lambda cl: cl.chain_id not in order_chains)  # stable: cheapest first in each part
     page = items[q.offset : q.offset + q.limit]
     out: list[views.Price] = []
     for cl in page:
@@ -202,7 +202,7 @@ def prices(snap: Snapshot, q: PricesQuery, order_chain_id: int) -> Page:
                 "supply": format_tonnes(s.left_to_sell),
                 "liquidSupply": format_tonnes(s.left_to_sell),
                 "minFillAmount": format_tonnes(s.min_fill),
-                "orderable": cl.chain_id == order_chain_id,
+                "orderable": cl.chain_id in order_chains,
                 "listing": listing(snap, cl),
             }
         )
