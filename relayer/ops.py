@@ -11,6 +11,7 @@ URL is configured (a chain that does not answer shows as unknown)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from relayer.service.startup import (
     index_chain_setting,
     node_line,
     open_database,
+    relay_chain_setting,
 )
 from relayer.store.executor_lane import ExecutorLane
 from relayer.store.pool import StoreUnavailable, database_line, redact
@@ -160,10 +162,23 @@ def offline_problems(settings: Settings, required: Sequence[str]) -> list[str]:
     for ic in settings.index_chains:
         if not _http_url(ic.rpc_url):
             problems.append(f"RELAYER_INDEX_CHAINS (chain {ic.chain_id}): rpcUrl is not an http(s):// URL")
+    for rc in settings.relay_chains:
+        if not _http_url(rc.rpc_url):
+            problems.append(f"{relay_chain_setting(rc.chain_id)}: rpcUrl is not an http(s):// URL")
     deployment = settings.deployment_file
-    checks: list[Callable[[], object]] = [lambda: extra_chains(settings)]  # their files; no chain twice
+    checks: list[Callable[[], object]] = [
+        lambda: extra_chains(settings),  # their files; no chain twice
+        settings.chain_settings,  # no relayed chain twice, none also indexed apart
+    ]
     if deployment is not None:
         checks.append(lambda: load_deployment(deployment, chain_id=settings.chain_id))
+    for rc in settings.relay_chains:
+        setting = relay_chain_setting(rc.chain_id)
+        checks.append(
+            functools.partial(
+                load_deployment, rc.deployment_file, setting, rc.chain_id, f"{setting}'s chainId"
+            )
+        )
     if settings.projects_file is not None:
         checks.append(lambda: projects_file_records(settings))
     for check in checks:
@@ -191,8 +206,9 @@ def packaged_migrations() -> list[str]:
 
 async def connected_findings(settings: Settings) -> Findings:
     """With ``--connect``: the database answers, is migrated to this version's head and
-    belongs to the chain the RPC serves; each chain node (this daemon's and the index
-    chains') answers with its configured chain id. Call after :func:`offline_problems`
+    belongs to the chain the RPC serves; each chain node (this daemon's, the other relayed
+    chains' and the index chains') answers with its configured chain id, and each relayed
+    chain's deployment holds code there. Call after :func:`offline_problems`
     found nothing."""
     found = Findings()
     assert settings.database_url is not None and settings.rpc_url is not None
@@ -223,23 +239,40 @@ async def connected_findings(settings: Settings) -> Findings:
                 f"RELAYER_DATABASE_URL {redact(dsn)} has migrations this version does not know "
                 f"({', '.join(unknown)}): a newer relayer migrated it"
             )
-    nodes = [(RPC_SETTING, settings.rpc_url, settings.chain_id, CHAIN_SETTING)] + [
-        (
-            index_chain_setting(ic.chain_id),
-            ic.rpc_url,
-            ic.chain_id,
-            index_chain_id_setting(ic.chain_id),
-        )
-        for ic in settings.index_chains
-    ]
+    relayed = {RPC_SETTING: settings.deployment_file} | {
+        relay_chain_setting(rc.chain_id): rc.deployment_file for rc in settings.relay_chains
+    }
+    nodes = (
+        [(RPC_SETTING, settings.rpc_url, settings.chain_id, CHAIN_SETTING)]
+        + [
+            (
+                relay_chain_setting(c.chain_id),
+                c.rpc_url,
+                c.chain_id,
+                f"{relay_chain_setting(c.chain_id)}'s chainId",
+            )
+            for c in settings.relay_chains
+        ]
+        + [
+            (
+                index_chain_setting(ic.chain_id),
+                ic.rpc_url,
+                ic.chain_id,
+                index_chain_id_setting(ic.chain_id),
+            )
+            for ic in settings.index_chains
+        ]
+    )
     for label, url, chain_id, chain_label in nodes:
         node = ChainNode(url, chain_id, NO_CONTRACTS, timeout_s=RPC_TIMEOUT_S)
         try:
             genesis = await check_node(node, label, chain_label)
-            if label == RPC_SETTING and settings.deployment_file is not None:
-                contracts, _block = load_deployment(settings.deployment_file)
+            deployment = relayed.get(label)
+            if deployment is not None:
+                contracts, _block = load_deployment(deployment)
+                file_setting = "RELAYER_DEPLOYMENT_FILE" if label == RPC_SETTING else label
                 try:
-                    await check_contracts(node, settings.deployment_file, contracts.named())
+                    await check_contracts(node, deployment, contracts.named(), file_setting)
                 except ConfigError as exc:
                     found.problems.append(exc.message)
         except ConfigError as exc:

@@ -19,8 +19,9 @@ from relayer.admin import create_api_key
 from relayer.app import Runtime, open_runtime, web_runner
 from relayer.chain.node import ChainNode
 from relayer.chain.types import Contracts
-from relayer.config import RelayChain, Settings
+from relayer.config import IndexChain, RelayChain, Settings
 from relayer.domain.chains import usdc_domain_name
+from relayer.ops import connected_findings, offline_problems
 from relayer_dev import devdb
 from relayer_dev.deploy import UPDATED_LISTING_ID
 from relayer_dev.facilitator import create_facilitator_key
@@ -301,3 +302,35 @@ async def test_marketplace_orders_retire_on_the_listings_chain(two: TwoChains) -
         status, refused = r.status, await r.json()
     assert (status, refused["code"]) == (400, "unsupported_chain"), refused
     assert refused["supported"] == [SECOND, FIRST]
+
+
+async def test_config_check_validates_each_relayed_chain_and_names_it(two: TwoChains) -> None:
+    settings = two.daemons[FIRST].runtime.settings
+    assert offline_problems(settings, ()) == []
+    found = await connected_findings(settings)
+    assert (found.problems, found.unreachable) == ([], [])
+    second = settings.relay_chains[0]
+    # the second chain's entry pointed at the first chain's node: named, with the way out
+    swapped = settings.model_copy(
+        update={"relay_chains": [second.model_copy(update={"rpc_url": settings.rpc_url})]}
+    )
+    found = await connected_findings(swapped)
+    [line] = found.unreachable
+    assert line.startswith(f"RELAYER_RELAY_CHAINS (chain {SECOND})") and "serves chain 84532" in line, line
+    # the first chain's deployment file given for the second: the contracts checked on chain 8453 hold
+    # code (same addresses on the devnet), but the file is of chain 84532
+    wrong_file = second.model_copy(update={"deployment_file": settings.deployment_file})
+    problems = offline_problems(settings.model_copy(update={"relay_chains": [wrong_file]}), ())
+    assert any(p.startswith(f"RELAYER_RELAY_CHAINS (chain {SECOND})") for p in problems), problems
+    # a chain relayed and also indexed apart
+    both = settings.model_copy(
+        update={
+            "index_chains": [
+                IndexChain(chain_id=SECOND, rpc_url=second.rpc_url, deployment_file=second.deployment_file)
+            ]
+        }
+    )
+    problems = offline_problems(both, ())
+    assert any("RELAYER_INDEX_CHAINS names chain 8453, which this daemon relays on" in p for p in problems), (
+        problems
+    )
