@@ -9,7 +9,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -18,7 +18,16 @@ from aiohttp import web
 from relayer.api.connections import BoundedSite, fitted_cap, quiet_accept_errors, runner_options
 from relayer.api.facilitator import KeyLimits, add_facilitator_routes
 from relayer.api.http import build_app
-from relayer.api.kernel import METRICS, READY, RateLimit, healthz, metrics_view, readyz, request_context
+from relayer.api.kernel import (
+    METRICS,
+    READY,
+    READY_CHAINS,
+    RateLimit,
+    healthz,
+    metrics_view,
+    readyz,
+    request_context,
+)
 from relayer.api.marketplace import add_routes
 from relayer.api.version_hosts import version_hosts, x402_info
 from relayer.api.x402_resource import add_resource_routes
@@ -632,11 +641,23 @@ def _gauges(rt: Runtime) -> Gauges:
     )
 
 
-def _readiness(rt: Runtime) -> Callable[[], Awaitable[bool]]:
-    """This process's readiness (:class:`Readiness`): in a worker, every executor key's
-    lease must be held."""
+def _readiness(rt: Runtime) -> Readiness:
+    """This process's readiness (:class:`Readiness`) over every relayed chain: in a worker,
+    every executor key's lease on a chain must be held for that chain to be ready."""
     leased = [s.address for s in rt.signers] if rt.leases else []
-    return Readiness(rt.db, rt.jobs, rt.node, rt.tasks, leased)
+    return Readiness(rt.db, rt.jobs, rt.node, rt.tasks, leased, [o.node for o in rt.others])
+
+
+def _with_readiness(app: web.Application, readiness: Readiness) -> web.Application:
+    """``app`` answering ``/readyz`` with ``readiness``, each chain's state included."""
+
+    def chains() -> Mapping[int, bool]:
+        return readiness.chains
+
+    ready: Callable[[], Awaitable[bool]] = readiness
+    app[READY] = ready
+    app[READY_CHAINS] = chains
+    return app
 
 
 def _mount(app: web.Application, rt: Runtime) -> None:
@@ -657,10 +678,11 @@ def _mount(app: web.Application, rt: Runtime) -> None:
 
 def make_web_app(rt: Runtime) -> web.Application:
     """The HTTP application over this runtime's services."""
-    return build_app(
+    readiness = _readiness(rt)
+    app = build_app(
         rt.services,
         rt.metrics,
-        _readiness(rt),
+        readiness,
         rt.settings.max_body_bytes,
         lambda app: _mount(app, rt),
         version_hosts(rt.settings),
@@ -669,6 +691,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.settings.request_timeout_s,
         {r.settings.chain_id: r.services for r in (rt, *rt.others)} if rt.others else None,
     )
+    return _with_readiness(app, readiness)
 
 
 def rate_limit_of(settings: Settings) -> RateLimit:
@@ -704,7 +727,7 @@ def ops_web_app(rt: Runtime) -> web.Application:
     answers them (the same handlers and the same readiness)."""
     app = web.Application(middlewares=[request_context])
     app[METRICS] = rt.metrics
-    app[READY] = _readiness(rt)  # the one readiness definition
+    _with_readiness(app, _readiness(rt))  # the one readiness definition
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

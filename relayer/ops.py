@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -204,6 +205,38 @@ def packaged_migrations() -> list[str]:
     return sorted(p.stem for p in migrations_dir().glob("*.sql"))
 
 
+def _nodes(settings: Settings) -> tuple[dict[str, Path | None], list[tuple[str, str, int, str]]]:
+    """What ``--connect`` checks of the chains: each relayed chain's deployment file by the
+    setting naming its node, and every node as ``(setting, RPC URL, chain id, chain id's
+    setting)``: this daemon's first, then the other relayed chains', then the index chains'."""
+    assert settings.rpc_url is not None
+    relayed = {RPC_SETTING: settings.deployment_file} | {
+        relay_chain_setting(rc.chain_id): rc.deployment_file for rc in settings.relay_chains
+    }
+    nodes = (
+        [(RPC_SETTING, settings.rpc_url, settings.chain_id, CHAIN_SETTING)]
+        + [
+            (
+                relay_chain_setting(c.chain_id),
+                c.rpc_url,
+                c.chain_id,
+                f"{relay_chain_setting(c.chain_id)}'s chainId",
+            )
+            for c in settings.relay_chains
+        ]
+        + [
+            (
+                index_chain_setting(ic.chain_id),
+                ic.rpc_url,
+                ic.chain_id,
+                index_chain_id_setting(ic.chain_id),
+            )
+            for ic in settings.index_chains
+        ]
+    )
+    return relayed, nodes
+
+
 async def connected_findings(settings: Settings) -> Findings:
     """With ``--connect``: the database answers, is migrated to this version's head and
     belongs to the chain the RPC serves; each chain node (this daemon's, the other relayed
@@ -239,30 +272,7 @@ async def connected_findings(settings: Settings) -> Findings:
                 f"RELAYER_DATABASE_URL {redact(dsn)} has migrations this version does not know "
                 f"({', '.join(unknown)}): a newer relayer migrated it"
             )
-    relayed = {RPC_SETTING: settings.deployment_file} | {
-        relay_chain_setting(rc.chain_id): rc.deployment_file for rc in settings.relay_chains
-    }
-    nodes = (
-        [(RPC_SETTING, settings.rpc_url, settings.chain_id, CHAIN_SETTING)]
-        + [
-            (
-                relay_chain_setting(c.chain_id),
-                c.rpc_url,
-                c.chain_id,
-                f"{relay_chain_setting(c.chain_id)}'s chainId",
-            )
-            for c in settings.relay_chains
-        ]
-        + [
-            (
-                index_chain_setting(ic.chain_id),
-                ic.rpc_url,
-                ic.chain_id,
-                index_chain_id_setting(ic.chain_id),
-            )
-            for ic in settings.index_chains
-        ]
-    )
+    relayed, nodes = _nodes(settings)
     for label, url, chain_id, chain_label in nodes:
         node = ChainNode(url, chain_id, NO_CONTRACTS, timeout_s=RPC_TIMEOUT_S)
         try:

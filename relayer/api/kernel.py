@@ -40,6 +40,8 @@ _REQUEST_IDS: Final = (f"{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count(1
 METRICS: Final = web.AppKey("metrics", Metrics)
 REQUEST_ID: Final = web.RequestKey("request_id", str)
 READY: Final[web.AppKey[Callable[[], Awaitable[bool]]]] = web.AppKey("ready")
+READY_CHAINS: Final[web.AppKey[Callable[[], Mapping[int, bool]]]] = web.AppKey("ready_chains")
+"""Each relayed chain's readiness as of the last ``READY`` check (a daemon on several chains)."""
 RATE_LIMIT: Final[web.AppKey[RateLimit]] = web.AppKey("rate_limit")
 TIMEOUT_S: Final = web.AppKey("timeout_s", float)
 RESPONSE_HEADERS: Final = web.RequestKey("response_headers", dict[str, str])
@@ -279,8 +281,15 @@ async def healthz(_request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """``/readyz``: 200 ``ready`` or 503 ``not_ready``; a daemon relaying on several chains
+    adds ``chains``, each chain id's ``ready`` or ``not_ready`` (one chain's node down keeps
+    the process ready while another chain is)."""
     ready = await request.app[READY]()
-    return _json({"status": "ready" if ready else "not_ready"}, 200 if ready else 503)
+    body: dict[str, Any] = {"status": "ready" if ready else "not_ready"}
+    chains = request.app.get(READY_CHAINS)
+    if chains is not None and len(state := chains()) > 1:
+        body["chains"] = {str(c): "ready" if ok else "not_ready" for c, ok in state.items()}
+    return _json(body, 200 if ready else 503)
 
 
 async def allowed_methods(request: web.Request) -> list[str]:
