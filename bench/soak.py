@@ -142,7 +142,7 @@ async def indexed_block(session: aiohttp.ClientSession, metrics_url: str) -> int
     async with session.get(metrics_url) as r:
         text = await r.text()
     for line in text.splitlines():
-        if line.startswith(INDEXED_GAUGE + " "):
+        if line.startswith(INDEXED_GAUGE + "{"):  # {chain_id="…"}: the one relayed chain
             value = int(float(line.split()[1]))
             return value if value > 0 else None
     return None

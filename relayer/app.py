@@ -308,7 +308,7 @@ async def _measure_block_time(rt: Runtime) -> None:
     if measured is None:
         log.info("block time not measured: too few blocks or no time between them")
         return
-    rt.metrics.block_time_measured.set(measured / 1000)
+    rt.metrics.block_time_measured.labels(str(rt.settings.chain_id)).set(measured / 1000)
     extra = {"measured_ms": measured, "policy_block_time_ms": policy.block_time_ms}
     if differs_much(measured, policy.block_time_ms):
         log.warning("the chain's measured block time differs from the one the policy uses", extra=extra)

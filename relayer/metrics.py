@@ -137,7 +137,8 @@ class Metrics:
         )
         self.indexed_block = Gauge(
             "relayer_indexer_block",
-            "Last block the retirement indexer has processed.",
+            "Last block the retirement indexer (the chain follower) has processed, per relayed chain.",
+            ["chain_id"],
             registry=self.registry,
         )
         self.catalogue_block = Gauge(
@@ -149,23 +150,27 @@ class Metrics:
         self.block_time_measured = Gauge(
             "relayer_chain_block_time_measured_seconds",
             "The chain's block interval measured from its newest 64 headers at start (0: not measured).",
+            ["chain_id"],
             registry=self.registry,
         )
         self.follower_lag = Gauge(
             "relayer_follower_lag_blocks",
             "Blocks between the chain's head and the last block the follower read, at its last step.",
+            ["chain_id"],
             registry=self.registry,
         )
         self.follower_blocks = Counter(
             "relayer_follower_blocks_total",
             "Blocks the follower moved past (our receipts recorded); CPU per block = "
             "relayer_follower_cpu_seconds_total / this.",
+            ["chain_id"],
             registry=self.registry,
         )
         self.follower_cpu_seconds = Counter(
             "relayer_follower_cpu_seconds_total",
             "Thread CPU time during the follower's steps, seconds (it includes what other tasks "
             "of the process ran while a step awaited the node or the database).",
+            ["chain_id"],
             registry=self.registry,
         )
 
@@ -198,7 +203,8 @@ class Metrics:
         )
         self.reorgs = Counter(
             "relayer_reorgs_total",
-            "Reorgs the follower undid (back to the common ancestor).",
+            "Reorgs the follower or a catalogue indexer undid (back to the common ancestor), per chain.",
+            ["chain_id"],
             registry=self.registry,
         )
 

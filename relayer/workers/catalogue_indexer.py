@@ -147,7 +147,7 @@ class CatalogueIndexer:
                 "within_memory": to.within_memory,
             },
         )
-        self.metrics.reorgs.inc()
+        self.metrics.reorgs.labels(str(self.chain_id)).inc()
 
     async def _retirements(self, logs: CatalogueLogs) -> list[IndexedRetirement]:
         if not logs.settled:

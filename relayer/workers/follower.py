@@ -125,9 +125,9 @@ class ChainFollower:
         try:
             await self._step()
         finally:
-            self.metrics.follower_cpu_seconds.inc(time.thread_time() - cpu)
+            self.metrics.follower_cpu_seconds.labels(str(self.chain_id)).inc(time.thread_time() - cpu)
             if scanned is not None and self._scanned is not None and self._scanned > scanned:
-                self.metrics.follower_blocks.inc(self._scanned - scanned)
+                self.metrics.follower_blocks.labels(str(self.chain_id)).inc(self._scanned - scanned)
 
     async def _step(self) -> None:
         """One pass: a reorg undone, receipts of our transactions in new blocks, confirmations,
@@ -160,7 +160,7 @@ class ChainFollower:
         self._read_logs_ahead(head, indexed)
         if head.number > self._scanned and not await self._scan(head):
             return  # the chain moved under this step: the next one sees the reorg from its head
-        self.metrics.follower_lag.set(head.number - self._scanned)
+        self.metrics.follower_lag.labels(str(self.chain_id)).set(head.number - self._scanned)
         safe = min(await self.confirmed.through(head.number), self._scanned)
         self._audit_owed = time.monotonic() - self._audited < NONCE_AUDIT_EVERY_S
         if not self._audit_owed:
@@ -242,7 +242,7 @@ class ChainFollower:
         self.watch.rewound(ancestor)
         self._scanned, self._indexed = min(self._scanned, ancestor), min(self._indexed, ancestor)
         self._confirm_all, self._mined_blocks, self._cursor_written = True, [], float("-inf")
-        self.metrics.reorgs.inc()
+        self.metrics.reorgs.labels(str(self.chain_id)).inc()
         for job in undone.jobs:
             self.metrics.job_transitions.labels(JobState.SUBMITTED.value).inc()
             log.info("reorged", extra=job_fields(job, state=JobState.SUBMITTED.value, ancestor=ancestor))
@@ -390,7 +390,7 @@ class ChainFollower:
             moved = await self.retirements.save(self.chain_id, CURSOR, to_block, to_hash, rows, settled)
             self._cursor_written = time.monotonic()
         self._indexed = to_block
-        self.metrics.indexed_block.set(to_block)
+        self.metrics.indexed_block.labels(str(self.chain_id)).set(to_block)
         for job in moved:
             self.metrics.job_transitions.labels("indexed").inc()
             self.metrics.observe_stage(

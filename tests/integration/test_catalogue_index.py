@@ -159,13 +159,13 @@ async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took_and_ha
             assert await store.listing(chain_id, kept) is not None
             for listing_id in seeded:  # indexed long before: untouched by the undo
                 assert await store.listing(chain_id, listing_id) is not None
-            assert metrics.reorgs._value.get() == 1
+            assert metrics.reorgs.labels(str(chain_id))._value.get() == 1
 
             await indexed_all()  # the new chain holds the mint, not the listing
             assert await store.listing(chain_id, lost) is None
             assert await store.listing(chain_id, kept) is not None
             assert await store.cursor(chain_id, "catalogue") == (head, _hash(anvil, head))
-            assert metrics.reorgs._value.get() == 1
+            assert metrics.reorgs.labels(str(chain_id))._value.get() == 1
 
             # Deeper than the confirmation window (1 block): an incident, nothing undone.
             head = int(anvil.rpc("eth_blockNumber"), 16)
@@ -181,6 +181,6 @@ async def test_the_indexer_undoes_exactly_the_blocks_a_shallow_reorg_took_and_ha
             assert await store.cursor(chain_id, "catalogue") == (head, indexer.watch.memory.get(head))
             assert await store.listing(chain_id, kept) is not None
             assert metrics.deep_reorg.labels(str(chain_id), "catalogue")._value.get() == 1
-            assert metrics.reorgs._value.get() == 1  # the shallow one only
+            assert metrics.reorgs.labels(str(chain_id))._value.get() == 1  # the shallow one only
         finally:
             await node.close()

@@ -52,10 +52,12 @@ async def _judged(d: Daemon, anvil: Anvil, tag: Tag, timeout_s: float = 10.0) ->
     tagged = tagged_block(anvil, tag)
     assert tagged == max(0, head_block(anvil) - LAG[tag]), "anvil's tag is latest - slots (x2 finalized)"
     deadline = time.monotonic() + timeout_s
-    while d.runtime.metrics.indexed_block._value.get() < tagged:
+    while d.runtime.metrics.indexed_block.labels(str(d.runtime.settings.chain_id))._value.get() < tagged:
         assert time.monotonic() < deadline, f"the follower did not index through the {tag} block {tagged}"
         await asyncio.sleep(0.02)
-    assert d.runtime.metrics.indexed_block._value.get() == tagged, "the follower indexed past the tag"
+    assert d.runtime.metrics.indexed_block.labels(str(d.runtime.settings.chain_id))._value.get() == tagged, (
+        "the follower indexed past the tag"
+    )
     catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))._value.get()
     assert catalogue <= tagged, f"the catalogue indexer indexed block {catalogue}, past the {tag} block"
     return tagged

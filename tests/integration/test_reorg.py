@@ -111,7 +111,7 @@ async def test_a_reorg_below_the_confirmation_depth_is_followed_and_settles(
         took = time.monotonic() - started
         assert (status, result["status"], result["transactionHash"]) == (200, "settled", tx_hash), result
         assert await retirements_of(d, tx_hash) == 1
-        assert d.runtime.metrics.reorgs._value.get() >= 1
+        assert d.runtime.metrics.reorgs.labels(str(d.runtime.settings.chain_id))._value.get() >= 1
         print(
             f"\nreorg depth {depth} below the depth ({confirmations}): followed, settled once in {took:.1f} s"
         )
@@ -123,7 +123,10 @@ async def _until_indexed(d: Daemon, number: int, timeout_s: float = 10.0) -> Non
     both, not from an older one the slower worker last saw."""
     deadline = time.monotonic() + timeout_s
     catalogue = d.runtime.metrics.catalogue_block.labels(str(d.runtime.settings.chain_id))
-    while d.runtime.metrics.indexed_block._value.get() < number or catalogue._value.get() < number:
+    while (
+        d.runtime.metrics.indexed_block.labels(str(d.runtime.settings.chain_id))._value.get() < number
+        or catalogue._value.get() < number
+    ):
         assert time.monotonic() < deadline, "the follower or the catalogue indexer did not index the head"
         await asyncio.sleep(0.02)
 
@@ -181,7 +184,7 @@ async def test_a_reorg_deeper_than_the_window_after_indexing_halts_the_follower_
             assert job["state"] == "indexed" and await retirements_of(d, tx_hash) == 1
             status, again = await d.post(body)
             assert (status, again["status"], again["transactionHash"]) == (200, "settled", tx_hash), again
-            assert d.runtime.metrics.reorgs._value.get() == 0
+            assert d.runtime.metrics.reorgs.labels(str(d.runtime.settings.chain_id))._value.get() == 0
             assert _sends(d) == sends, "the lanes halt: nothing is re-sent"
             assert tx_hash not in anvil.pool()
             assert halted(d) == 1.0

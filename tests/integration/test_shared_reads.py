@@ -477,7 +477,7 @@ async def test_an_idle_daemon_reads_the_head_a_few_times_a_block_for_the_whole_p
         first, started = mined[0], time.monotonic()
         await asyncio.sleep(4.0)
         calls, seconds, blocks = list(proxy.calls), time.monotonic() - started, mined[0] - first
-        followed = d.runtime.metrics.indexed_block._value.get()
+        followed = d.runtime.metrics.indexed_block.labels(str(d.runtime.settings.chain_id))._value.get()
         head = int(await asyncio.to_thread(Anvil(info["rpcUrl"]).rpc, "eth_blockNumber"), 16)
     _print_reads("idle", calls, seconds, blocks)
     assert followed >= head - 3  # the follower kept up meanwhile
