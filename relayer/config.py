@@ -104,9 +104,7 @@ class RelayChain(StrictModel):
     @field_validator("confirmation")
     @classmethod
     def _confirmation(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_confirmation(value)  # ValueError: not seconds, safe or finalized
-        return value
+        return checked_confirmation(value)
 
 
 RELAY_CHAINS_ENV: Final = "RELAYER_RELAY_CHAINS"
@@ -489,9 +487,7 @@ class Settings(BaseSettings):
     @field_validator("confirmation")
     @classmethod
     def _confirmation(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_confirmation(value)  # ValueError: not seconds, safe or finalized
-        return value
+        return checked_confirmation(value)
 
     @field_validator("executor_private_key")
     @classmethod
@@ -789,6 +785,18 @@ def setting_origins(secrets_dir: PathType | None = SECRETS_DIR_IN_USE) -> dict[s
     if "executor_keystore_file" in origins:
         origins["executor_private_key"] = "keystore"
     return origins
+
+
+def checked_confirmation(value: str | None) -> str | None:
+    """``RELAYER_CONFIRMATION`` (or a relayed chain's ``confirmation``) as given, when it is
+    seconds, ``safe`` or ``finalized``.
+
+    Raises:
+        ValueError: anything else (pydantic reports it as the setting's validation error).
+    """
+    if value is not None:
+        parse_confirmation(value)
+    return value
 
 
 def check_rate_limit(text: str) -> str:
