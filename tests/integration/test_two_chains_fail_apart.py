@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from relayer.app import open_runtime, web_runner
+from relayer.app import Runtime, open_runtime, web_runner
 from relayer.config import RelayChain, Settings
-from relayer_dev import devdb
+from relayer_dev import devdb, devnet
 from relayer_dev.ports import free_port
 from tests.chain_helpers import write_deployment_file
 from tests.helpers import stacks
@@ -50,10 +50,17 @@ class _Client:
 
 
 class _Stack:
+    """The daemon on both chains (its runtime and base URL), 8453's node behind ``proxy``."""
+
     def __init__(
-        self, base: str, session: aiohttp.ClientSession, chains: dict[int, dict[str, Any]], proxy: TcpProxy
-    ):
-        self.base, self.session, self.proxy = base, session, proxy
+        self,
+        base: str,
+        session: aiohttp.ClientSession,
+        chains: dict[int, dict[str, Any]],
+        proxy: TcpProxy,
+        rt: Runtime,
+    ) -> None:
+        self.base, self.session, self.proxy, self.rt = base, session, proxy, rt
         self.clients = {c: _Client(session, base, info) for c, info in chains.items()}
 
 
@@ -102,7 +109,7 @@ async def stack(tmp_path: Path, admin_database_url: str) -> AsyncIterator[_Stack
             await web.TCPSite(runner, "127.0.0.1", port).start()
             try:
                 async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                    yield _Stack(base, session, chains, proxy)
+                    yield _Stack(base, session, chains, proxy, rt)
             finally:
                 await proxy.start()  # the runtime closes through it
                 await runner.cleanup()
@@ -171,3 +178,43 @@ async def test_one_chains_node_down_for_30_s_leaves_the_other_settling(stack: _S
     print(figures)
     # within the noise of the same load before the outage (a shared 2-core machine: generous)
     assert _p95(during) <= 2 * _p95(baseline) + 1.0, figures
+
+
+def _mismatch(stack: _Stack, chain_id: int) -> float:
+    return float(stack.rt.metrics.chain_identity_mismatch.labels(str(chain_id))._value.get())
+
+
+async def _until(what: str, predicate: Any, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def test_a_chain_swapped_under_the_daemon_halts_that_chain_only(stack: _Stack, tmp_path: Path) -> None:
+    """8453's node is swapped for another chain of the same id (a fresh anvil: another genesis):
+    8453's guard halts its workers and says so on its own series, while 84532 settles and keeps
+    its series at 0; swapped back, 8453 settles again."""
+    first, second = stack.clients[FIRST], stack.clients[SECOND]
+    original = stack.proxy.upstream
+    port = free_port()
+    other = devnet.start_anvil(tmp_path / "other-8453", port, SECOND)
+    try:
+        stack.proxy.upstream = ("127.0.0.1", port)
+        await stack.proxy.cut()  # every open connection to the old node dropped
+        await stack.proxy.start()
+        await _until("8453's swap was not seen", lambda: _mismatch(stack, SECOND) == 1.0)
+        settled = await _settle_all(first, 10)
+        assert len(settled) == 10 and _mismatch(stack, FIRST) == 0.0
+        async with stack.session.get(f"{stack.base}/readyz") as r:
+            ready = (r.status, await r.json())
+        chains = {str(FIRST): "ready", str(SECOND): "not_ready"}
+        assert ready == (200, {"status": "ready", "chains": chains}), ready
+    finally:
+        stack.proxy.upstream = original
+        await stack.proxy.cut()
+        await stack.proxy.start()
+        other.terminate()
+        other.wait(timeout=10)
+    await _until("8453's guard did not clear", lambda: _mismatch(stack, SECOND) == 0.0)
+    assert len(await _settle_all(second, 3)) == 3
