@@ -284,7 +284,7 @@ GROUP BY k.kind, t.succeeded ORDER BY k.kind, t.succeeded
 
 # Per API key with a gas budget row: its settles whose receipts were recorded, the gas their
 # transactions cost the executor and what its transfers in flight reserve (wei), on UTC day $1
-# and in total (migration 0015). Keys are not per chain: a database serves one chain.
+# and in total (migration 0015), on chain $2 (a budget is per chain: migration 0027).
 KEY_LEDGER: Final = """
 SELECT k.id, k.name,
        coalesce(sum(d.settles), 0) AS settles, coalesce(sum(d.paid_wei), 0) AS paid_wei,
@@ -293,6 +293,7 @@ SELECT k.id, k.name,
        coalesce(sum(d.paid_wei) FILTER (WHERE d.day = $1), 0) AS paid_today_wei,
        coalesce(sum(d.reserved_wei) FILTER (WHERE d.day = $1), 0) AS reserved_today_wei
 FROM api_key_gas_days d JOIN api_keys k ON k.id = d.api_key_id
+WHERE d.chain_id = $2
 GROUP BY k.id, k.name ORDER BY k.id
 """
 
@@ -669,7 +670,8 @@ class ExecutorLane:
         ]
 
     async def key_ledger(self, day: dt.date) -> list[KeyLedgerRow]:
-        """Gas paid and reserved per API key, in total and on UTC ``day`` (see :data:`KEY_LEDGER`)."""
+        """Gas paid and reserved per API key on this chain, in total and on UTC ``day`` (see
+        :data:`KEY_LEDGER`)."""
         return [
             KeyLedgerRow(
                 int(r["id"]),
@@ -681,7 +683,7 @@ class ExecutorLane:
                 int(r["paid_today_wei"]),
                 int(r["reserved_today_wei"]),
             )
-            for r in await self.db.fetch(KEY_LEDGER, day)
+            for r in await self.db.fetch(KEY_LEDGER, day, self.chain_id)
         ]
 
     async def record_replacement(self, executor: str, epoch: int, old: LiveTx, new: SignedTx) -> bool:

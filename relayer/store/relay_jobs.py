@@ -197,13 +197,14 @@ UPDATE relay_jobs SET gas_limit = $2, max_fee_per_gas = $3, max_priority_fee_per
        allowance_wei = $5, updated_at = now()
 WHERE id = $1 AND state = 'simulated'
 """
-# Reserve $3 wei of key $1's gas budget $4 for UTC day $2: the day's row grows by it only if
-# what its jobs in flight reserve, what its mined ones paid and this ceiling stay within the
-# budget (the row lock serialises concurrent settles of one key); no row: over budget.
+# Reserve $3 wei of key $1's gas budget $4 on chain $5 for UTC day $2: the day's row of that
+# chain grows by it only if what its jobs in flight reserve, what its mined ones paid and this
+# ceiling stay within the budget (the row lock serialises concurrent settles of one key); no
+# row: over budget. A budget is per chain (migration 0027): another chain's gas is other money.
 RESERVE_GAS: Final = """
-INSERT INTO api_key_gas_days AS d (api_key_id, day, reserved_wei)
-SELECT $1, $2, $3::numeric WHERE $3::numeric <= $4::numeric
-ON CONFLICT (api_key_id, day) DO UPDATE SET reserved_wei = d.reserved_wei + EXCLUDED.reserved_wei
+INSERT INTO api_key_gas_days AS d (api_key_id, day, reserved_wei, chain_id)
+SELECT $1, $2, $3::numeric, $5 WHERE $3::numeric <= $4::numeric
+ON CONFLICT (api_key_id, chain_id, day) DO UPDATE SET reserved_wei = d.reserved_wei + EXCLUDED.reserved_wei
 WHERE d.reserved_wei + d.paid_wei + EXCLUDED.reserved_wei <= $4::numeric
 RETURNING reserved_wei
 """
@@ -673,7 +674,9 @@ class RelayJobs:
         """
         if gas is None:
             return row
-        taken = await conn.fetchval(RESERVE_GAS, gas.api_key_id, gas.day, gas.ceiling_wei, gas.budget_wei)
+        taken = await conn.fetchval(
+            RESERVE_GAS, gas.api_key_id, gas.day, gas.ceiling_wei, gas.budget_wei, row["chain_id"]
+        )
         if taken is None:
             raise GasBudgetExhausted(gas)
         reserved: asyncpg.Record = await conn.fetchrow(SET_GAS_RESERVED, row["id"], gas.ceiling_wei, gas.day)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,32 @@ async def test_config_check_validates_each_relayed_chain_and_names_it(two: TwoCh
     assert any("RELAYER_INDEX_CHAINS names chain 8453, which this daemon relays on" in p for p in problems), (
         problems
     )
+
+
+async def test_a_facilitator_keys_gas_budget_is_per_chain(two: TwoChains) -> None:
+    """A key's daily gas budget is kept per chain (migration 0027): its day spent on 84532 is
+    refused there (429 gas_budget_exhausted, nothing recorded) and leaves 8453's untouched."""
+    first = two.daemons[FIRST]
+    budget = 10**18
+    name = f"two-chains-budget-{uuid.uuid4().hex[:6]}"
+    token = await create_api_key(first.runtime.settings, name, ["facilitator"], None, budget)
+    key_id = int(await first.runtime.db.fetchval("SELECT id FROM api_keys WHERE name = $1", name))
+    for d in two.daemons.values():
+        status, answer = await call(d, "settle", facilitator_payment(d, fresh_address(), 1000), token)
+        assert status == 200 and answer["success"] is True, answer
+    rows = await first.runtime.db.fetch(
+        "SELECT chain_id, settles FROM api_key_gas_days WHERE api_key_id = $1 ORDER BY chain_id", key_id
+    )
+    assert [(r["chain_id"], r["settles"]) for r in rows] == [(SECOND, 1), (FIRST, 1)]
+    # 84532's day is spent: refused there, while 8453 still settles on the same key
+    await first.runtime.db.execute(
+        "UPDATE api_key_gas_days SET paid_wei = $2 WHERE api_key_id = $1 AND chain_id = $3",
+        key_id,
+        budget,
+        FIRST,
+    )
+    status, answer = await call(first, "settle", facilitator_payment(first, fresh_address(), 1000), token)
+    assert (status, answer["error"]) == (429, "gas_budget_exhausted"), answer
+    d = two.daemons[SECOND]
+    status, answer = await call(d, "settle", facilitator_payment(d, fresh_address(), 1000), token)
+    assert status == 200 and answer["success"] is True, answer
