@@ -1,10 +1,11 @@
-"""Chains fail apart (issue 39, item 3): one daemon relays on 84532 and 8453; chain 8453's
-node is cut (a TCP proxy between the daemon and it drops every connection and refuses new
-ones) for 30 s while 84532 settles 100 retirements. None is lost, none is answered a 5xx
-that is not retryable, and their latency stays within the noise of the same load before the
-outage; 8453's requests meanwhile answer a retryable error naming the upstream, ``/readyz``
-stays ready and says which chain is not; once the node is back 8453 settles again. Two real
-anvils, one real Postgres, the daemon over HTTP. Figures printed (-s)."""
+"""Chains fail apart (issue 39, items 3 and 6): one daemon relays on 84532 and 8453; chain
+8453's node is cut (a TCP proxy between the daemon and it drops every connection and refuses
+new ones) for 30 s while 84532 settles 100 retirements. None is lost, none is answered a 5xx,
+and their latency stays within the noise of the same load before the outage; 8453's requests
+meanwhile answer the spec's retryable error naming the upstream, ``/readyz`` stays ready and
+says which chain is not; once the node is back 8453 settles again. A node swapped, or a reorg,
+on 8453 stays 8453's (its own series; 84532 settles and answers as before). Two real anvils,
+one real Postgres, the daemon over HTTP. Figures printed (-s)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from relayer_dev.ports import free_port
 from tests.chain_helpers import write_deployment_file
 from tests.helpers import stacks
 from tests.helpers.relay import signed_retirement
+from tests.private import Anvil
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -218,3 +220,35 @@ async def test_a_chain_swapped_under_the_daemon_halts_that_chain_only(stack: _St
         other.wait(timeout=10)
     await _until("8453's guard did not clear", lambda: _mismatch(stack, SECOND) == 0.0)
     assert len(await _settle_all(second, 3)) == 3
+
+
+def _counter(stack: _Stack, chain_id: int) -> float:
+    return float(stack.rt.metrics.reorgs.labels(str(chain_id))._value.get())
+
+
+async def test_a_reorg_on_one_chain_leaves_the_others_answers_untouched(stack: _Stack) -> None:
+    """A retirement settled on each chain; then 8453's newest block is replaced
+    (``anvil_reorg``) after its follower indexed it: 8453's follower undoes it on its own
+    series, 84532's records no reorg, and both certificates answer as before."""
+    hashes: dict[int, str] = {}
+    for chain_id, client in stack.clients.items():
+        status, answer = await client.post(await signed_retirement(client, 0))
+        assert (status, answer["status"]) == (200, "settled"), answer
+        hashes[chain_id] = answer["transactionHash"]
+
+    async def certificate(chain_id: int) -> tuple[int, dict[str, Any]]:
+        params = {"chainId": str(chain_id), "txHash": hashes[chain_id]}
+        async with stack.session.get(f"{stack.base}/api/certificate", params=params) as r:
+            return r.status, await r.json()
+
+    before = {c: await certificate(c) for c in hashes}
+    assert all(status == 200 for status, _ in before.values()), before
+    anvil = Anvil(stack.clients[SECOND].chain["rpcUrl"])
+    anvil.rpc("anvil_mine", "0x1")  # an empty block over the settled one
+    head = int(anvil.rpc("eth_blockNumber"), 16)
+    followed = stack.rt.others[0].metrics.indexed_block.labels(str(SECOND))
+    await _until("8453's follower did not reach the head", lambda: followed._value.get() >= head)
+    anvil.rpc("anvil_reorg", 1, [])  # that block replaced by another
+    await _until("8453's follower saw no reorg", lambda: _counter(stack, SECOND) >= 1)
+    assert _counter(stack, FIRST) == 0
+    assert {c: await certificate(c) for c in hashes} == before
