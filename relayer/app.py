@@ -648,14 +648,12 @@ def _readiness(rt: Runtime) -> Readiness:
     return Readiness(rt.db, rt.jobs, rt.node, rt.tasks, leased, [o.node for o in rt.others])
 
 
-def _with_readiness(app: web.Application, readiness: Readiness) -> web.Application:
-    """``app`` answering ``/readyz`` with ``readiness``, each chain's state included."""
+def _with_chain_states(app: web.Application, readiness: Readiness) -> web.Application:
+    """``app``'s ``/readyz`` naming each relayed chain's state (``readiness`` answers READY)."""
 
     def chains() -> Mapping[int, bool]:
         return readiness.chains
 
-    ready: Callable[[], Awaitable[bool]] = readiness
-    app[READY] = ready
     app[READY_CHAINS] = chains
     return app
 
@@ -691,7 +689,7 @@ def make_web_app(rt: Runtime) -> web.Application:
         rt.settings.request_timeout_s,
         {r.settings.chain_id: r.services for r in (rt, *rt.others)} if rt.others else None,
     )
-    return _with_readiness(app, readiness)
+    return _with_chain_states(app, readiness)
 
 
 def rate_limit_of(settings: Settings) -> RateLimit:
@@ -727,7 +725,10 @@ def ops_web_app(rt: Runtime) -> web.Application:
     answers them (the same handlers and the same readiness)."""
     app = web.Application(middlewares=[request_context])
     app[METRICS] = rt.metrics
-    _with_readiness(app, _readiness(rt))  # the one readiness definition
+    readiness = _readiness(rt)  # the one readiness definition
+    ready: Callable[[], Awaitable[bool]] = readiness
+    app[READY] = ready
+    _with_chain_states(app, readiness)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

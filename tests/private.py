@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,14 @@ import aiohttp
 from aiohttp import web
 
 from relayer.app import make_web_app, open_runtime
-from relayer.config import Settings
+from relayer.config import RelayChain, Settings
 from relayer_dev import devdb
+from tests.chain_helpers import write_deployment_file
 from tests.conftest import Daemon, assert_solvent, free_port
 from tests.helpers import stacks
+
+BASE_CHAINS = (84532, 8453)
+"""The two Base networks one daemon relays on in the two-chain tests (issue 39), first first."""
 
 
 class Anvil:
@@ -115,3 +119,35 @@ async def private_daemon(
         serving(daemon_settings(info, dsn, free_port(), **overrides), info) as daemon,
     ):
         yield daemon, Anvil(info["rpcUrl"])
+
+
+@contextlib.contextmanager
+def base_chains(state: Path) -> Iterator[dict[int, dict[str, Any]]]:
+    """Two anvils holding the run's deployed and seeded protocol of 84532 and of 8453 (the
+    same contracts at the same addresses, USDC under each chain's own domain name): each
+    chain's devnet description with its ``deploymentFile``, by chain id."""
+    procs, chains = [], {}
+    try:
+        for chain_id in BASE_CHAINS:
+            directory = state / f"anvil-{chain_id}"
+            directory.mkdir(parents=True)
+            proc, info = stacks.start_chain(directory, chain_id)
+            procs.append(proc)
+            info["deploymentFile"] = str(write_deployment_file(info, directory / "devnet.json"))
+            chains[chain_id] = info
+        yield chains
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def relay_chain(info: dict[str, Any], rpc_url: str | None = None) -> RelayChain:
+    """``RELAYER_RELAY_CHAINS``'s entry of a private chain (its node, or ``rpc_url`` in front
+    of it; depth 1: a block per transaction)."""
+    return RelayChain(
+        chain_id=info["chainId"],
+        rpc_url=rpc_url or info["rpcUrl"],
+        deployment_file=Path(info["deploymentFile"]),
+        confirmations=1,
+    )

@@ -9,36 +9,35 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from relayer.admin import create_api_key
-from relayer.app import Runtime, open_runtime, web_runner
-from relayer.chain.node import ChainNode
-from relayer.chain.types import Contracts
-from relayer.config import IndexChain, RelayChain, Settings
+from relayer.app import Runtime
+from relayer.config import IndexChain
 from relayer.domain.chains import usdc_domain_name
 from relayer.ops import connected_findings, offline_problems
 from relayer_dev import devdb
 from relayer_dev.deploy import UPDATED_LISTING_ID
 from relayer_dev.facilitator import create_facilitator_key
 from relayer_dev.ports import free_port
-from tests.chain_helpers import eth_balance, token_balance, write_deployment_file
-from tests.conftest import Daemon
+from tests.chain_helpers import eth_balance, token_balance
+from tests.conftest import Daemon, assert_solvent
+from tests.helpers import payer as payer_acts
 from tests.helpers import stacks
 from tests.helpers.facilitator import call, fresh_address
 from tests.helpers.facilitator import payment as facilitator_payment
 from tests.helpers.relay import challenge, signed_request
 from tests.helpers.sdk import FUNDED, PRICE, fresh_payer, pay, resource, settle_answer
-from tests.helpers.x402 import SECRET, decode, post, required, retire_body, sign_payload
+from tests.helpers.x402 import SECRET, decode, nonce_of, post, required, retire_body, sign_payload
+from tests.private import base_chains, daemon_settings, relay_chain, serving
 
 pytestmark = pytest.mark.integration
 
 FIRST, SECOND = 84532, 8453
+NONCE_USED = "invalid_exact_evm_nonce_already_used"
 
 
 class TwoChains:
@@ -77,69 +76,35 @@ class _OnChain:
 
 @pytest.fixture(scope="module")
 def anvils(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
-    procs, chains = [], {}
-    try:
-        for chain_id in (FIRST, SECOND):
-            state = tmp_path_factory.mktemp(f"anvil-{chain_id}")
-            proc, info = stacks.start_chain(state, chain_id)
-            procs.append(proc)
-            info["deploymentFile"] = str(write_deployment_file(info, state / "devnet.json"))
-            chains[chain_id] = info
+    with base_chains(tmp_path_factory.mktemp("base-chains")) as chains:
         yield chains
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 async def two(anvils: dict[int, dict[str, Any]], admin_database_url: str) -> AsyncIterator[TwoChains]:
     dsn = stacks.scratch_database(admin_database_url, prefix="relayer_two_chains")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    first, second = anvils[FIRST], anvils[SECOND]
-    settings = Settings(
-        database_url=dsn,
-        rpc_url=first["rpcUrl"],
-        chain_id=FIRST,
-        deployment_file=Path(first["deploymentFile"]),
-        executor_private_key=first["executor"]["privateKey"],
-        relay_chains=[
-            RelayChain(
-                chain_id=SECOND,
-                rpc_url=second["rpcUrl"],
-                deployment_file=Path(second["deploymentFile"]),
-                confirmations=1,
-            )
-        ],
+    first = anvils[FIRST]
+    settings = daemon_settings(
+        first,
+        dsn,
+        free_port(),
+        relay_chains=[relay_chain(anvils[SECOND])],
         treasury_private_key=first["treasury"]["privateKey"],
         x402_quote_secret=SECRET,
-        http_port=port,
-        public_base_url=base,
-        settle_wait_s=30,
-        block_poll_interval_s=0.05,
-        confirmations=1,  # anvil mines a block per transaction
-        rate_limit="off",
     )
     try:
-        async with open_runtime(settings, workers=True) as rt:
-            assert [o.settings.chain_id for o in rt.others] == [SECOND]
-            runner = web_runner(rt)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                yield TwoChains(session, base, anvils, rt)
-            await runner.cleanup()
+        async with serving(settings, first) as d:  # ends with the first chain's solvency ledger
+            assert [o.settings.chain_id for o in d.runtime.others] == [SECOND]
+            two = TwoChains(d.session, d.base_url, anvils, d.runtime)
+            yield two
+            await assert_solvent(two.daemons[SECOND], "the second chain")
     finally:
         devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
 
 
-async def _usdc(chain: dict[str, Any], owner: str) -> int:
-    node = ChainNode(chain["rpcUrl"], chain["chainId"], Contracts.from_deployment(chain["contracts"]))
-    try:
-        return await token_balance(node, "usdc", owner)
-    finally:
-        await node.close()
+async def _usdc(d: Daemon, owner: str) -> int:
+    """``owner``'s USDC on ``d``'s chain, read through that chain's own node."""
+    return await token_balance(d.runtime.node, "usdc", owner)
 
 
 async def _retire(two: TwoChains, chain_id: int, payer: dict[str, str]) -> dict[str, Any]:
@@ -157,9 +122,9 @@ async def _retire(two: TwoChains, chain_id: int, payer: dict[str, str]) -> dict[
 async def test_the_same_payer_retires_on_both_chains_through_one_daemon(two: TwoChains) -> None:
     payer = two.chains[FIRST]["payers"][0]
     assert payer["address"] == two.chains[SECOND]["payers"][0]["address"]
-    before = {c: await _usdc(two.chains[c], payer["address"]) for c in (FIRST, SECOND)}
+    before = {c: await _usdc(two.daemons[c], payer["address"]) for c in (FIRST, SECOND)}
     results = await asyncio.gather(*(_retire(two, c, payer) for c in (FIRST, SECOND)))
-    after = {c: await _usdc(two.chains[c], payer["address"]) for c in (FIRST, SECOND)}
+    after = {c: await _usdc(two.daemons[c], payer["address"]) for c in (FIRST, SECOND)}
     for chain_id, result in zip((FIRST, SECOND), results, strict=True):
         tx = result["transactionHash"]
         [entry] = result["retirements"]
@@ -172,16 +137,8 @@ async def test_the_same_payer_retires_on_both_chains_through_one_daemon(two: Two
         other = SECOND if chain_id == FIRST else FIRST
         status, cert = await two.get("/api/certificate", chainId=str(other), txHash=tx)
         assert status == 404, cert  # the transaction is not the other chain's
-    for chain in two.chains.values():
-        assert await eth_balance_of(chain, payer["address"]) == 0  # gasless on both
-
-
-async def eth_balance_of(chain: dict[str, Any], owner: str) -> int:
-    node = ChainNode(chain["rpcUrl"], chain["chainId"], Contracts.from_deployment(chain["contracts"]))
-    try:
-        return await eth_balance(node, owner)
-    finally:
-        await node.close()
+    for d in two.daemons.values():
+        assert await eth_balance(d.runtime.node, payer["address"]) == 0  # gasless on both
 
 
 async def test_a_chain_not_served_is_refused_naming_the_served_ones(two: TwoChains) -> None:
@@ -219,9 +176,9 @@ async def test_the_facilitator_lists_both_networks_and_the_sdk_pays_on_each(two:
             settled = settle_answer(response)
             assert settled.success is True and settled.network == f"eip155:{chain_id}", settled
         # paid on this chain: the merchant credited there, the payer charged once
-        assert await _usdc(d.chain, paid.merchant) == PRICE
-        assert await _usdc(d.chain, payer.address) == FUNDED - PRICE
-        other = two.chains[SECOND if chain_id == FIRST else FIRST]
+        assert await _usdc(d, paid.merchant) == PRICE
+        assert await _usdc(d, payer.address) == FUNDED - PRICE
+        other = two.daemons[SECOND if chain_id == FIRST else FIRST]
         assert await _usdc(other, paid.merchant) == 0
 
 
@@ -247,14 +204,14 @@ async def test_the_standard_resource_offers_the_requests_chain_and_retires_there
         assert offered["asset"] == d.chain["contracts"]["usdc"]
         assert offered["extra"]["name"] == usdc_domain_name(chain_id)
         treasury = d.chain["treasury"]["address"]
-        before = await _usdc(d.chain, treasury)
+        before = await _usdc(d, treasury)
         status, data, headers = await post(d, body, sign_payload(pr, payer["privateKey"]))
         assert status == 200 and data["status"] == "settled", data
         assert data["retirements"][0]["retirementId"].startswith(f"{chain_id}-"), data
         settled = decode(headers["PAYMENT-RESPONSE"])
         assert settled["success"] is True and settled["network"] == f"eip155:{chain_id}", settled
         # the treasury was paid and retired on this chain: what it kept is at most the payment
-        assert 0 <= await _usdc(d.chain, treasury) - before <= int(offered["amount"])
+        assert 0 <= await _usdc(d, treasury) - before <= int(offered["amount"])
 
 
 async def test_the_manifest_and_openapi_list_both_chains(two: TwoChains) -> None:
@@ -364,3 +321,58 @@ async def test_a_facilitator_keys_gas_budget_is_per_chain(two: TwoChains) -> Non
     d = two.daemons[SECOND]
     status, answer = await call(d, "settle", facilitator_payment(d, fresh_address(), 1000), token)
     assert status == 200 and answer["success"] is True, answer
+
+
+async def _treasury_jobs(d: Daemon) -> int:
+    """Relay jobs the treasury signed on ``d``'s chain (its retirements and refunds)."""
+    treasury = d.chain["treasury"]["address"]
+    return int(
+        await d.runtime.db.fetchval(
+            "SELECT count(*) FROM relay_jobs WHERE payer = $1 AND chain_id = $2",
+            treasury,
+            d.runtime.settings.chain_id,
+        )
+    )
+
+
+async def test_on_the_second_chain_a_cancelled_nonce_pays_and_retires_nothing(two: TwoChains) -> None:
+    """The payer works against us on 8453: quote, sign to the treasury, then its own
+    cancelAuthorization mined on 8453 before the post: a 402 naming the used nonce, nothing
+    recorded, the treasury's USDC and jobs unchanged on either chain."""
+    d = two.daemons[SECOND]
+    payer = d.chain["payers"][2]
+    body = retire_body(payer["address"], chainId=SECOND)
+    pr = await required(d, body)
+    header = sign_payload(pr, payer["privateKey"])
+    payer_acts.cancel(d.chain, payer["privateKey"], nonce_of(header))
+    treasury = d.chain["treasury"]["address"]
+    before = {c: (await _usdc(x, treasury), await _treasury_jobs(x)) for c, x in two.daemons.items()}
+    status, answer, headers = await post(d, body, header)
+    assert status == 402, answer
+    assert decode(headers["PAYMENT-REQUIRED"])["error"] == NONCE_USED
+    assert decode(headers["PAYMENT-RESPONSE"])["success"] is False
+    await asyncio.sleep(1.5)  # a keeper step or more on each chain: still nothing
+    after = {c: (await _usdc(x, treasury), await _treasury_jobs(x)) for c, x in two.daemons.items()}
+    assert after == before
+
+
+async def test_a_payment_signed_for_one_chain_is_refused_on_the_other(two: TwoChains) -> None:
+    """A PAYMENT-SIGNATURE signed for 84532 (its network, its USDC domain) posted with
+    ``chainId`` 8453: the 8453 resource refuses it before any money moves, and it stays good
+    for nothing else there; the treasury gains nothing on either chain."""
+    first, second = two.daemons[FIRST], two.daemons[SECOND]
+    payer = first.chain["payers"][2]
+    pr = await required(first, retire_body(payer["address"], chainId=FIRST))
+    header = sign_payload(pr, payer["privateKey"])
+    treasury = first.chain["treasury"]["address"]
+    before = {c: await _usdc(x, treasury) for c, x in two.daemons.items()}
+    status, answer, headers = await post(second, retire_body(payer["address"], chainId=SECOND), header)
+    assert status == 402, answer
+    assert decode(headers["PAYMENT-RESPONSE"])["success"] is False
+    assert decode(headers["PAYMENT-REQUIRED"])["accepts"][0]["network"] == f"eip155:{SECOND}"
+    await asyncio.sleep(1.5)
+    assert {c: await _usdc(x, treasury) for c, x in two.daemons.items()} == before
+    rows = await first.runtime.db.fetchval(
+        "SELECT count(*) FROM x402_payments WHERE payer = $1", payer["address"]
+    )
+    assert rows == 0

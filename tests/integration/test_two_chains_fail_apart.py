@@ -18,16 +18,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from relayer.app import Runtime, open_runtime, web_runner
-from relayer.config import RelayChain, Settings
+from relayer.app import Runtime
 from relayer_dev import devdb, devnet
 from relayer_dev.ports import free_port
-from tests.chain_helpers import write_deployment_file
 from tests.helpers import stacks
 from tests.helpers.relay import signed_retirement
-from tests.private import Anvil
+from tests.private import Anvil, base_chains, daemon_settings, relay_chain, serving
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -68,60 +65,21 @@ class _Stack:
 
 @pytest.fixture
 async def stack(tmp_path: Path, admin_database_url: str) -> AsyncIterator[_Stack]:
-    procs, chains = [], {}
-    dsn = stacks.scratch_database(admin_database_url, prefix="relayer_fail_apart")
-    proxy: TcpProxy | None = None
-    try:
-        for chain_id in (FIRST, SECOND):
-            state = tmp_path / f"anvil-{chain_id}"
-            state.mkdir()
-            proc, info = stacks.start_chain(state, chain_id)
-            procs.append(proc)
-            info["deploymentFile"] = str(write_deployment_file(info, state / "devnet.json"))
-            chains[chain_id] = info
-        first, second = chains[FIRST], chains[SECOND]
-        proxy = TcpProxy("127.0.0.1", int(second["rpcUrl"].rsplit(":", 1)[1]))
-        proxied = f"http://127.0.0.1:{await proxy.start()}"
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        settings = Settings(
-            database_url=dsn,
-            rpc_url=first["rpcUrl"],
-            chain_id=FIRST,
-            deployment_file=Path(first["deploymentFile"]),
-            executor_private_key=first["executor"]["privateKey"],
-            relay_chains=[
-                RelayChain(
-                    chain_id=SECOND,
-                    rpc_url=proxied,
-                    deployment_file=Path(second["deploymentFile"]),
-                    confirmations=1,
-                )
-            ],
-            http_port=port,
-            public_base_url=base,
-            settle_wait_s=30,
-            block_poll_interval_s=0.05,
-            confirmations=1,
-            rate_limit="off",
-        )
-        async with open_runtime(settings, workers=True) as rt:
-            runner = web_runner(rt)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            try:
-                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                    yield _Stack(base, session, chains, proxy, rt)
-            finally:
-                await proxy.start()  # the runtime closes through it
-                await runner.cleanup()
-    finally:
-        if proxy is not None:
+    with base_chains(tmp_path) as chains:
+        dsn = stacks.scratch_database(admin_database_url, prefix="relayer_fail_apart")
+        proxy = TcpProxy("127.0.0.1", int(chains[SECOND]["rpcUrl"].rsplit(":", 1)[1]))
+        try:
+            proxied = f"http://127.0.0.1:{await proxy.start()}"
+            second = relay_chain(chains[SECOND], proxied)
+            settings = daemon_settings(chains[FIRST], dsn, free_port(), relay_chains=[second])
+            async with serving(settings, chains[FIRST]) as d:  # ends with 84532's solvency ledger
+                try:
+                    yield _Stack(d.base_url, d.session, chains, proxy, d.runtime)
+                finally:
+                    await proxy.start()  # the runtime closes through it
+        finally:
             await proxy.cut()
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
-        devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
+            devdb.drop_database(admin_database_url, dsn.rsplit("/", 1)[1])
 
 
 async def _settle_all(client: _Client, count: int) -> list[float]:
